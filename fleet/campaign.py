@@ -1,0 +1,485 @@
+"""Campaigns: what to tune, and the driver that keeps the fleet busy with it.
+
+A :class:`CampaignSpec` is validated whole before anything is written. :func:`submit` writes it;
+:class:`Driver` asks each problem's searcher for configurations, writes trials, sends them with a bounded
+window, and feeds finished runs back. Everything it knows is in the database, so a driver that dies is
+resumed by running it again: trials are found instead of created, and finished ones are replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import platform
+import re
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet.bundle import pack, read_files
+from fleet.errors import SpecError
+from fleet.search import WAIT, Proposals, Run, make_searcher
+from fleet.space import Config, Space, check_value, digest
+from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
+from fleet.workers.gpus import cpu_target
+from fleet.workers.workloads import load_workload
+
+TARGET = re.compile(r"^(sm_[0-9]{2,3}[a-z]?|gfx[0-9a-f]{3,5}(:[1-9][0-9]*)?|cpu-[A-Za-z0-9_]+)$")
+_SPEC_KEYS = {"name", "target", "problems", "space", "strategy", "workload", "baseline", "options"}
+
+
+def check_target(target: Any) -> str:
+    """``target`` if it names a GPU architecture or a CPU, else :class:`SpecError`."""
+    if not isinstance(target, str) or not TARGET.match(target):
+        raise SpecError(
+            f"unknown target {target!r}: expected sm_<compute capability> (sm_90), gfx<arch>:<compute units> "
+            "(gfx90a:104) or cpu-<machine> (cpu-x86_64)"
+        )
+    return target
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    kind: str
+    params: dict[str, Any]
+    tags: tuple[str, ...] = ()
+
+
+@dataclass
+class CampaignSpec:
+    """A campaign, validated: problems, target, space, strategy, budget and workload.
+
+    Parameters
+    ----------
+    name:
+        Unique name; running the same spec again under the same name resumes the campaign.
+    problems:
+        What to tune.
+    target:
+        Where results are valid; names the queues.
+    space:
+        The knobs.
+    strategy:
+        ``{"name": ..., "budget": ..., "seed": ..., "options": {...}}``.
+    workload:
+        The workload definition, with source files already bundled (``bundle``: a digest).
+    files:
+        The bundle's bytes by digest, stored with the campaign.
+    baseline:
+        A configuration measured alongside, for the speedup; its values may lie outside the space.
+    """
+
+    name: str
+    problems: list[ProblemSpec]
+    target: str
+    space: Space
+    strategy: dict[str, Any]
+    workload: dict[str, Any]
+    files: dict[str, bytes] = field(default_factory=dict)
+    baseline: Config | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise SpecError("the campaign needs a name")
+        check_target(self.target)
+        if not self.problems:
+            raise SpecError("the campaign has no problems")
+        workload = load_workload(self.workload)
+        for problem in self.problems:
+            workload.check(self.space.names, problem.params)
+        strategy = self.strategy
+        budget = strategy.get("budget")
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+            raise SpecError("strategy 'budget' must be a positive integer")
+        make_searcher(strategy.get("name", "grid"), self.space, budget=budget, seed=int(strategy.get("seed", 0)),
+                      options=strategy.get("options"))  # fmt: skip
+        if self.baseline is not None:
+            if not isinstance(self.baseline, Mapping):
+                raise SpecError("'baseline' must be an object of knob values")
+            missing = [n for n in self.space.names if n not in self.baseline and n not in self.space.run_knobs]
+            if missing:
+                raise SpecError(f"baseline lacks knob {missing[0]!r}")
+            for key, value in self.baseline.items():
+                if key not in self.space.names:
+                    raise SpecError(f"baseline names {key!r}, which is not a knob")
+                check_value(f"baseline {key!r}", value)
+
+    @property
+    def maximize(self) -> bool:
+        return load_workload(self.workload).maximize
+
+
+def _problems(raw: Any) -> list[ProblemSpec]:
+    if not isinstance(raw, list) or not raw:
+        raise SpecError("'problems' must be a non-empty list of {\"kind\": ..., \"params\": {...}}")
+    problems = []
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("kind"), str) or not entry["kind"]:
+            raise SpecError(f"problem {index}: needs a 'kind'")
+        params = entry.get("params", {})
+        if not isinstance(params, Mapping):
+            raise SpecError(f"problem {index}: 'params' must be an object")
+        for key, value in params.items():
+            check_value(f"problem {index} parameter {key!r}", value)
+        tags = entry.get("tags", [])
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise SpecError(f"problem {index}: 'tags' must be a list of strings")
+        problems.append(ProblemSpec(entry["kind"], dict(params), tuple(tags)))
+    return problems
+
+
+def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | None = None) -> CampaignSpec:
+    """A :class:`CampaignSpec` from the JSON form of a spec file; ``base`` is where its sources are."""
+    if not isinstance(data, Mapping):
+        raise SpecError("a spec is a JSON object")
+    unknown = set(data) - _SPEC_KEYS
+    if unknown:
+        raise SpecError(f"the spec has an unknown field {sorted(unknown)[0]!r}")
+    workload = data.get("workload")
+    if not isinstance(workload, Mapping):
+        raise SpecError("the spec needs a 'workload' object")
+    workload = dict(workload)
+    files: dict[str, bytes] = {}
+    sources = workload.pop("sources", None)
+    if sources is not None:
+        if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+            raise SpecError("workload 'sources' must be a list of file names")
+        try:
+            bundle = pack(read_files(base, sources))
+        except OSError as error:
+            raise SpecError(f"workload source {error.filename}: {error.strerror}") from None
+        workload["bundle"] = digest_bytes(bundle)
+        files[workload["bundle"]] = bundle
+    strategy = data.get("strategy", {"name": "grid"})
+    if not isinstance(strategy, Mapping):
+        raise SpecError("'strategy' must be an object such as {\"name\": \"random\", \"budget\": 50}")
+    extra = set(strategy) - {"name", "budget", "seed", "options"}
+    if extra:
+        raise SpecError(f"strategy has an unknown field {sorted(extra)[0]!r}")
+    options = data.get("options", {})
+    if not isinstance(options, Mapping):
+        raise SpecError("'options' must be an object")
+    return CampaignSpec(
+        name=name or data.get("name") or "",
+        problems=_problems(data.get("problems")),
+        target=target or data.get("target") or cpu_target(),
+        space=Space.from_dict(data.get("space")),
+        strategy={"name": "grid", **strategy},
+        workload=workload,
+        files=files,
+        baseline=data.get("baseline"),
+        options=dict(options),
+    )
+
+
+def load_spec(path: Path, *, name: str | None = None, target: str | None = None) -> CampaignSpec:
+    """Read and validate a JSON spec file."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise SpecError(f"{path}: {error.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecError(f"{path}: not valid JSON: {error.msg} at line {error.lineno}") from None
+    try:
+        return parse_spec(data, path.parent, name=name or (data.get("name") if isinstance(data, dict) else None)
+                          or path.stem, target=target)  # fmt: skip
+    except SpecError as error:
+        raise SpecError(f"{path}: {error}") from None
+
+
+def digest_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def provenance(toolchain: str) -> dict[str, Any]:
+    """Where and with what a campaign was submitted."""
+    import celery
+
+    from fleet import __version__
+
+    return {
+        "toolchain": toolchain, "fleet": __version__, "python": platform.python_version(),
+        "celery": celery.__version__, "host": socket.gethostname(), "platform": platform.platform(),
+        "argv": sys.argv[1:],
+    }  # fmt: skip
+
+
+def submit(store: Store, spec: CampaignSpec) -> Campaign:
+    """Write ``spec`` (problems, source bundle, campaign); resubmitting the same spec returns the campaign."""
+    workload = load_workload(spec.workload)
+    toolchain = workload.toolchain()
+    problem_ids = [store.add_problem(p.kind, p.params, p.tags) for p in spec.problems]
+    for data in spec.files.values():
+        store.put_blob(data)
+    return store.create_campaign(
+        name=spec.name, target=spec.target, problem_ids=problem_ids, space=spec.space.to_dict(),
+        strategy=spec.strategy, workload=spec.workload, options=spec.options,
+        provenance=provenance(toolchain), baseline=spec.baseline,
+    )  # fmt: skip
+
+
+def trial_keys(campaign: Campaign, problem_id: int, config: Config, space: Space) -> tuple[str, str]:
+    """The build key (what decides the artifact) and the measure key (what decides the measurement)."""
+    toolchain = campaign.provenance.get("toolchain", "")
+    build_workload = {k: v for k, v in campaign.workload.items() if k not in ("run", "repeats", "warmup",
+                                                                               "run_timeout", "objective")}  # fmt: skip
+    build_key = digest(["build", problem_id, campaign.target, space.build_part(config), toolchain, build_workload])
+    measure_key = digest(["measure", problem_id, campaign.target, config, toolchain, campaign.workload])
+    return build_key, measure_key
+
+
+_EMPTY = object()
+
+
+class _Feed:
+    """One problem's searcher, driven through its generator protocol.
+
+    Runs wait in an inbox and go in one per ``send``, so a proposal that a send returns is never lost.
+    """
+
+    def __init__(self, proposals: Proposals) -> None:
+        self.proposals = proposals
+        self.started = False
+        self.done = False
+        self.pending: Any = _EMPTY
+        self.inbox: deque[Run] = deque()
+
+    def ask(self) -> Config | None:
+        """The next configuration, or None when the searcher waits for runs or has finished."""
+        while not self.done:
+            if self.pending is not _EMPTY and self.pending is not WAIT:
+                config, self.pending = self.pending, _EMPTY
+                return config
+            if self.pending is WAIT and not self.inbox:
+                return None
+            try:
+                if not self.started:
+                    self.started = True
+                    self.pending = next(self.proposals)
+                else:
+                    self.pending = self.proposals.send(self.inbox.popleft() if self.inbox else None)
+            except StopIteration:
+                self.done = True
+        return None
+
+    @property
+    def blocked(self) -> bool:
+        """Waiting for runs that have all been delivered already: this searcher can do no more."""
+        return self.pending is WAIT and not self.inbox
+
+
+def baseline_configs(space: Space, baseline: Mapping[str, Any]) -> list[Config]:
+    """The baseline once for each combination of the run-time knobs it leaves open."""
+    open_knobs = [k for k in space.knobs if k.name not in baseline]
+    return [
+        {name: ({**baseline, **dict(zip([k.name for k in open_knobs], values, strict=True))})[name]
+         for name in space.names}
+        for values in itertools.product(*(k.values for k in open_knobs))
+    ]  # fmt: skip
+
+
+@dataclass
+class Summary:
+    """What a campaign found for one problem."""
+
+    problem_id: int
+    best: TrialResult | None
+    baseline: TrialResult | None
+    counts: dict[str, int]
+
+    maximize: bool = False
+
+    @property
+    def speedup(self) -> float | None:
+        """How many times better the best is than the baseline (a ratio of GFLOPS, or of times inverted)."""
+        if not (self.best and self.baseline and self.best.objective and self.baseline.objective):
+            return None
+        ratio = self.best.objective / self.baseline.objective
+        return ratio if self.maximize else 1 / ratio
+
+
+class Driver:
+    """Runs a campaign to its end on whatever workers listen on its target's queues.
+
+    Parameters
+    ----------
+    store:
+        The database.
+    campaign:
+        The campaign to run (or resume).
+    dispatch:
+        Sends work to the broker (``fleet.tasks.send``); the driver itself knows no Celery.
+    window:
+        Most trials in flight at once; enough to keep every evaluation slot busy.
+    on_progress:
+        Called with (finished, total, best so far) after each poll.
+    on_warning:
+        Called with one line when something needs the user's attention (no worker listening).
+    """
+
+    def __init__(
+        self, store: Store, campaign: Campaign, dispatch: Callable[[Iterable[Requeue]], int], *, window: int = 8,
+        on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
+        on_warning: Callable[[str], None] | None = None, poll_seconds: float = 0.05, max_attempts: int = 3,
+        heartbeat_seconds: float = 5.0,
+    ) -> None:  # fmt: skip
+        self.store = store
+        self.campaign = campaign
+        self.dispatch = dispatch
+        self.window = max(1, window)
+        self.on_progress = on_progress or (lambda *_: None)
+        self.on_warning = on_warning or (lambda _: None)
+        self.poll_seconds = poll_seconds
+        self.max_attempts = max_attempts
+        self.heartbeat_seconds = heartbeat_seconds
+        self.space = Space.from_dict(campaign.space)
+        self.maximize = load_workload(campaign.workload).maximize
+        self.problems = [p.id for p in store.campaign_problems(campaign.id)]
+        strategy = campaign.strategy
+        self.feeds = [
+            _Feed(make_searcher(strategy["name"], self.space, budget=strategy.get("budget"), maximize=self.maximize,
+                                seed=int(strategy.get("seed", 0)) + index, options=strategy.get("options"))
+                  .generate())
+            for index in range(len(self.problems))
+        ]  # fmt: skip
+        self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times proposed)
+        self.results: list[TrialResult] = []
+        self.best: dict[int, TrialResult] = {}
+        self.seq = 0
+
+    def total(self) -> int | None:
+        """How many trials the campaign will have, when that is cheap to know."""
+        budget = self.campaign.strategy.get("budget")
+        if self.space.size > 200_000:
+            return None if budget is None else budget * len(self.problems)
+        valid = sum(1 for _ in self.space)
+        per_problem = valid if budget is None else min(budget, valid)
+        baselines = len(baseline_configs(self.space, self.campaign.baseline)) if self.campaign.baseline else 0
+        return (per_problem + baselines) * len(self.problems)
+
+    def _submit(self, proposals: list[tuple[int, Config, bool]]) -> None:
+        trials = []
+        for index, config, baseline in proposals:
+            problem_id = self.problems[index]
+            build_key, measure_key = trial_keys(self.campaign, problem_id, config, self.space)
+            self.seq += 1
+            trials.append(NewTrial(problem_id, config, build_key, measure_key, self.seq, baseline))
+        remeasure = bool(self.campaign.options.get("remeasure"))
+        created = self.store.add_trials(self.campaign.id, self.campaign.target, trials, remeasure=remeasure)
+        send = []
+        for (index, _, _), (trial_id, state) in zip(proposals, created, strict=True):
+            if trial_id in self.in_flight:
+                self.in_flight[trial_id] = (index, self.in_flight[trial_id][1] + 1)
+                continue
+            self.in_flight[trial_id] = (index, 1)
+            if state in ("new", "compiled"):
+                send.append(Requeue(trial_id, self.campaign.target, "compile" if state == "new" else "evaluate"))
+        if send:
+            self.dispatch(send)
+
+    def _fill(self) -> None:
+        proposals: list[tuple[int, Config, bool]] = []
+        asking = True
+        while asking and len(self.in_flight) + len(proposals) < self.window:
+            asking = False
+            for index, feed in enumerate(self.feeds):
+                if len(self.in_flight) + len(proposals) >= self.window:
+                    break
+                config = feed.ask()
+                if config is not None:
+                    proposals.append((index, self.space.check(config), False))
+                    asking = True
+        if proposals:
+            self._submit(proposals)
+
+    def _collect(self) -> int:
+        finished = self.store.results(list(self.in_flight))
+        for result in finished:
+            index, times = self.in_flight.pop(result.trial_id)
+            self.results.append(result)
+            if result.baseline:
+                continue
+            run = Run(result.config, result.objective, result.valid, result.metrics, result.reason)
+            self.feeds[index].inbox.extend([run] * times)
+            current = self.best.get(result.problem_id)
+            if result.valid and result.objective is not None and (
+                current is None or (result.objective > current.objective if self.maximize
+                                    else result.objective < current.objective)  # type: ignore[operator]
+            ):  # fmt: skip
+                self.best[result.problem_id] = result
+        return len(finished)
+
+    def _check_workers(self, started: float, warned: list[float]) -> None:
+        live = self.store.workers(target=self.campaign.target, role="eval", within=3 * self.heartbeat_seconds + 5)
+        if live:
+            warned.clear()
+            return
+        now = time.monotonic()
+        if now - started > 2 * self.heartbeat_seconds and (not warned or now - warned[-1] > 60):
+            warned.append(now)
+            self.on_warning(
+                f"no worker is listening on eval.{self.campaign.target}: start one on a node of that target "
+                f"with `fleet worker --target {self.campaign.target}`; trials wait in the queue until then"
+            )
+
+    def run(self) -> list[Summary]:
+        """Drive the campaign to its end and return what it found per problem."""
+        if self.campaign.baseline:
+            self._submit([(index, config, True) for index in range(len(self.problems))
+                          for config in baseline_configs(self.space, self.campaign.baseline)])  # fmt: skip
+        total = self.total()
+        started = time.monotonic()
+        last_check = 0.0
+        warned: list[float] = []
+        while True:
+            self._fill()
+            if not self.in_flight and all(feed.done or feed.blocked for feed in self.feeds):
+                break
+            if self._collect():
+                self.on_progress(len(self.results), total, self._overall_best())
+                continue
+            now = time.monotonic()
+            if now - last_check > self.heartbeat_seconds:
+                last_check = now
+                self._check_workers(started, warned)
+                self.dispatch(self.store.reap(self.max_attempts))
+            time.sleep(self.poll_seconds)
+        self.on_progress(len(self.results), len(self.results), self._overall_best())
+        self.store.set_campaign_status(self.campaign.id, "done")
+        return summarize(self.store, self.campaign)
+
+    def _overall_best(self) -> TrialResult | None:
+        bests = list(self.best.values())
+        if not bests:
+            return None
+        return (max if self.maximize else min)(bests, key=lambda r: r.objective)  # type: ignore[arg-type,return-value]
+
+
+def summarize(store: Store, campaign: Campaign) -> list[Summary]:
+    """Per problem of ``campaign``: its best trial, its baseline trial, and trial counts by state."""
+    maximize = load_workload(campaign.workload).maximize
+    results = store.results(campaign_id=campaign.id)
+    summaries = []
+    for problem in store.campaign_problems(campaign.id):
+        mine = [r for r in results if r.problem_id == problem.id]
+        valid = [r for r in mine if r.valid and r.objective is not None and not r.baseline]
+        best = (max if maximize else min)(valid, key=lambda r: r.objective) if valid else None  # type: ignore[arg-type]
+        # The baseline run with the same run-time knob values as the best: a like-for-like speedup.
+        space = Space.from_dict(campaign.space)
+        same_run = [r for r in mine if r.baseline and r.valid and best is not None
+                    and all(r.config.get(n) == best.config.get(n) for n in space.run_knobs)]  # fmt: skip
+        baseline = same_run[0] if same_run else None
+        counts: dict[str, int] = {}
+        for r in mine:
+            counts[r.state] = counts.get(r.state, 0) + 1
+        summaries.append(Summary(problem.id, best, baseline, counts, maximize))
+    return summaries

@@ -1,0 +1,100 @@
+"""Embedded mode: a whole fleet on this machine, with no server installed.
+
+SQLite under ``FLEET_HOME``, a private ``redis-server`` on a unix socket there (or kombu's filesystem
+transport when Redis is not installed), and ``fleet worker``'s processes for this machine's target.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from fleet.errors import FleetError
+from fleet.services import RedisServer
+from fleet.settings import Settings
+from fleet.store import Store
+from fleet.workers.launch import Launcher, node_gpus, plan
+
+log = logging.getLogger("fleet.local")
+
+
+class LocalFleet:
+    """Start what embedded mode needs, and stop it afterwards.
+
+    Parameters
+    ----------
+    settings:
+        Where the state lives and which broker to use.
+    target:
+        The target to start workers for; GPUs of that target are used when this machine has them.
+    eval_procs, build_procs:
+        Worker processes of a CPU target.
+    """
+
+    def __init__(self, settings: Settings, target: str, *, eval_procs: int = 1, build_procs: int | None = None) -> None:
+        self.settings = settings
+        self.target = target
+        self.eval_procs = eval_procs
+        self.build_procs = build_procs
+        self.redis: RedisServer | None = None
+        self.launcher: Launcher | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        return self.settings.home / "logs"
+
+    def start(self, timeout: float = 60.0) -> LocalFleet:
+        self.settings.home.mkdir(parents=True, exist_ok=True)
+        if self.settings.embedded_broker and self.settings.broker_url.startswith("redis+socket://"):
+            self.redis = RedisServer(self.settings.home / "redis", unix_socket=self.settings.redis_socket)
+            if not _answers(self.redis):
+                self.redis.start()
+            else:
+                self.redis = None  # another process of ours started it; leave it to that one
+        store = Store(self.settings.database_url)
+        if self.settings.embedded_database:
+            store.upgrade()
+        specs = plan(gpus=node_gpus(self.target, None), target=self.target, eval_procs=self.eval_procs,
+                     build_procs=self.build_procs)  # fmt: skip
+        env = {**os.environ, "FLEET_HOME": str(self.settings.home)}
+        self.launcher = Launcher(specs, log_dir=self.log_dir, env=env).start()
+        names = {s.name for s in specs}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            live = {w.name for w in store.workers(within=30)}
+            if names <= live:
+                store.close()
+                return self
+            dead = [n for n, p in self.launcher.procs.items() if p.poll() is not None]
+            if dead:
+                break
+            time.sleep(0.2)
+        store.close()
+        self.stop()
+        raise FleetError(f"local workers did not start; see their logs under {self.log_dir}")
+
+    def stop(self) -> None:
+        if self.launcher is not None:
+            self.launcher.stop()
+            self.launcher = None
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+
+    def __enter__(self) -> LocalFleet:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def _answers(redis: RedisServer) -> bool:
+    """Whether a Redis already serves on the socket (started by another Fleet process)."""
+    import redis as redis_py
+
+    try:
+        return bool(redis.client(socket_timeout=1).ping())
+    except (redis_py.RedisError, OSError):
+        return False

@@ -1,0 +1,20 @@
+"""The grid: every valid configuration, in the order that builds each build key once."""
+
+from __future__ import annotations
+
+import itertools
+
+from fleet.search.base import Proposals, Searcher
+
+
+class CartesianProduct(Searcher):
+    """Every valid configuration of the space, build-time knobs varying slowest.
+
+    With N evaluation slots the driver keeps N configurations in flight; runs that share a build key sit
+    next to each other, so the artifact is built once and reused while they run.
+    """
+
+    name = "grid"
+
+    def generate(self) -> Proposals:
+        yield from itertools.islice(iter(self.space), self.budget)

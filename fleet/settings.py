@@ -1,0 +1,129 @@
+"""Settings from the environment.
+
+With no ``FLEET_DATABASE_URL`` and no ``FLEET_BROKER_URL`` set, Fleet runs *embedded*: SQLite and a local
+broker under ``FLEET_HOME`` (``./.fleet/`` by default), with worker processes started on this machine. With
+them set, the same code talks to PostgreSQL and Redis.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleet.errors import ConfigurationError
+
+
+def _number(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r} is not a number") from None
+    if value <= 0:
+        raise ConfigurationError(f"{name}={raw!r} must be positive")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything Fleet reads from the environment.
+
+    Parameters
+    ----------
+    home:
+        Directory for embedded state: the SQLite database, the local broker, logs. ``FLEET_HOME``.
+    database_url:
+        SQLAlchemy URL. ``FLEET_DATABASE_URL``; SQLite under ``home`` when unset.
+    broker_url:
+        Celery broker URL. ``FLEET_BROKER_URL``; a private Redis on a unix socket under ``home`` when
+        ``redis-server`` is installed, else kombu's filesystem transport.
+    lease_seconds:
+        How long claimed work stays owned without a renewal before the reaper gives it back.
+    max_attempts:
+        Claims of one trial (or one build) before it is errored instead of tried again.
+    heartbeat_seconds:
+        How often workers renew their registration and run the reaper.
+    cache_dir:
+        Each worker's artifact cache. ``FLEET_CACHE_DIR``.
+    visibility_timeout:
+        Seconds before Redis redelivers an unacknowledged message. Long on purpose: the database lease,
+        not the broker, brings back work of a dead worker.
+    """
+
+    home: Path
+    database_url: str
+    broker_url: str
+    embedded_database: bool
+    embedded_broker: bool
+    lease_seconds: float = 60.0
+    max_attempts: int = 3
+    heartbeat_seconds: float = 5.0
+    cache_dir: Path = Path(".fleet/cache")
+    visibility_timeout: float = 3600.0
+
+    @property
+    def embedded(self) -> bool:
+        return self.embedded_database or self.embedded_broker
+
+    @property
+    def redis_socket(self) -> Path:
+        return self.home / "redis.sock"
+
+    @property
+    def broker_folder(self) -> Path:
+        return self.home / "broker"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        home = Path(env.get("FLEET_HOME") or ".fleet").absolute()
+        database_url = env.get("FLEET_DATABASE_URL", "")
+        broker_url = env.get("FLEET_BROKER_URL", "")
+        if database_url and not database_url.startswith(("postgresql", "sqlite")):
+            raise ConfigurationError(
+                f"FLEET_DATABASE_URL={database_url!r}: expected a postgresql:// or sqlite:/// URL"
+            )
+        if broker_url and not broker_url.startswith(("redis://", "rediss://", "redis+socket://", "filesystem://")):
+            raise ConfigurationError(f"FLEET_BROKER_URL={broker_url!r}: expected a redis:// URL")
+        if not broker_url:
+            broker_url = _embedded_broker_url(home)
+        return cls(
+            home=home,
+            database_url=database_url or f"sqlite:///{home / 'fleet.db'}",
+            broker_url=broker_url,
+            embedded_database=not env.get("FLEET_DATABASE_URL"),
+            embedded_broker=not env.get("FLEET_BROKER_URL"),
+            lease_seconds=_number(env, "FLEET_LEASE_SECONDS", 60.0),
+            max_attempts=int(_number(env, "FLEET_MAX_ATTEMPTS", 3)),
+            heartbeat_seconds=_number(env, "FLEET_HEARTBEAT_SECONDS", 5.0),
+            cache_dir=Path(env.get("FLEET_CACHE_DIR") or home / "cache").absolute(),
+            visibility_timeout=_number(env, "FLEET_VISIBILITY_TIMEOUT", 3600.0),
+        )
+
+
+def _embedded_broker_url(home: Path) -> str:
+    from fleet.services import RedisServer
+
+    if RedisServer.available():
+        return f"redis+socket://{home / 'redis.sock'}"
+    return "filesystem://"
+
+
+_current: Settings | None = None
+
+
+def get_settings() -> Settings:
+    """The process's settings, read once from the environment."""
+    global _current
+    if _current is None:
+        _current = Settings.from_env()
+    return _current
+
+
+def reset_settings() -> None:
+    """Forget the cached settings (tests and the CLI change the environment)."""
+    global _current
+    _current = None

@@ -1,0 +1,214 @@
+"""Spaces: the knobs, their values, and which configurations are valid.
+
+A knob is *build-time* (changing it needs a new build) or *run-time* (the same artifact runs with another
+value). Configurations are plain dicts of knob name -> bool, number or string.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleet.errors import SpecError
+from fleet.expr import Expression
+
+Value = bool | int | float | str
+Config = dict[str, Value]
+
+
+def canonical_json(data: Any) -> str:
+    """The one JSON text of ``data``: sorted keys, no spaces. Used for uniqueness and hashing."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def digest(data: Any) -> str:
+    """SHA-256 hex digest of the canonical JSON of ``data``."""
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
+def check_value(where: str, value: Any) -> Value:
+    """Return ``value`` if it is a bool, a finite number or a string, else raise :class:`SpecError`."""
+    if isinstance(value, bool | str | int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    raise SpecError(f"{where}: {value!r} is not a bool, number or string")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One tunable parameter.
+
+    Parameters
+    ----------
+    name:
+        An identifier; it fills ``{name}`` in build and run templates.
+    values:
+        The values to try, in order.
+    build:
+        True for a build-time knob, False for a run-time one.
+    """
+
+    name: str
+    values: tuple[Value, ...]
+    build: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise SpecError(f"knob name {self.name!r} is not an identifier")
+        if not self.values:
+            raise SpecError(f"knob {self.name!r} has no values")
+        for value in self.values:
+            check_value(f"knob {self.name!r}", value)
+        if len({canonical_json(v) for v in self.values}) != len(self.values):
+            raise SpecError(f"knob {self.name!r} lists a value twice")
+
+
+@dataclass(frozen=True)
+class Space:
+    """Knobs, constraints over them, and an optional validity predicate.
+
+    Parameters
+    ----------
+    knobs:
+        The knobs, build-time ones first in iteration order.
+    constraints:
+        Expressions that a valid configuration makes true.
+    predicate:
+        A Python callable (from a trusted spec file) that gets the base overlaid with the configuration.
+    base:
+        Values the configuration overlays before the predicate sees it.
+    """
+
+    knobs: tuple[Knob, ...]
+    constraints: tuple[Expression, ...] = ()
+    predicate: Callable[[Config], bool] | None = field(default=None, compare=False)
+    base: Mapping[str, Value] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.knobs:
+            raise SpecError("the space has no knobs")
+        names = [k.name for k in self.knobs]
+        if len(set(names)) != len(names):
+            raise SpecError("the space names a knob twice")
+        for constraint in self.constraints:
+            unknown = constraint.names - set(names) - set(self.base)
+            if unknown:
+                raise SpecError(f"constraint {constraint.text!r} names {sorted(unknown)[0]!r}, which is not a knob")
+        # Build-time knobs vary slowest, so iterating the space builds each build key once, in one run.
+        ordered = tuple(sorted(self.knobs, key=lambda k: not k.build))
+        object.__setattr__(self, "knobs", ordered)
+
+    @property
+    def names(self) -> list[str]:
+        return [k.name for k in self.knobs]
+
+    @property
+    def build_knobs(self) -> list[str]:
+        return [k.name for k in self.knobs if k.build]
+
+    @property
+    def run_knobs(self) -> list[str]:
+        return [k.name for k in self.knobs if not k.build]
+
+    def knob(self, name: str) -> Knob:
+        for knob in self.knobs:
+            if knob.name == name:
+                return knob
+        raise SpecError(f"{name!r} is not a knob of this space")
+
+    @property
+    def size(self) -> int:
+        """The number of configurations before constraints."""
+        return math.prod(len(k.values) for k in self.knobs)
+
+    def decode(self, index: int) -> Config:
+        """The configuration at ``index`` of the unconstrained product, in iteration order."""
+        config: Config = {}
+        for knob in reversed(self.knobs):
+            index, digit = divmod(index, len(knob.values))
+            config[knob.name] = knob.values[digit]
+        return {name: config[name] for name in self.names}
+
+    def is_valid(self, config: Mapping[str, Value]) -> bool:
+        values = {**self.base, **config}
+        if not all(constraint(values) for constraint in self.constraints):
+            return False
+        return self.predicate is None or bool(self.predicate(dict(values)))
+
+    def __iter__(self) -> Iterator[Config]:
+        """Every valid configuration, build-time knobs varying slowest."""
+        for values in itertools.product(*(k.values for k in self.knobs)):
+            config = dict(zip(self.names, values, strict=True))
+            if self.is_valid(config):
+                yield config
+
+    def check(self, config: Mapping[str, Any]) -> Config:
+        """Return ``config`` with knobs in space order if it names every knob with a value of the space."""
+        missing = [name for name in self.names if name not in config]
+        if missing:
+            raise SpecError(f"configuration {dict(config)} lacks knob {missing[0]!r}")
+        extra = [name for name in config if name not in self.names]
+        if extra:
+            raise SpecError(f"configuration names {extra[0]!r}, which is not a knob")
+        return {name: check_value(f"knob {name!r}", config[name]) for name in self.names}
+
+    def build_part(self, config: Mapping[str, Value]) -> Config:
+        """The build-time knobs of ``config``: what decides the artifact."""
+        return {name: config[name] for name in self.build_knobs if name in config}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "knobs": {k.name: {"values": list(k.values), "build": k.build} for k in self.knobs},
+            "constraints": [c.text for c in self.constraints],
+            "base": dict(self.base),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], predicate: Callable[[Config], bool] | None = None) -> Space:
+        """Read a space from its JSON form.
+
+        ``knobs`` maps each name to a list of values (a build-time knob) or to ``{"values": [...],
+        "build": false}``; ``run_time`` may also list the run-time knobs by name.
+        """
+        if not isinstance(data, Mapping):
+            raise SpecError("the space must be an object with 'knobs'")
+        unknown = set(data) - {"knobs", "constraints", "run_time", "base"}
+        if unknown:
+            raise SpecError(f"the space has an unknown field {sorted(unknown)[0]!r}")
+        raw = data.get("knobs")
+        if not isinstance(raw, Mapping) or not raw:
+            raise SpecError("the space must map knob names to lists of values under 'knobs'")
+        run_time = data.get("run_time", [])
+        if not isinstance(run_time, list) or not all(isinstance(n, str) for n in run_time):
+            raise SpecError("'run_time' must be a list of knob names")
+        for name in run_time:
+            if name not in raw:
+                raise SpecError(f"run_time names {name!r}, which is not a knob")
+        knobs = []
+        for name, entry in raw.items():
+            build = name not in run_time
+            if isinstance(entry, Mapping):
+                extra = set(entry) - {"values", "build"}
+                if extra:
+                    raise SpecError(f"knob {name!r} has an unknown field {sorted(extra)[0]!r}")
+                values, build = entry.get("values"), bool(entry.get("build", build))
+            else:
+                values = entry
+            if not isinstance(values, list):
+                raise SpecError(f"knob {name!r}: values must be a list, not {values!r}")
+            knobs.append(Knob(name, tuple(values), build))
+        constraints = data.get("constraints", [])
+        if not isinstance(constraints, list) or not all(isinstance(c, str) for c in constraints):
+            raise SpecError("'constraints' must be a list of expressions")
+        base = data.get("base", {})
+        if not isinstance(base, Mapping):
+            raise SpecError("'base' must be an object")
+        for key, value in base.items():
+            check_value(f"base {key!r}", value)
+        return cls(tuple(knobs), tuple(Expression(c) for c in constraints), predicate, dict(base))

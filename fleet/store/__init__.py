@@ -1,0 +1,33 @@
+"""The store: problems, campaigns, trials, artifacts, measurements, machines and workers."""
+
+from fleet.store._models import (
+    TERMINAL_STATES,
+    TRIAL_STATES,
+    Artifact,
+    Campaign,
+    Machine,
+    Measurement,
+    Problem,
+    Trial,
+    Worker,
+    utcnow,
+)
+from fleet.store._store import NewTrial, Requeue, Store, TrialResult, TrialWork
+
+__all__ = [
+    "TERMINAL_STATES",
+    "TRIAL_STATES",
+    "Artifact",
+    "Campaign",
+    "Machine",
+    "Measurement",
+    "NewTrial",
+    "Problem",
+    "Requeue",
+    "Store",
+    "Trial",
+    "TrialResult",
+    "TrialWork",
+    "Worker",
+    "utcnow",
+]

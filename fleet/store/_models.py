@@ -1,0 +1,214 @@
+"""SQLAlchemy models. Unique constraints do the deduplication; the lease columns decide who owns work."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+TRIAL_STATES = ("new", "compiling", "compiled", "evaluating", "evaluated", "errored", "invalid")
+TERMINAL_STATES = ("evaluated", "errored", "invalid")
+ARTIFACT_STATES = ("building", "built", "failed")
+
+
+def utcnow() -> datetime:
+    """Naive UTC: the one kind of timestamp that compares the same in SQLite and PostgreSQL."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType}
+
+
+class Problem(Base):
+    """One thing to tune: a kind plus its parameters, unique by kind and canonical parameters."""
+
+    __tablename__ = "problems"
+    __table_args__ = (UniqueConstraint("kind", "params_key", name="uq_problem_kind_params"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    params: Mapped[dict[str, Any]]
+    params_key: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    tags: Mapped[list[ProblemTag]] = relationship(back_populates="problem", cascade="all, delete-orphan")
+
+
+class ProblemTag(Base):
+    __tablename__ = "problem_tags"
+
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(128), primary_key=True, index=True)
+
+    problem: Mapped[Problem] = relationship(back_populates="tags")
+
+
+class Campaign(Base):
+    """Tuning a set of problems on a target over a space with a strategy and a budget."""
+
+    __tablename__ = "campaigns"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    target: Mapped[str] = mapped_column(String(64), index=True)
+    space: Mapped[dict[str, Any]]
+    strategy: Mapped[dict[str, Any]]
+    workload: Mapped[dict[str, Any]]
+    workload_key: Mapped[str] = mapped_column(String(64))
+    baseline: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    options: Mapped[dict[str, Any]]
+    provenance: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class CampaignProblem(Base):
+    __tablename__ = "campaign_problems"
+
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"), primary_key=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Blob(Base):
+    """Content-addressed bytes: source bundles and built artifacts."""
+
+    __tablename__ = "blobs"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Artifact(Base):
+    """What a build produced, keyed by problem + target + build-time knobs + toolchain + workload."""
+
+    __tablename__ = "artifacts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    build_key: Mapped[str] = mapped_column(String(64), unique=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    target: Mapped[str] = mapped_column(String(64))
+    build_config: Mapped[dict[str, Any]]
+    toolchain: Mapped[str] = mapped_column(Text, default="")
+    state: Mapped[str] = mapped_column(String(16), default="building")
+    blob_digest: Mapped[str | None] = mapped_column(ForeignKey("blobs.digest"), nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    log_tail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    worker: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    build_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    built_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class Trial(Base):
+    """One configuration of one problem on one target in a campaign (Tuna's job)."""
+
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("campaign_id", "problem_id", "target", "config_key", name="uq_trial_config"),
+        Index("ix_trials_state_lease", "state", "lease_expires_at"),
+        Index("ix_trials_campaign_state", "campaign_id", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    target: Mapped[str] = mapped_column(String(64))
+    config: Mapped[dict[str, Any]]
+    config_key: Mapped[str] = mapped_column(String(64))
+    build_key: Mapped[str] = mapped_column(String(64), index=True)
+    measure_key: Mapped[str] = mapped_column(String(64), index=True)
+    seq: Mapped[int] = mapped_column(Integer, default=0)
+    baseline: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(16), default="new")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    worker: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    source_trial_id: Mapped[int | None] = mapped_column(ForeignKey("trials.id"), nullable=True)
+    stdout_tail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    stderr_tail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    queued_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class Measurement(Base):
+    """The samples of one evaluation, its objective and extra metrics, and where it ran."""
+
+    __tablename__ = "measurements"
+    __table_args__ = (Index("ix_measurements_problem_target", "problem_id", "target"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), unique=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    target: Mapped[str] = mapped_column(String(64))
+    measure_key: Mapped[str] = mapped_column(String(64), index=True)
+    objective_name: Mapped[str] = mapped_column(String(64))
+    maximize: Mapped[bool] = mapped_column(Boolean, default=False)
+    objective: Mapped[float | None] = mapped_column(Float, nullable=True)
+    valid: Mapped[bool] = mapped_column(Boolean, default=True)
+    samples: Mapped[list[Any]]
+    metrics: Mapped[dict[str, Any]]
+    toolchain: Mapped[str] = mapped_column(Text, default="")
+    node: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    gpu: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    worker: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Machine(Base):
+    """A node of the fleet, as its workers registered it."""
+
+    __tablename__ = "machines"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255), unique=True)
+    targets: Mapped[list[Any]]
+    gpus: Mapped[list[Any]]
+    cpus: Mapped[int] = mapped_column(Integer, default=0)
+    first_seen: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Worker(Base):
+    """One worker process: a build worker, or an evaluation worker pinned to one GPU."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    machine_id: Mapped[int] = mapped_column(ForeignKey("machines.id"))
+    role: Mapped[str] = mapped_column(String(16))
+    target: Mapped[str] = mapped_column(String(64), index=True)
+    gpu: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    queues: Mapped[list[Any]]
+    concurrency: Mapped[int] = mapped_column(Integer, default=1)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)

@@ -1,0 +1,715 @@
+"""The store: every read and write Fleet makes, on SQLite or PostgreSQL. It knows no Celery.
+
+Ownership of work is decided here, not by the broker: a claim is a conditional UPDATE that sets a lease,
+a worker renews its lease while it works, and :meth:`Store.reap` gives back work whose lease expired.
+Results are written only by the lease holder, in one transaction with the state change, so each trial is
+recorded exactly once however often its message is delivered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from importlib import resources
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from fleet.errors import NotFound, StoreError
+from fleet.space import digest
+from fleet.store._models import (
+    TERMINAL_STATES,
+    Artifact,
+    Blob,
+    Campaign,
+    CampaignProblem,
+    Machine,
+    Measurement,
+    Problem,
+    ProblemTag,
+    Trial,
+    Worker,
+    utcnow,
+)
+
+
+@dataclass(frozen=True)
+class NewTrial:
+    """A configuration the driver wants measured."""
+
+    problem_id: int
+    config: dict[str, Any]
+    build_key: str
+    measure_key: str
+    seq: int = 0
+    baseline: bool = False
+
+
+@dataclass(frozen=True)
+class TrialWork:
+    """Everything a task needs to build or evaluate one claimed trial."""
+
+    trial_id: int
+    campaign_id: int
+    problem_id: int
+    problem_kind: str
+    problem_params: dict[str, Any]
+    target: str
+    config: dict[str, Any]
+    build_key: str
+    measure_key: str
+    workload: dict[str, Any]
+    space: dict[str, Any]
+    toolchain: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """A trial in a terminal state, with its measurement when it has one."""
+
+    trial_id: int
+    problem_id: int
+    config: dict[str, Any]
+    state: str
+    reason: str | None
+    objective: float | None = None
+    valid: bool = False
+    metrics: dict[str, Any] = field(default_factory=dict)
+    baseline: bool = False
+    reused: bool = False
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Work the reaper gave back: send ``task`` for ``trial_id`` to ``target``'s queue again."""
+
+    trial_id: int
+    target: str
+    task: str
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # Autocommit at the driver level so SQLAlchemy's BEGIN below is the only transaction control.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _sqlite_begin(connection: Any) -> None:
+    # Take the write lock up front: a deferred transaction that later writes can fail with
+    # "database is locked" instead of waiting, when several worker processes share the file.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class Store:
+    """Fleet's database.
+
+    Parameters
+    ----------
+    url:
+        A SQLAlchemy URL: ``postgresql+psycopg2://...`` or ``sqlite:///path``.
+    """
+
+    def __init__(self, url: str) -> None:
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            raise StoreError(f"{url!r} is not a database URL") from None
+        self.url = url
+        self.display_url = parsed.render_as_string(hide_password=True)
+        self.dialect = parsed.get_backend_name()
+        if self.dialect == "sqlite":
+            if parsed.database:
+                from pathlib import Path
+
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            self.engine: Engine = create_engine(url, connect_args={"timeout": 30})
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "begin", _sqlite_begin)
+        elif self.dialect == "postgresql":
+            self.engine = create_engine(
+                url, pool_pre_ping=True, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 5}
+            )
+        else:
+            raise StoreError(f"{self.display_url}: Fleet stores its data in PostgreSQL or SQLite")
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def after_fork(self) -> None:
+        """Drop connections inherited from a parent process; they must not be shared."""
+        self.engine.dispose(close=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session whose transaction commits at the end of the block, or rolls back on an error."""
+        try:
+            with self._sessions.begin() as session:
+                yield session
+        except OperationalError as error:
+            raise StoreError(f"database {self.display_url} does not answer: {_first_line(error)}") from error
+
+    # -- schema -----------------------------------------------------------------------------------------
+
+    def _alembic(self, connection: Any) -> Any:
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(resources.files("fleet.store") / "migrations"))
+        config.attributes["connection"] = connection
+        return config
+
+    def upgrade(self) -> str:
+        """Apply every migration; return the revision the database is at."""
+        from alembic import command
+
+        try:
+            with self.engine.begin() as connection:
+                command.upgrade(self._alembic(connection), "head")
+        except OperationalError as error:
+            raise StoreError(f"database {self.display_url} does not answer: {_first_line(error)}") from error
+        return self.revision() or ""
+
+    def revision(self) -> str | None:
+        """The database's current migration revision, or None before the first upgrade."""
+        from alembic.runtime.migration import MigrationContext
+
+        try:
+            with self.engine.connect() as connection:
+                return MigrationContext.configure(connection).get_current_revision()
+        except OperationalError as error:
+            raise StoreError(f"database {self.display_url} does not answer: {_first_line(error)}") from error
+
+    def head(self) -> str:
+        from alembic.script import ScriptDirectory
+
+        return ScriptDirectory.from_config(self._alembic(None)).get_current_head() or ""
+
+    def check(self) -> None:
+        """Raise :class:`StoreError` unless the database answers and is at the latest revision."""
+        current = self.revision()
+        if current != self.head():
+            raise StoreError(
+                f"database {self.display_url} is at revision {current or 'none'}, not {self.head()}: "
+                "run `fleet db upgrade`"
+            )
+
+    # -- problems and blobs -----------------------------------------------------------------------------
+
+    def add_problem(self, kind: str, params: dict[str, Any], tags: Iterable[str] = ()) -> int:
+        """The id of the problem (``kind``, ``params``), created if missing, with ``tags`` added."""
+        key = digest(params)
+        with self.session() as session:
+            self._insert_ignore(session, Problem, {"kind": kind, "params": params, "params_key": key,
+                                                   "created_at": utcnow()})  # fmt: skip
+            problem_id = session.scalar(select(Problem.id).where(Problem.kind == kind, Problem.params_key == key))
+            for tag in tags:
+                self._insert_ignore(session, ProblemTag, {"problem_id": problem_id, "tag": tag})
+            assert problem_id is not None
+            return problem_id
+
+    def problem(self, problem_id: int) -> Problem:
+        with self.session() as session:
+            problem = session.get(Problem, problem_id)
+            if problem is None:
+                raise NotFound(f"no problem {problem_id}")
+            return problem
+
+    def find_problems(
+        self, kind: str | None = None, params: dict[str, Any] | None = None, tag: str | None = None
+    ) -> list[Problem]:
+        """Problems of ``kind`` whose parameters include ``params`` and that carry ``tag``."""
+        query = select(Problem).order_by(Problem.id)
+        if kind is not None:
+            query = query.where(Problem.kind == kind)
+        if tag is not None:
+            query = query.join(ProblemTag).where(ProblemTag.tag == tag)
+        with self.session() as session:
+            problems = list(session.scalars(query))
+        wanted = params or {}
+        return [p for p in problems if all(p.params.get(k) == v for k, v in wanted.items())]
+
+    def tags(self, problem_id: int) -> list[str]:
+        with self.session() as session:
+            return sorted(session.scalars(select(ProblemTag.tag).where(ProblemTag.problem_id == problem_id)))
+
+    def put_blob(self, data: bytes) -> str:
+        """Store ``data`` once under its SHA-256; return the digest."""
+        key = hashlib.sha256(data).hexdigest()
+        with self.session() as session:
+            self._insert_ignore(session, Blob, {"digest": key, "size": len(data), "data": data,
+                                                "created_at": utcnow()})  # fmt: skip
+        return key
+
+    def get_blob(self, key: str) -> bytes:
+        with self.session() as session:
+            data = session.scalar(select(Blob.data).where(Blob.digest == key))
+        if data is None:
+            raise NotFound(f"no blob {key}")
+        return bytes(data)
+
+    # -- campaigns --------------------------------------------------------------------------------------
+
+    def create_campaign(
+        self, *, name: str, target: str, problem_ids: Sequence[int], space: dict[str, Any],
+        strategy: dict[str, Any], workload: dict[str, Any], options: dict[str, Any],
+        provenance: dict[str, Any], baseline: dict[str, Any] | None = None,
+    ) -> Campaign:  # fmt: skip
+        """Create a campaign; an existing one of the same name and definition is returned as it is."""
+        workload_key = digest({"workload": workload, "provenance": provenance.get("toolchain", "")})
+        with self.session() as session:
+            existing = session.scalar(select(Campaign).where(Campaign.name == name))
+            if existing is not None:
+                same = (existing.target, existing.space, existing.strategy, existing.workload_key) == (
+                    target, space, strategy, workload_key)  # fmt: skip
+                if not same:
+                    raise StoreError(f"campaign {name!r} exists with another definition: choose another name")
+                return existing
+            campaign = Campaign(
+                name=name, target=target, space=space, strategy=strategy, workload=workload,
+                workload_key=workload_key, options=options, provenance=provenance, baseline=baseline,
+                status="running",
+            )  # fmt: skip
+            session.add(campaign)
+            session.flush()
+            for position, problem_id in enumerate(problem_ids):
+                session.add(CampaignProblem(campaign_id=campaign.id, problem_id=problem_id, position=position))
+            return campaign
+
+    def campaign(self, ref: str | int) -> Campaign:
+        """The campaign with id or name ``ref``."""
+        with self.session() as session:
+            query = select(Campaign).where(Campaign.name == str(ref))
+            if isinstance(ref, int) or str(ref).isdigit():
+                query = select(Campaign).where(or_(Campaign.id == int(ref), Campaign.name == str(ref)))
+            campaign = session.scalars(query.order_by(Campaign.id)).first()
+        if campaign is None:
+            raise NotFound(f"no campaign {ref!r}")
+        return campaign
+
+    def campaigns(self) -> list[Campaign]:
+        with self.session() as session:
+            return list(session.scalars(select(Campaign).order_by(Campaign.id)))
+
+    def campaign_problems(self, campaign_id: int) -> list[Problem]:
+        with self.session() as session:
+            return list(session.scalars(
+                select(Problem).join(CampaignProblem, CampaignProblem.problem_id == Problem.id)
+                .where(CampaignProblem.campaign_id == campaign_id).order_by(CampaignProblem.position)
+            ))  # fmt: skip
+
+    def set_campaign_status(self, campaign_id: int, status: str) -> None:
+        finished = utcnow() if status in ("done", "stopped") else None
+        with self.session() as session:
+            session.execute(
+                update(Campaign).where(Campaign.id == campaign_id).values(status=status, finished_at=finished)
+            )
+
+    # -- trials -----------------------------------------------------------------------------------------
+
+    def add_trials(
+        self, campaign_id: int, target: str, trials: Sequence[NewTrial], *, remeasure: bool = False
+    ) -> list[tuple[int, str]]:
+        """Create trials (or find them, when the campaign is resumed); return each one's id and state.
+
+        A configuration already measured with the same measure key (problem, target, configuration,
+        workload and toolchain) is not measured again: its trial is created ``evaluated``, pointing at the
+        trial that holds the measurement, unless ``remeasure`` is set.
+        """
+        now = utcnow()
+        with self.session() as session:
+            for new in trials:
+                source = None
+                if not remeasure:
+                    source = session.scalar(
+                        select(Trial.id).join(Measurement, Measurement.trial_id == Trial.id)
+                        .where(Trial.measure_key == new.measure_key, Trial.state.in_(("evaluated", "invalid")))
+                        .limit(1)
+                    )  # fmt: skip
+                values = {
+                    "campaign_id": campaign_id, "problem_id": new.problem_id, "target": target,
+                    "config": new.config, "config_key": digest(new.config), "build_key": new.build_key,
+                    "measure_key": new.measure_key, "seq": new.seq, "baseline": new.baseline,
+                    "state": "new", "attempts": 0, "created_at": now, "queued_at": now,
+                }  # fmt: skip
+                if source is not None:
+                    state = session.scalar(select(Trial.state).where(Trial.id == source))
+                    values |= {"state": state, "source_trial_id": source, "finished_at": now}
+                self._insert_ignore(session, Trial, values)
+            keys = [(t.problem_id, digest(t.config)) for t in trials]
+            rows = session.execute(
+                select(Trial.problem_id, Trial.config_key, Trial.id, Trial.state).where(
+                    Trial.campaign_id == campaign_id, Trial.target == target,
+                    Trial.config_key.in_({key for _, key in keys}),
+                )
+            ).all()  # fmt: skip
+        found = {(r.problem_id, r.config_key): (r.id, r.state) for r in rows}
+        return [found[key] for key in keys]
+
+    def trial(self, trial_id: int) -> Trial:
+        with self.session() as session:
+            trial = session.get(Trial, trial_id)
+        if trial is None:
+            raise NotFound(f"no trial {trial_id}")
+        return trial
+
+    def trials(self, campaign_id: int, states: Sequence[str] | None = None) -> list[Trial]:
+        query = select(Trial).where(Trial.campaign_id == campaign_id).order_by(Trial.id)
+        if states:
+            query = query.where(Trial.state.in_(states))
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def trial_counts(self, campaign_id: int) -> dict[str, int]:
+        with self.session() as session:
+            rows = session.execute(
+                select(Trial.state, func.count()).where(Trial.campaign_id == campaign_id).group_by(Trial.state)
+            ).all()
+        return {state: count for state, count in rows}
+
+    def results(self, trial_ids: Iterable[int] | None = None, campaign_id: int | None = None) -> list[TrialResult]:
+        """The trials among ``trial_ids`` (or of a campaign) that reached a terminal state."""
+        measured = func.coalesce(Trial.source_trial_id, Trial.id)
+        query = (
+            select(Trial, Measurement)
+            .outerjoin(Measurement, Measurement.trial_id == measured)
+            .where(Trial.state.in_(TERMINAL_STATES))
+            .order_by(Trial.id)
+        )
+        if trial_ids is not None:
+            ids = list(trial_ids)
+            if not ids:
+                return []
+            query = query.where(Trial.id.in_(ids))
+        if campaign_id is not None:
+            query = query.where(Trial.campaign_id == campaign_id)
+        with self.session() as session:
+            rows = session.execute(query).all()
+        return [
+            TrialResult(
+                trial_id=t.id, problem_id=t.problem_id, config=t.config, state=t.state, reason=t.reason,
+                objective=m.objective if m else None, valid=bool(m and m.valid and t.state == "evaluated"),
+                metrics=(m.metrics if m else {}), baseline=t.baseline, reused=t.source_trial_id is not None,
+            )  # fmt: skip
+            for t, m in rows
+        ]
+
+    # -- claims, leases and results ---------------------------------------------------------------------
+
+    def _work(self, session: Session, trial_id: int) -> TrialWork:
+        trial, campaign, problem = session.execute(
+            select(Trial, Campaign, Problem)
+            .join(Campaign, Campaign.id == Trial.campaign_id)
+            .join(Problem, Problem.id == Trial.problem_id)
+            .where(Trial.id == trial_id)
+        ).one()
+        return TrialWork(
+            trial_id=trial.id, campaign_id=campaign.id, problem_id=problem.id, problem_kind=problem.kind,
+            problem_params=problem.params, target=trial.target, config=trial.config, build_key=trial.build_key,
+            measure_key=trial.measure_key, workload=campaign.workload, space=campaign.space,
+            toolchain=str(campaign.provenance.get("toolchain", "")), attempts=trial.attempts,
+        )  # fmt: skip
+
+    def claim(self, trial_id: int, phase: str, worker: str, lease: float, max_attempts: int) -> TrialWork | None:
+        """Take ``trial_id`` for ``phase`` (``compile`` or ``evaluate``), or None if it is not this worker's.
+
+        A trial is free in its waiting state (``new`` before compiling, ``compiled`` before evaluating) or
+        when the lease of an earlier claim has expired. Evaluation claims count attempts, and stop at
+        ``max_attempts``; :meth:`reap` errors such a trial.
+        """
+        waiting, running = ("new", "compiling") if phase == "compile" else ("compiled", "evaluating")
+        now = utcnow()
+        free = or_(Trial.state == waiting, (Trial.state == running) & (Trial.lease_expires_at < now))
+        values: dict[str, Any] = {
+            "state": running, "worker": worker, "lease_expires_at": now + timedelta(seconds=lease),
+            "started_at": func.coalesce(Trial.started_at, now),
+        }  # fmt: skip
+        condition = [Trial.id == trial_id, free]
+        if phase == "evaluate":
+            values["attempts"] = Trial.attempts + 1
+            condition.append(Trial.attempts < max_attempts)
+        with self.session() as session:
+            claimed = session.execute(update(Trial).where(*condition).values(**values)).rowcount
+            return self._work(session, trial_id) if claimed else None
+
+    def renew(self, trial_id: int, worker: str, lease: float, build_key: str | None = None) -> bool:
+        """Extend this worker's lease on a trial (and on the artifact it builds); False if it lost it."""
+        expires = utcnow() + timedelta(seconds=lease)
+        with self.session() as session:
+            held = session.execute(
+                update(Trial).where(Trial.id == trial_id, Trial.worker == worker,
+                                    Trial.state.in_(("compiling", "evaluating")))
+                .values(lease_expires_at=expires)
+            ).rowcount  # fmt: skip
+            if build_key is not None:
+                session.execute(
+                    update(Artifact).where(Artifact.build_key == build_key, Artifact.worker == worker,
+                                           Artifact.state == "building")
+                    .values(lease_expires_at=expires)
+                )  # fmt: skip
+        return bool(held)
+
+    def claim_build(
+        self, work: TrialWork, build_config: dict[str, Any], worker: str, lease: float, max_attempts: int
+    ) -> Artifact:
+        """The artifact of ``work``'s build key, claimed by ``worker`` when nobody holds a live lease on it.
+
+        The caller owns the build when the returned artifact is ``building`` with ``worker`` as its worker;
+        ``built`` and ``failed`` are final; ``building`` by another worker means wait for it.
+        """
+        now = utcnow()
+        expires = now + timedelta(seconds=lease)
+        with self.session() as session:
+            self._insert_ignore(session, Artifact, {
+                "build_key": work.build_key, "problem_id": work.problem_id, "target": work.target,
+                "build_config": build_config, "toolchain": work.toolchain, "state": "building",
+                "worker": worker, "lease_expires_at": expires, "attempts": 1, "created_at": now,
+            })  # fmt: skip
+            session.execute(
+                update(Artifact)
+                .where(Artifact.build_key == work.build_key, Artifact.state == "building",
+                       Artifact.lease_expires_at < now, Artifact.attempts < max_attempts)
+                .values(worker=worker, lease_expires_at=expires, attempts=Artifact.attempts + 1)
+            )  # fmt: skip
+            session.execute(
+                update(Artifact)
+                .where(Artifact.build_key == work.build_key, Artifact.state == "building",
+                       Artifact.lease_expires_at < now, Artifact.attempts >= max_attempts)
+                .values(state="failed", reason=f"the build was lost {max_attempts} times (its worker died)")
+            )  # fmt: skip
+            artifact = session.scalar(select(Artifact).where(Artifact.build_key == work.build_key))
+            assert artifact is not None
+            return artifact
+
+    def artifact(self, build_key: str) -> Artifact | None:
+        with self.session() as session:
+            return session.scalar(select(Artifact).where(Artifact.build_key == build_key))
+
+    def finish_build(
+        self, build_key: str, worker: str, *, data: bytes | None, reason: str | None = None,
+        log_tail: str | None = None, seconds: float | None = None,
+    ) -> bool:  # fmt: skip
+        """Record the build this worker owns: ``data`` when it succeeded, ``reason`` when it failed."""
+        blob = self.put_blob(data) if data is not None else None
+        with self.session() as session:
+            return bool(session.execute(
+                update(Artifact)
+                .where(Artifact.build_key == build_key, Artifact.worker == worker, Artifact.state == "building")
+                .values(state="built" if data is not None else "failed", blob_digest=blob, reason=reason,
+                        log_tail=log_tail, build_seconds=seconds, built_at=utcnow(), lease_expires_at=None)
+            ).rowcount)  # fmt: skip
+
+    def mark_compiled(self, trial_id: int, worker: str) -> bool:
+        with self.session() as session:
+            return bool(session.execute(
+                update(Trial).where(Trial.id == trial_id, Trial.worker == worker, Trial.state == "compiling")
+                .values(state="compiled", worker=None, lease_expires_at=None, queued_at=utcnow())
+            ).rowcount)  # fmt: skip
+
+    def record(
+        self, trial_id: int, worker: str, *, state: str = "evaluated", reason: str | None = None,
+        measurement: dict[str, Any] | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
+    ) -> bool:  # fmt: skip
+        """Finish a trial this worker holds: its terminal state, and its measurement if it has one.
+
+        Returns False, writing nothing, when the worker no longer holds the trial (its lease expired and
+        the work went to another worker): that worker records it instead.
+        """
+        with self.session() as session:
+            done = session.execute(
+                update(Trial)
+                .where(Trial.id == trial_id, Trial.worker == worker,
+                       Trial.state.in_(("compiling", "evaluating")))
+                .values(state=state, reason=reason, lease_expires_at=None, finished_at=utcnow(),
+                        stdout_tail=stdout_tail, stderr_tail=stderr_tail)
+            ).rowcount  # fmt: skip
+            if done and measurement is not None:
+                trial = session.get(Trial, trial_id)
+                assert trial is not None
+                session.add(Measurement(
+                    trial_id=trial_id, problem_id=trial.problem_id, target=trial.target,
+                    measure_key=trial.measure_key, **measurement,
+                ))  # fmt: skip
+            return bool(done)
+
+    def fail_waiting(self, trial_id: int, reason: str) -> bool:
+        """Error a trial that no worker holds (its build failed before it was claimed)."""
+        with self.session() as session:
+            return bool(session.execute(
+                update(Trial).where(Trial.id == trial_id, Trial.state.in_(("new", "compiled")))
+                .values(state="errored", reason=reason, finished_at=utcnow())
+            ).rowcount)  # fmt: skip
+
+    def reap(self, max_attempts: int) -> list[Requeue]:
+        """Give back work whose lease expired; error trials that have lost ``max_attempts`` workers."""
+        now = utcnow()
+        expired = Trial.lease_expires_at < now
+        with self.session() as session:
+            session.execute(
+                update(Trial)
+                .where(Trial.state == "evaluating", expired, Trial.attempts >= max_attempts)
+                .values(state="errored", lease_expires_at=None, finished_at=now,
+                        reason=f"lost its worker {max_attempts} times (killed, or the node went away)")
+            )  # fmt: skip
+            # Also a `compiled` trial whose attempts ran out while it waited for its lost message.
+            session.execute(
+                update(Trial)
+                .where(Trial.state == "compiled", Trial.attempts >= max_attempts)
+                .values(state="errored", finished_at=now,
+                        reason=f"lost its worker {max_attempts} times (killed, or the node went away)")
+            )  # fmt: skip
+            to_evaluate = session.execute(
+                update(Trial).where(Trial.state == "evaluating", expired)
+                .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now)
+                .returning(Trial.id, Trial.target)
+            ).all()  # fmt: skip
+            to_compile = session.execute(
+                update(Trial).where(Trial.state == "compiling", expired)
+                .values(state="new", worker=None, lease_expires_at=None, queued_at=now)
+                .returning(Trial.id, Trial.target)
+            ).all()  # fmt: skip
+        return [Requeue(r.id, r.target, "evaluate") for r in to_evaluate] + [
+            Requeue(r.id, r.target, "compile") for r in to_compile
+        ]
+
+    def stale(self, older_than: float, limit: int = 1000) -> list[Requeue]:
+        """Waiting trials whose message went out more than ``older_than`` seconds ago: send them again.
+
+        A message can be lost (a worker killed between a state change and the next send, or a broker
+        without acknowledgements); a duplicate costs one refused claim, so sending again is safe.
+        """
+        now = utcnow()
+        with self.session() as session:
+            ids = list(session.scalars(
+                select(Trial.id).where(Trial.state.in_(("new", "compiled")),
+                                       Trial.queued_at < now - timedelta(seconds=older_than))
+                .order_by(Trial.id).limit(limit)
+            ))  # fmt: skip
+            if not ids:
+                return []
+            rows = session.execute(
+                update(Trial).where(Trial.id.in_(ids), Trial.state.in_(("new", "compiled")))
+                .values(queued_at=now).returning(Trial.id, Trial.target, Trial.state)
+            ).all()  # fmt: skip
+        return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]
+
+    def pending(self, campaign_id: int) -> list[Requeue]:
+        """Trials of a campaign waiting for a message that may have been lost: what resuming sends again."""
+        with self.session() as session:
+            rows = session.execute(
+                select(Trial.id, Trial.target, Trial.state)
+                .where(Trial.campaign_id == campaign_id, Trial.state.in_(("new", "compiled")))
+                .order_by(Trial.id)
+            ).all()  # fmt: skip
+        return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]
+
+    # -- machines and workers ---------------------------------------------------------------------------
+
+    def register_worker(
+        self, *, name: str, hostname: str, role: str, target: str, queues: list[str], gpu: str | None,
+        gpus: list[dict[str, Any]], cpus: int, concurrency: int, pid: int,
+    ) -> None:  # fmt: skip
+        """Record a worker process and its machine, or refresh them when they restart."""
+        now = utcnow()
+        with self.session() as session:
+            self._insert_ignore(session, Machine, {"hostname": hostname, "targets": [], "gpus": [], "cpus": cpus,
+                                                   "first_seen": now, "last_seen": now})  # fmt: skip
+            machine = session.scalar(select(Machine).where(Machine.hostname == hostname))
+            assert machine is not None
+            machine.targets = sorted(set(machine.targets) | {target})
+            machine.gpus = gpus or machine.gpus
+            machine.cpus, machine.last_seen = cpus, now
+            self._insert_ignore(session, Worker, {
+                "name": name, "machine_id": machine.id, "role": role, "target": target, "queues": queues,
+                "gpu": gpu, "concurrency": concurrency, "pid": pid, "started_at": now, "heartbeat_at": now,
+            })  # fmt: skip
+            session.execute(
+                update(Worker).where(Worker.name == name).values(
+                    machine_id=machine.id, role=role, target=target, queues=queues, gpu=gpu,
+                    concurrency=concurrency, pid=pid, started_at=now, heartbeat_at=now, stopped_at=None,
+                )
+            )  # fmt: skip
+
+    def heartbeat(self, name: str) -> None:
+        now = utcnow()
+        with self.session() as session:
+            machine_id = session.scalar(
+                update(Worker).where(Worker.name == name).values(heartbeat_at=now).returning(Worker.machine_id)
+            )
+            if machine_id is not None:
+                session.execute(update(Machine).where(Machine.id == machine_id).values(last_seen=now))
+
+    def worker_stopped(self, name: str) -> None:
+        with self.session() as session:
+            session.execute(update(Worker).where(Worker.name == name).values(stopped_at=utcnow()))
+
+    def workers(self, *, target: str | None = None, role: str | None = None, within: float | None = None) -> list[Worker]:
+        """Registered workers; with ``within``, only those that beat their heart in the last seconds."""
+        query = select(Worker).order_by(Worker.name)
+        if target is not None:
+            query = query.where(Worker.target == target)
+        if role is not None:
+            query = query.where(Worker.role == role)
+        if within is not None:
+            query = query.where(
+                Worker.stopped_at.is_(None), Worker.heartbeat_at >= utcnow() - timedelta(seconds=within)
+            )
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def machines(self) -> list[Machine]:
+        with self.session() as session:
+            return list(session.scalars(select(Machine).order_by(Machine.hostname)))
+
+    # -- best -------------------------------------------------------------------------------------------
+
+    def best(self, problem_id: int, target: str, limit: int = 1) -> list[tuple[Measurement, dict[str, Any]]]:
+        """The best valid measurements of a problem on a target, with their configurations.
+
+        The objective and its direction are the ones the latest measurement used, so a problem tuned for
+        GFLOPS is not ranked against one tuned for seconds.
+        """
+        with self.session() as session:
+            latest = session.execute(
+                select(Measurement.objective_name, Measurement.maximize)
+                .where(Measurement.problem_id == problem_id, Measurement.target == target,
+                       Measurement.valid.is_(True))
+                .order_by(Measurement.id.desc()).limit(1)
+            ).first()  # fmt: skip
+            if latest is None:
+                return []
+            order = Measurement.objective.desc() if latest.maximize else Measurement.objective.asc()
+            rows = session.execute(
+                select(Measurement, Trial.config).join(Trial, Trial.id == Measurement.trial_id)
+                .where(Measurement.problem_id == problem_id, Measurement.target == target,
+                       Measurement.valid.is_(True), Measurement.objective.is_not(None),
+                       Measurement.objective_name == latest.objective_name)
+                .order_by(order, Measurement.id).limit(limit)
+            ).all()  # fmt: skip
+        return [(m, config) for m, config in rows]
+
+    # -- helpers ----------------------------------------------------------------------------------------
+
+    def _insert_ignore(self, session: Session, model: type, values: dict[str, Any]) -> None:
+        """INSERT that leaves an existing row (by any unique constraint) alone."""
+        dialect = postgresql if self.dialect == "postgresql" else sqlite
+        session.execute(dialect.insert(model).values(**values).on_conflict_do_nothing())
+
+
+def _first_line(error: Exception) -> str:
+    text = str(getattr(error, "orig", error) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+

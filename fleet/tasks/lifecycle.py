@@ -1,0 +1,89 @@
+"""A worker process's life: register, beat its heart, reap expired leases, say goodbye.
+
+The launcher (``fleet worker``) passes the process's role, target and GPU in the environment
+(``FLEET_WORKER_ROLE``, ``FLEET_WORKER_TARGET``, ``FLEET_WORKER_GPU``, ``FLEET_WORKER_GPUS``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+from celery import signals
+
+from fleet.settings import get_settings
+from fleet.store import Store
+from fleet.workers.execute import WorkerContext
+
+log = logging.getLogger("fleet.worker")
+
+_contexts: dict[int, WorkerContext] = {}
+_stop = threading.Event()
+
+
+def context(name: str) -> WorkerContext:
+    """This process's worker context, made on first use (after the fork, never inherited)."""
+    ctx = _contexts.get(os.getpid())
+    if ctx is None:
+        settings = get_settings()
+        ctx = WorkerContext(store=Store(settings.database_url), name=name, settings=settings,
+                            gpu=os.environ.get("FLEET_WORKER_GPU") or None)  # fmt: skip
+        _contexts.clear()
+        _contexts[os.getpid()] = ctx
+    return ctx
+
+
+@signals.worker_process_init.connect
+def _forget_parent(**_: Any) -> None:
+    _contexts.clear()
+
+
+@signals.worker_ready.connect
+def _register(sender: Any = None, **_: Any) -> None:
+    name = sender.hostname
+    ctx = context(name)
+    role = os.environ.get("FLEET_WORKER_ROLE", "build")
+    target = os.environ.get("FLEET_WORKER_TARGET", "")
+    queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) if sender.app else []
+    ctx.store.register_worker(
+        name=name, hostname=socket.gethostname(), role=role, target=target, queues=queues,
+        gpu=ctx.gpu, gpus=json.loads(os.environ.get("FLEET_WORKER_GPUS", "[]")), cpus=os.cpu_count() or 1,
+        concurrency=sender.pool.num_processes if hasattr(sender.pool, "num_processes") else 1, pid=os.getpid(),
+    )  # fmt: skip
+    _stop.clear()
+    threading.Thread(target=_heartbeat, args=(ctx,), name="fleet-heartbeat", daemon=True).start()
+    log.info("registered %s (%s, %s) on %s", name, role, target, ",".join(queues))
+
+
+def _heartbeat(ctx: WorkerContext) -> None:
+    from fleet.tasks.trials import send
+
+    requeue_after = float(os.environ.get("FLEET_REQUEUE_SECONDS", "600"))
+    beats = 0
+    while not _stop.wait(ctx.settings.heartbeat_seconds):
+        beats += 1
+        try:
+            ctx.store.heartbeat(ctx.name)
+            reaped = ctx.store.reap(ctx.settings.max_attempts)
+            if beats * ctx.settings.heartbeat_seconds >= requeue_after / 4:
+                beats = 0
+                reaped += ctx.store.stale(requeue_after)
+            if reaped:
+                log.warning("gave back %d trials whose worker went away", send(reaped))
+        except Exception:  # the database or broker may be down for a while; the next beat tries again
+            log.exception("heartbeat failed")
+
+
+@signals.worker_shutdown.connect
+def _goodbye(sender: Any = None, **_: Any) -> None:
+    _stop.set()
+    ctx = _contexts.get(os.getpid())
+    if ctx is not None:
+        try:
+            ctx.store.worker_stopped(ctx.name)
+        except Exception:
+            log.exception("could not mark %s stopped", ctx.name)

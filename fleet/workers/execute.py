@@ -1,0 +1,162 @@
+"""What a worker does with one trial: claim it, build or measure it, record it. No Celery here.
+
+Every function is safe to run twice for the same trial: the claim in the store decides who works on it,
+and only the lease holder records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleet.settings import Settings
+from fleet.space import Space
+from fleet.store import Store, TrialWork
+from fleet.workers.cache import ArtifactCache
+from fleet.workers.workloads import Job, load_workload
+
+BUILD_POLL_SECONDS = 0.2
+
+
+@dataclass
+class WorkerContext:
+    """One worker process's identity and resources.
+
+    Parameters
+    ----------
+    store:
+        The database.
+    name:
+        The worker's name (Celery node name, e.g. ``eval-gpu0@node1``); measurements record it.
+    settings:
+        Lease length and attempt limit come from here.
+    env:
+        Extra environment for workload commands: this worker's GPU pinning.
+    gpu:
+        The GPU this worker measures on, as text, or None on a CPU worker.
+    """
+
+    store: Store
+    name: str
+    settings: Settings
+    env: dict[str, str] = field(default_factory=dict)
+    gpu: str | None = None
+    node: str = field(default_factory=socket.gethostname)
+
+    @property
+    def owner(self) -> str:
+        # Processes of one Celery worker share its name; leases must tell them apart.
+        return f"{self.name}/{os.getpid()}"
+
+    @property
+    def cache(self) -> ArtifactCache:
+        return ArtifactCache(self.settings.cache_dir / "artifacts")
+
+    @contextmanager
+    def scratch(self) -> Iterator[Path]:
+        """A private, empty directory for one build or run, removed afterwards."""
+        root = self.settings.cache_dir / "scratch"
+        root.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(dir=root, prefix=f"{os.getpid()}-"))
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def ticker(self, trial_id: int, build_key: str | None = None) -> Callable[[], bool]:
+        """Renews this worker's lease while a command runs; False once the lease is lost."""
+        return lambda: self.store.renew(trial_id, self.owner, self.settings.lease_seconds, build_key)
+
+
+def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
+    """Make sure ``trial_id``'s artifact exists, building it if nobody else is; return the outcome.
+
+    ``compiled`` means send the evaluation next; ``skipped`` means this delivery was a duplicate.
+    """
+    s = ctx.settings
+    work = ctx.store.claim(trial_id, "compile", ctx.owner, s.lease_seconds, s.max_attempts)
+    if work is None:
+        return "skipped"
+    try:
+        build_config = Space.from_dict(work.space).build_part(work.config)
+        tick = ctx.ticker(trial_id)
+        last_tick = time.monotonic()
+        while True:
+            artifact = ctx.store.claim_build(work, build_config, ctx.owner, s.lease_seconds, s.max_attempts)
+            if artifact.state == "failed":
+                ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"build failed: {artifact.reason}",
+                                 stderr_tail=artifact.log_tail)  # fmt: skip
+                return "errored"
+            if artifact.state == "built":
+                break
+            if artifact.worker == ctx.owner:
+                _build(ctx, work, build_config)
+                continue
+            # Another worker is building the same key right now: wait for it, keeping our own claim.
+            time.sleep(BUILD_POLL_SECONDS)
+            if time.monotonic() - last_tick > min(5.0, s.lease_seconds / 3):
+                if not tick():
+                    return "lost"
+                last_tick = time.monotonic()
+    except Exception as error:  # noqa: BLE001 - any surprise must still end the trial, with its reason
+        ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"compile failed: {error!r}")
+        raise
+    return "compiled" if ctx.store.mark_compiled(trial_id, ctx.owner) else "lost"
+
+
+def _build(ctx: WorkerContext, work: TrialWork, build_config: dict) -> None:
+    workload = load_workload(work.workload)
+    with ctx.scratch() as scratch:
+        job = Job(config=build_config, problem=work.problem_params, scratch=scratch,
+                  fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
+                  tick=ctx.ticker(work.trial_id, work.build_key), env=ctx.env)  # fmt: skip
+        built = workload.build(job)
+    if built.data is not None:
+        # The node's cache gets it now, so an evaluation here need not fetch it back.
+        ctx.cache.put(hashlib.sha256(built.data).hexdigest(), built.data)
+    ctx.store.finish_build(work.build_key, ctx.owner, data=built.data, reason=built.reason,
+                           log_tail=built.log_tail, seconds=built.seconds)  # fmt: skip
+
+
+def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
+    """Measure ``trial_id`` with its artifact and record the result; return the trial's new state."""
+    s = ctx.settings
+    work = ctx.store.claim(trial_id, "evaluate", ctx.owner, s.lease_seconds, s.max_attempts)
+    if work is None:
+        return "skipped"
+    try:
+        workload = load_workload(work.workload)
+        artifact = ctx.store.artifact(work.build_key)
+        if artifact is None or artifact.blob_digest is None:
+            ctx.store.record(trial_id, ctx.owner, state="errored", reason="its artifact is missing")
+            return "errored"
+        data = ctx.cache.get(artifact.blob_digest, ctx.store.get_blob)
+        with ctx.scratch() as scratch:
+            job = Job(config=work.config, problem=work.problem_params, scratch=scratch,
+                      fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
+                      tick=ctx.ticker(trial_id), env=ctx.env)  # fmt: skip
+            measured = workload.evaluate(job, data)
+    except Exception as error:  # noqa: BLE001 - any surprise must still end the trial, with its reason
+        ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}")
+        raise
+    measurement = None
+    if measured.objective is not None:
+        measurement = {
+            "objective_name": workload.objective_name, "maximize": workload.maximize,
+            "objective": measured.objective, "valid": measured.state == "evaluated", "samples": measured.samples,
+            "metrics": measured.metrics, "toolchain": work.toolchain, "node": ctx.node, "gpu": ctx.gpu,
+            "worker": ctx.name,
+        }  # fmt: skip
+    recorded = ctx.store.record(
+        trial_id, ctx.owner, state=measured.state, reason=measured.reason, measurement=measurement,
+        stdout_tail=measured.stdout_tail, stderr_tail=measured.stderr_tail,
+    )  # fmt: skip
+    return measured.state if recorded else "lost"

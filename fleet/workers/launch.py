@@ -1,0 +1,196 @@
+"""``fleet worker``: start a node's Celery worker processes and keep them running.
+
+One evaluation process per GPU (concurrency 1, pinned with ``CUDA_VISIBLE_DEVICES`` /
+``HIP_VISIBLE_DEVICES``, named after host and GPU), and one build process per target with a concurrency
+of the node's cores. The launcher itself never touches a GPU: it only runs the discovery tools.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from fleet.errors import FleetError
+from fleet.workers.gpus import Gpu, cpu_target, detect_gpus, override_gpus, select_gpus
+
+log = logging.getLogger("fleet.launch")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One Celery worker process to run.
+
+    Parameters
+    ----------
+    name:
+        Celery node name, ``role-device@host``.
+    role:
+        ``build`` or ``eval``.
+    target:
+        The target whose queue it consumes.
+    concurrency:
+        Pool processes; 1 for evaluation, so a measurement has its device to itself.
+    env:
+        Extra environment: GPU pinning and Fleet's worker variables.
+    """
+
+    name: str
+    role: str
+    target: str
+    concurrency: int
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def queue(self) -> str:
+        return f"{self.role}.{self.target}"
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)
+
+
+def plan(
+    *, gpus: list[Gpu], target: str | None = None, eval_procs: int = 1, build_procs: int | None = None,
+    host: str | None = None,
+) -> list[WorkerSpec]:  # fmt: skip
+    """The worker processes a node runs.
+
+    Parameters
+    ----------
+    gpus:
+        The node's GPUs (detected or given); empty for a CPU node.
+    target:
+        The CPU node's target when there are no GPUs (default ``cpu-<machine>``).
+    eval_procs:
+        Evaluation processes of a CPU node.
+    build_procs:
+        Build concurrency per target; the number of cores by default.
+    """
+    host = host or socket.gethostname()
+    build_procs = build_procs or os.cpu_count() or 1
+    gpu_records = json.dumps([asdict(g) for g in gpus])
+    specs: list[WorkerSpec] = []
+    for gpu in gpus:
+        env = gpu.visible_devices_env() | {"FLEET_WORKER_GPU": f"{gpu.index}:{gpu.name}"}
+        specs.append(WorkerSpec(f"eval-gpu{gpu.index}@{host}", "eval", gpu.target, 1, env))
+    if not gpus:
+        cpu = target or cpu_target()
+        specs += [WorkerSpec(f"eval-cpu{i}@{host}", "eval", cpu, 1) for i in range(eval_procs)]
+    for each in sorted({s.target for s in specs}):
+        specs.append(WorkerSpec(f"build-{_safe(each)}@{host}", "build", each, build_procs))
+    return [
+        WorkerSpec(s.name, s.role, s.target, s.concurrency,
+                   s.env | {"FLEET_WORKER_ROLE": s.role, "FLEET_WORKER_TARGET": s.target,
+                            "FLEET_WORKER_GPUS": gpu_records})
+        for s in specs
+    ]  # fmt: skip
+
+
+def node_gpus(target: str | None, gpus: str | None) -> list[Gpu]:
+    """The GPUs this node evaluates on, from the ``--target`` / ``--gpus`` options or discovery."""
+    if target and not target.startswith("cpu"):
+        if gpus:
+            return override_gpus(gpus, target)
+        found = [g for g in detect_gpus() if g.target == target]
+        if not found:
+            raise FleetError(f"no GPU of target {target} found on this node; name them with --gpus 0,1,...")
+        return found
+    if target:
+        return []
+    found = detect_gpus()
+    return select_gpus(found, gpus) if gpus else found
+
+
+def command(spec: WorkerSpec, loglevel: str = "INFO") -> list[str]:
+    """The argument list that starts ``spec`` as a Celery worker."""
+    return [
+        sys.executable, "-m", "celery", "-A", "fleet.tasks", "worker", "-n", spec.name, "-Q", spec.queue,
+        "-c", str(spec.concurrency), "-P", "prefork", "-E", "--without-gossip", "--without-mingle",
+        "-l", loglevel,
+    ]  # fmt: skip
+
+
+class Launcher:
+    """Runs the planned worker processes, restarts one that dies, and stops them all on request.
+
+    Parameters
+    ----------
+    specs:
+        What to run.
+    log_dir:
+        Where each worker's log goes (``<role>/<target>/<worker>.log``); None to inherit our output.
+    """
+
+    def __init__(
+        self, specs: list[WorkerSpec], log_dir: Path | None = None, loglevel: str = "INFO",
+        env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        self.specs = specs
+        self.env = dict(os.environ if env is None else env)
+        self.log_dir = log_dir
+        self.loglevel = loglevel
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.stopping = False
+
+    def log_path(self, spec: WorkerSpec) -> Path | None:
+        if self.log_dir is None:
+            return None
+        return self.log_dir / spec.role / _safe(spec.target) / f"{_safe(spec.name)}.log"
+
+    def _start(self, spec: WorkerSpec) -> None:
+        path = self.log_path(spec)
+        output = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            output = path.open("ab")
+        self.procs[spec.name] = subprocess.Popen(
+            command(spec, self.loglevel), env={**self.env, **spec.env}, stdout=output, stderr=output,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        if output is not None:
+            output.close()
+        log.info("started %s (pid %d) on %s", spec.name, self.procs[spec.name].pid, spec.queue)
+
+    def start(self) -> Launcher:
+        for spec in self.specs:
+            self._start(spec)
+        return self
+
+    def supervise(self, poll: float = 1.0) -> None:
+        """Keep the workers running until :meth:`stop` is called (or a signal asks for it)."""
+        while not self.stopping:
+            for spec in self.specs:
+                proc = self.procs.get(spec.name)
+                if proc is not None and proc.poll() is not None and not self.stopping:
+                    log.warning("%s exited with status %s; starting it again", spec.name, proc.returncode)
+                    time.sleep(1.0)
+                    self._start(spec)
+            time.sleep(poll)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Warm shutdown: each worker finishes its current task, then exits; stragglers are killed."""
+        self.stopping = True
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def __enter__(self) -> Launcher:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()

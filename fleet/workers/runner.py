@@ -1,0 +1,133 @@
+"""The sandboxed runner: one command, as a list of arguments, in a scratch directory, with a time limit.
+
+The command gets its own session so that a timeout kills everything it started, and a minimal
+environment so that a worker's secrets (database and broker URLs) never reach user code.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+TAIL_BYTES = 4096
+_PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+               "ROCR_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LD_LIBRARY_PATH")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What a command did.
+
+    Parameters
+    ----------
+    returncode:
+        Exit status; negative for a signal, None when it was killed for running past its limit.
+    stdout, stderr:
+        The full output (decoded, errors replaced).
+    seconds:
+        Wall time.
+    timed_out:
+        True when the time limit killed it.
+    """
+
+    argv: list[str]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    @property
+    def stdout_tail(self) -> str:
+        return self.stdout[-TAIL_BYTES:]
+
+    @property
+    def stderr_tail(self) -> str:
+        return self.stderr[-TAIL_BYTES:]
+
+    def failure(self, what: str) -> str:
+        """One line saying how the command failed, for a trial's reason."""
+        if self.timed_out:
+            return f"{what} timed out after {self.seconds:.1f} s"
+        if self.returncode is not None and self.returncode < 0:
+            return f"{what} was killed by signal {-self.returncode}"
+        last = next((line for line in reversed(self.stderr.splitlines()) if line.strip()), "")
+        return f"{what} exited with status {self.returncode}" + (f": {last.strip()[:300]}" if last else "")
+
+
+def sandbox_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a command runs with: a few harmless variables from ours, then ``extra``."""
+    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+    env.update(extra or {})
+    return env
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    tick: Callable[[], bool] | None = None,
+    tick_seconds: float = 5.0,
+) -> Completed:
+    """Run ``argv`` in ``cwd`` and wait for it, at most ``timeout`` seconds.
+
+    Parameters
+    ----------
+    argv:
+        The command: program and arguments, never a shell string.
+    tick:
+        Called every ``tick_seconds`` while the command runs (the worker renews its lease there);
+        returning False kills the command, because the worker no longer owns the work.
+    """
+    argv = [str(a) for a in argv]
+    start = time.monotonic()
+    # Output goes to files, not pipes: a chatty command cannot fill a pipe and hang while we wait.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                env=sandbox_env(env), start_new_session=True,
+            )  # fmt: skip
+        except OSError as error:
+            return Completed(argv, 127, "", f"cannot run {argv[0]}: {error.strerror}", 0.0)
+        timed_out = False
+        while True:
+            left = timeout - (time.monotonic() - start)
+            if left <= 0:
+                timed_out = True
+                break
+            try:
+                proc.wait(timeout=min(left, tick_seconds))
+                break
+            except subprocess.TimeoutExpired:
+                if tick is not None and not tick():
+                    break
+        if proc.returncode is None:
+            _kill_group(proc)
+        seconds = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        return Completed(
+            argv, None if timed_out else proc.returncode,
+            out.read().decode(errors="replace"), err.read().decode(errors="replace"), seconds, timed_out,
+        )  # fmt: skip
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

@@ -1,0 +1,18 @@
+"""A workload that builds and measures nothing: it times the fleet's own overhead."""
+
+from __future__ import annotations
+
+from fleet.space import canonical_json
+from fleet.workers.workloads.base import Built, Job, Measured, Workload
+
+
+class NoopWorkload(Workload):
+    """Each build returns its configuration as the artifact; each evaluation measures 0."""
+
+    kind = "noop"
+
+    def build(self, job: Job) -> Built:
+        return Built(canonical_json(job.config).encode())
+
+    def evaluate(self, job: Job, artifact: bytes) -> Measured:
+        return Measured(state="evaluated", objective=0.0, samples=[0.0])
