@@ -351,7 +351,7 @@ class Driver:
                   .generate())
             for index in range(len(self.problems))
         ]  # fmt: skip
-        self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times proposed)
+        self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
         self.results: list[TrialResult] = []
         self.best: dict[int, TrialResult] = {}
         self.seq = 0
@@ -376,11 +376,13 @@ class Driver:
         remeasure = bool(self.campaign.options.get("remeasure"))
         created = self.store.add_trials(self.campaign.id, self.campaign.target, trials, remeasure=remeasure)
         send = []
-        for (index, _, _), (trial_id, state) in zip(proposals, created, strict=True):
+        for (index, _, baseline), (trial_id, state) in zip(proposals, created, strict=True):
+            # A baseline that is also in the space is one trial; only the searcher's proposals go back to it.
+            asked = 0 if baseline else 1
             if trial_id in self.in_flight:
-                self.in_flight[trial_id] = (index, self.in_flight[trial_id][1] + 1)
+                self.in_flight[trial_id] = (index, self.in_flight[trial_id][1] + asked)
                 continue
-            self.in_flight[trial_id] = (index, 1)
+            self.in_flight[trial_id] = (index, asked)
             if state in ("new", "compiled"):
                 send.append(Requeue(trial_id, self.campaign.target, "compile" if state == "new" else "evaluate"))
         if send:
@@ -406,8 +408,6 @@ class Driver:
         for result in finished:
             index, times = self.in_flight.pop(result.trial_id)
             self.results.append(result)
-            if result.baseline:
-                continue
             run = Run(result.config, result.objective, result.valid, result.metrics, result.reason)
             self.feeds[index].inbox.extend([run] * times)
             current = self.best.get(result.problem_id)
@@ -471,7 +471,7 @@ def summarize(store: Store, campaign: Campaign) -> list[Summary]:
     summaries = []
     for problem in store.campaign_problems(campaign.id):
         mine = [r for r in results if r.problem_id == problem.id]
-        valid = [r for r in mine if r.valid and r.objective is not None and not r.baseline]
+        valid = [r for r in mine if r.valid and r.objective is not None]
         best = (max if maximize else min)(valid, key=lambda r: r.objective) if valid else None  # type: ignore[arg-type]
         # The baseline run with the same run-time knob values as the best: a like-for-like speedup.
         space = Space.from_dict(campaign.space)

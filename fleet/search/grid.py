@@ -17,4 +17,6 @@ class CartesianProduct(Searcher):
     name = "grid"
 
     def generate(self) -> Proposals:
-        yield from itertools.islice(iter(self.space), self.budget)
+        # A plain loop, not `yield from`: that would pass the driver's send() to islice, which has none.
+        for config in itertools.islice(iter(self.space), self.budget):
+            yield config

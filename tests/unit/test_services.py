@@ -15,6 +15,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from fleet.services import PostgresServer, RedisServer, ServiceError, free_port
 
@@ -110,7 +112,8 @@ def test_redis_password_is_required(tmp_path: Path) -> None:
     with RedisServer(tmp_path / "redis", password="s3cret") as server:
         assert server.url == f"redis://:s3cret@127.0.0.1:{server.port}/0"
         with pytest.raises(redis.exceptions.AuthenticationError):
-            redis.Redis(host="127.0.0.1", port=server.port).ping()
+            # No retries: redis-py would otherwise retry the refused login with backoff for seconds.
+            redis.Redis(host="127.0.0.1", port=server.port, retry=Retry(NoBackoff(), 0)).ping()
         assert redis.Redis.from_url(server.url).ping()
         assert stat.S_IMODE(server.config_path.stat().st_mode) == 0o600
 

@@ -1,0 +1,40 @@
+# Fleet. `make run` tunes the matmul example on this machine; `make test` runs every test.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test unit lint bench install services clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Tune examples/matmul-c on this machine: embedded database, broker and workers under ./.fleet/.
+run: $(STAMP)
+	@command -v gcc >/dev/null || { echo "make run needs gcc (apt-get install gcc)"; exit 1; }
+	$(BIN)/fleet tune examples/matmul-c/spec.json
+
+## Every test, against a private Redis and PostgreSQL started on loopback for the run.
+test: $(STAMP) services
+	FLEET_REQUIRE_SERVICES=1 $(BIN)/pytest -q
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+services:
+	scripts/install-services
+
+lint: $(STAMP)
+	$(BIN)/ruff check fleet tests
+	$(BIN)/ruff format --check fleet tests
+
+bench: $(STAMP) services
+	$(BIN)/python -m fleet.bench.run_all
+
+clean:
+	rm -rf .fleet build dist *.egg-info

@@ -1,0 +1,158 @@
+"""Shared fixtures: a private Redis and PostgreSQL for the session, and a Fleet environment per test.
+
+Integration tests never skip: when a server cannot start, they fail, and say why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from fleet.services import PostgresServer, RedisServer
+from fleet.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    # Not under tmp_path: pytest resets its base directory to mode 0700 at each session start, which
+    # locks out the `postgres` user that the server runs as when the tests run as root.
+    directory = Path(tempfile.mkdtemp(prefix="fleet-test-pg-"))
+    try:
+        with PostgresServer(directory) as server:
+            yield server
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _database_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'fleet.db'}"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.create_database(f"t{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A migrated, empty store on each backend: the store's contract holds on both."""
+    s = Store(_database_url(request.param, tmp_path, request))
+    s.upgrade()
+    yield s
+    s.close()
+
+
+@dataclass
+class Fleet:
+    """A Fleet installation for one test: its environment, its store, and the processes it started."""
+
+    env: dict[str, str]
+    store: Store
+    home: Path
+    target: str
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def cli(self, *args: str, timeout: float = 300, check: bool = False,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """Run ``fleet ARGS`` in a subprocess with this installation's environment."""
+        done = subprocess.run(
+            [sys.executable, "-m", "fleet.cli", *args], env={**self.env, **(env or {})}, cwd=self.home,
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+        if check and done.returncode != 0:
+            raise AssertionError(f"fleet {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        return done
+
+    def start_worker(self, *args: str, expect: int = 2, env: dict[str, str] | None = None,
+                     log: str = "worker.log") -> subprocess.Popen[bytes]:  # fmt: skip
+        """Start ``fleet worker ARGS`` (its own process group) and wait until ``expect`` workers registered."""
+        before = {w.name for w in self.store.workers(within=2)}
+        with (self.home / log).open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fleet.cli", "worker", "--target", self.target, *args],
+                env={**self.env, **(env or {})}, cwd=self.home, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        self.procs.append(proc)
+        if expect:
+            self.wait_for(lambda: len({w.name for w in self.store.workers(within=2)} - before) >= expect,
+                          timeout=60, what=f"workers to register (log: {self.home / log})")  # fmt: skip
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 60) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    @staticmethod
+    def wait_for(condition: object, timeout: float = 60, what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():  # type: ignore[operator]
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                self.stop(proc, signal.SIGTERM, timeout=30)
+        self.store.close()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, redis_server: RedisServer, postgres_server: PostgresServer) -> Iterator[Fleet]:
+    """Fleet on the session's PostgreSQL (a fresh database) and Redis (flushed), with short leases."""
+    redis_server.client().flushall()
+    url = postgres_server.create_database(f"t{uuid.uuid4().hex[:12]}")
+    home = tmp_path / "home"
+    home.mkdir()
+    target = f"cpu-t{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "FLEET_DATABASE_URL": url,
+        "FLEET_BROKER_URL": redis_server.url,
+        "FLEET_HOME": str(home / ".fleet"),
+        "FLEET_LEASE_SECONDS": "3",
+        "FLEET_HEARTBEAT_SECONDS": "0.5",
+        "FLEET_MAX_ATTEMPTS": "3",
+        "PYTHONUNBUFFERED": "1",
+    }
+    store = Store(url)
+    store.upgrade()
+    installation = Fleet(env, store, home, target)
+    yield installation
+    installation.close()
+
+
+def write_spec(directory: Path, spec: dict, name: str = "spec.json") -> Path:
+    """Write a spec (and nothing else) as JSON; return its path."""
+    import json
+
+    path = directory / name
+    path.write_text(json.dumps(spec, indent=2))
+    return path

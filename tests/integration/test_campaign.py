@@ -1,0 +1,73 @@
+"""A campaign end to end: CLI, real PostgreSQL, real Redis, real worker processes, real gcc."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from fleet.store import Artifact, Measurement, Trial
+from tests.conftest import ROOT, Fleet, write_spec
+
+
+def kernel_spec(fleet: Fleet, **overrides: object) -> dict:
+    shutil.copy(ROOT / "tests" / "data" / "kernel.c", fleet.home / "kernel.c")
+    spec = {
+        "name": "kernel",
+        "target": fleet.target,
+        "problems": [{"kind": "kernel", "params": {"sleep": 0}, "tags": ["test"]}],
+        "space": {"knobs": {"size": [2, 3, 4], "scale": {"values": [1, 10], "build": False}}},
+        "strategy": {"name": "grid"},
+        "baseline": {"size": 1},
+        "workload": {
+            "kind": "command", "sources": ["kernel.c"],
+            "build": ["gcc", "-O1", "-DSIZE={size}", "kernel.c", "-o", "kernel"], "artifacts": ["kernel"],
+            "run": ["./kernel", "{scale}", "{sleep}"], "objective": {"json": "score", "goal": "max"},
+            "warmup": 1, "repeats": 3,
+        },
+    }
+    spec.update(overrides)
+    return spec
+
+
+def test_tune_builds_each_key_once_and_reports_the_best(fleet: Fleet) -> None:
+    fleet.start_worker("--build-procs", "2")
+    spec = write_spec(fleet.home, kernel_spec(fleet))
+
+    done = fleet.cli("tune", str(spec), "--json", check=True)
+
+    result = json.loads(done.stdout)
+    problem = result["problems"][0]
+    assert problem["trials"] == {"evaluated": 8}  # 6 configurations and the baseline at both scales
+    assert problem["best"]["config"] == {"size": 4, "scale": 10}
+    assert problem["best"]["score"] == 40.0
+    assert problem["baseline"]["config"] == {"size": 1, "scale": 10}
+    assert problem["speedup"] == 4.0
+    with fleet.store.session() as session:
+        assert session.scalar(select(func.count()).select_from(Artifact)) == 4  # sizes 1 (the baseline), 2, 3, 4
+        assert session.scalar(select(func.count()).select_from(Measurement)) == 8
+        samples = session.scalars(select(Measurement.samples)).all()
+        assert all(len(s) == 3 for s in samples)  # the warm-up run is not kept
+
+    best = fleet.cli("best", "kernel", "--target", fleet.target, "--json", check=True)
+    assert json.loads(best.stdout)["config"] == {"size": 4, "scale": 10}
+
+    status = fleet.cli("status", "kernel", check=True)
+    assert "evaluated 8" in status.stdout
+
+
+def test_measured_configurations_are_not_measured_again(fleet: Fleet) -> None:
+    fleet.start_worker()
+    first = write_spec(fleet.home, kernel_spec(fleet))
+    fleet.cli("tune", str(first), check=True)
+    second = write_spec(fleet.home, kernel_spec(fleet, name="again"), name="again.json")
+
+    done = fleet.cli("tune", str(second), "--json", check=True)
+
+    assert json.loads(done.stdout)["problems"][0]["trials"] == {"evaluated": 8}
+    with fleet.store.session() as session:
+        assert session.scalar(select(func.count()).select_from(Measurement)) == 8
+        reused = session.scalar(select(func.count()).select_from(Trial).where(Trial.source_trial_id.is_not(None)))
+        assert reused == 8
