@@ -330,7 +330,7 @@ class Driver:
         self, store: Store, campaign: Campaign, dispatch: Callable[[Iterable[Requeue]], int], *, window: int = 8,
         on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
         on_warning: Callable[[str], None] | None = None, poll_seconds: float = 0.05, max_attempts: int = 3,
-        heartbeat_seconds: float = 5.0,
+        heartbeat_seconds: float = 5.0, requeue_seconds: float = 300.0,
     ) -> None:  # fmt: skip
         self.store = store
         self.campaign = campaign
@@ -341,6 +341,7 @@ class Driver:
         self.poll_seconds = poll_seconds
         self.max_attempts = max_attempts
         self.heartbeat_seconds = heartbeat_seconds
+        self.requeue_seconds = requeue_seconds
         self.space = Space.from_dict(campaign.space)
         self.maximize = load_workload(campaign.workload).maximize
         self.problems = [p.id for p in store.campaign_problems(campaign.id)]
@@ -355,6 +356,8 @@ class Driver:
         self.results: list[TrialResult] = []
         self.best: dict[int, TrialResult] = {}
         self.seq = 0
+        self.unsent: list[Requeue] = []
+        self.broker_warned = -1e9
 
     def total(self) -> int | None:
         """How many trials the campaign will have, when that is cheap to know."""
@@ -385,8 +388,22 @@ class Driver:
             self.in_flight[trial_id] = (index, asked)
             if state in ("new", "compiled"):
                 send.append(Requeue(trial_id, self.campaign.target, "compile" if state == "new" else "evaluate"))
-        if send:
-            self.dispatch(send)
+        self._send(send)
+
+    def _send(self, work: list[Requeue]) -> None:
+        """Send work, keeping what the broker refused for the next loop: the trials are safe in the database."""
+        work = self.unsent + work
+        self.unsent = []
+        if not work:
+            return
+        try:
+            self.dispatch(work)
+        except Exception as error:  # kombu raises several kinds when the broker is away
+            self.unsent = work
+            now = time.monotonic()
+            if now - self.broker_warned > 30:
+                self.broker_warned = now
+                self.on_warning(f"the broker does not answer ({error}); {len(work)} trials will be sent when it does")
 
     def _fill(self) -> None:
         proposals: list[tuple[int, Config, bool]] = []
@@ -442,7 +459,7 @@ class Driver:
         warned: list[float] = []
         while True:
             self._fill()
-            if not self.in_flight and all(feed.done or feed.blocked for feed in self.feeds):
+            if not self.in_flight and not self.unsent and all(feed.done or feed.blocked for feed in self.feeds):
                 break
             if self._collect():
                 self.on_progress(len(self.results), total, self._overall_best())
@@ -451,7 +468,8 @@ class Driver:
             if now - last_check > self.heartbeat_seconds:
                 last_check = now
                 self._check_workers(started, warned)
-                self.dispatch(self.store.reap(self.max_attempts))
+                self._send(self.store.reap(self.max_attempts) + self.store.stale(self.requeue_seconds,
+                                                                                   self.campaign.id))
             time.sleep(self.poll_seconds)
         self.on_progress(len(self.results), len(self.results), self._overall_best())
         self.store.set_campaign_status(self.campaign.id, "done")

@@ -111,7 +111,8 @@ def _drive(store: Any, campaign: Any, *, window: int | None, local: bool | None,
             window = 1 << 30
         bar = _ProgressBar(campaign.name, quiet=as_json)
         driver = Driver(store, campaign, send, window=window, on_progress=bar.update, on_warning=bar.warn,
-                        max_attempts=settings.max_attempts, heartbeat_seconds=settings.heartbeat_seconds)  # fmt: skip
+                        max_attempts=settings.max_attempts, heartbeat_seconds=settings.heartbeat_seconds,
+                        requeue_seconds=settings.requeue_seconds)  # fmt: skip
         if detach:
             driver._fill()
             click.echo(f"campaign {campaign.name} (id {campaign.id}): {len(driver.in_flight)} trials sent")

@@ -51,6 +51,8 @@ class Settings:
     visibility_timeout:
         Seconds before Redis redelivers an unacknowledged message. Long on purpose: the database lease,
         not the broker, brings back work of a dead worker.
+    requeue_seconds:
+        A waiting trial whose message went out this long ago is sent again, in case the message was lost.
     """
 
     home: Path
@@ -63,6 +65,7 @@ class Settings:
     heartbeat_seconds: float = 5.0
     cache_dir: Path = Path(".fleet/cache")
     visibility_timeout: float = 3600.0
+    requeue_seconds: float = 300.0
 
     @property
     def embedded(self) -> bool:
@@ -101,6 +104,7 @@ class Settings:
             heartbeat_seconds=_number(env, "FLEET_HEARTBEAT_SECONDS", 5.0),
             cache_dir=Path(env.get("FLEET_CACHE_DIR") or home / "cache").absolute(),
             visibility_timeout=_number(env, "FLEET_VISIBILITY_TIMEOUT", 3600.0),
+            requeue_seconds=_number(env, "FLEET_REQUEUE_SECONDS", 300.0),
         )
 
 

@@ -585,7 +585,7 @@ class Store:
             Requeue(r.id, r.target, "compile") for r in to_compile
         ]
 
-    def stale(self, older_than: float, limit: int = 1000) -> list[Requeue]:
+    def stale(self, older_than: float, campaign_id: int | None = None, limit: int = 1000) -> list[Requeue]:
         """Waiting trials whose message went out more than ``older_than`` seconds ago: send them again.
 
         A message can be lost (a worker killed between a state change and the next send, or a broker
@@ -593,11 +593,11 @@ class Store:
         """
         now = utcnow()
         with self.session() as session:
-            ids = list(session.scalars(
-                select(Trial.id).where(Trial.state.in_(("new", "compiled")),
-                                       Trial.queued_at < now - timedelta(seconds=older_than))
-                .order_by(Trial.id).limit(limit)
-            ))  # fmt: skip
+            query = select(Trial.id).where(Trial.state.in_(("new", "compiled")),
+                                           Trial.queued_at < now - timedelta(seconds=older_than))  # fmt: skip
+            if campaign_id is not None:
+                query = query.where(Trial.campaign_id == campaign_id)
+            ids = list(session.scalars(query.order_by(Trial.id).limit(limit)))
             if not ids:
                 return []
             rows = session.execute(

@@ -62,7 +62,7 @@ def _register(sender: Any = None, **_: Any) -> None:
 def _heartbeat(ctx: WorkerContext) -> None:
     from fleet.tasks.trials import send
 
-    requeue_after = float(os.environ.get("FLEET_REQUEUE_SECONDS", "600"))
+    requeue_after = ctx.settings.requeue_seconds
     beats = 0
     while not _stop.wait(ctx.settings.heartbeat_seconds):
         beats += 1

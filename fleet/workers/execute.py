@@ -71,6 +71,11 @@ class WorkerContext:
         finally:
             shutil.rmtree(path, ignore_errors=True)
 
+    @property
+    def tick_seconds(self) -> float:
+        # Renew three times per lease, so one slow database round trip does not lose the work.
+        return min(5.0, self.settings.lease_seconds / 3)
+
     def ticker(self, trial_id: int, build_key: str | None = None) -> Callable[[], bool]:
         """Renews this worker's lease while a command runs; False once the lease is lost."""
         return lambda: self.store.renew(trial_id, self.owner, self.settings.lease_seconds, build_key)
@@ -102,7 +107,7 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
                 continue
             # Another worker is building the same key right now: wait for it, keeping our own claim.
             time.sleep(BUILD_POLL_SECONDS)
-            if time.monotonic() - last_tick > min(5.0, s.lease_seconds / 3):
+            if time.monotonic() - last_tick > ctx.tick_seconds:
                 if not tick():
                     return "lost"
                 last_tick = time.monotonic()
@@ -117,7 +122,7 @@ def _build(ctx: WorkerContext, work: TrialWork, build_config: dict) -> None:
     with ctx.scratch() as scratch:
         job = Job(config=build_config, problem=work.problem_params, scratch=scratch,
                   fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
-                  tick=ctx.ticker(work.trial_id, work.build_key), env=ctx.env)  # fmt: skip
+                  tick=ctx.ticker(work.trial_id, work.build_key), tick_seconds=ctx.tick_seconds, env=ctx.env)  # fmt: skip
         built = workload.build(job)
     if built.data is not None:
         # The node's cache gets it now, so an evaluation here need not fetch it back.
@@ -142,7 +147,7 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
         with ctx.scratch() as scratch:
             job = Job(config=work.config, problem=work.problem_params, scratch=scratch,
                       fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
-                      tick=ctx.ticker(trial_id), env=ctx.env)  # fmt: skip
+                      tick=ctx.ticker(trial_id), tick_seconds=ctx.tick_seconds, env=ctx.env)  # fmt: skip
             measured = workload.evaluate(job, data)
     except Exception as error:  # noqa: BLE001 - any surprise must still end the trial, with its reason
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}")

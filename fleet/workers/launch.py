@@ -118,6 +118,15 @@ def command(spec: WorkerSpec, loglevel: str = "INFO") -> list[str]:
     ]  # fmt: skip
 
 
+def _die_with_parent() -> None:
+    # A worker that outlives its launcher (killed, or its node agent restarted) would go on taking work
+    # that nobody supervises; SIGTERM is a warm shutdown, so a measurement in progress still finishes.
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 class Launcher:
     """Runs the planned worker processes, restarts one that dies, and stops them all on request.
 
@@ -153,7 +162,7 @@ class Launcher:
             output = path.open("ab")
         self.procs[spec.name] = subprocess.Popen(
             command(spec, self.loglevel), env={**self.env, **spec.env}, stdout=output, stderr=output,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
         )  # fmt: skip
         if output is not None:
             output.close()

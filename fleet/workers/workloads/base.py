@@ -28,6 +28,8 @@ class Job:
         Returns a blob (a source bundle) by digest, through the worker's cache.
     tick:
         Call it while waiting on long work; False means the worker lost the trial, so stop.
+    tick_seconds:
+        How often to call ``tick``: well inside the worker's lease.
     env:
         Extra environment for commands: the GPU pinning of an evaluation worker.
     """
@@ -37,6 +39,7 @@ class Job:
     scratch: Path
     fetch: Callable[[str], bytes]
     tick: Callable[[], bool] | None = None
+    tick_seconds: float = 5.0
     env: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -155,7 +155,8 @@ class CommandWorkload(Workload):
             return Built(pack({p.name: p.read_bytes() for p in job.scratch.iterdir() if p.is_file()}))
         values = {**job.problem, **job.config}
         done = run(fill(self.definition["build"], values), cwd=job.scratch, env=job.env,
-                   timeout=float(self.definition.get("build_timeout", 300)), tick=job.tick)  # fmt: skip
+                   timeout=float(self.definition.get("build_timeout", 300)), tick=job.tick,
+                   tick_seconds=job.tick_seconds)  # fmt: skip
         log = (done.stdout_tail + done.stderr_tail)[-4096:]
         if not done.ok:
             return Built(None, done.failure("the build"), log, done.seconds)
@@ -174,7 +175,7 @@ class CommandWorkload(Workload):
         valid = True
         last: Completed | None = None
         for index in range(int(self.definition.get("warmup", 0)) + int(self.definition.get("repeats", 1))):
-            last = run(argv, cwd=job.scratch, timeout=timeout, env=job.env, tick=job.tick)
+            last = run(argv, cwd=job.scratch, timeout=timeout, env=job.env, tick=job.tick, tick_seconds=job.tick_seconds)
             if not last.ok:
                 return Measured(state="errored", reason=last.failure("the run"),
                                 stdout_tail=last.stdout_tail, stderr_tail=last.stderr_tail)  # fmt: skip
