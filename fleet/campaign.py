@@ -36,7 +36,7 @@ _SPEC_KEYS = {"name", "target", "problems", "space", "strategy", "workload", "ba
 
 def check_target(target: Any) -> str:
     """``target`` if it names a GPU architecture or a CPU, else :class:`SpecError`."""
-    if not isinstance(target, str) or not TARGET.match(target):
+    if not isinstance(target, str) or not TARGET.fullmatch(target):
         raise SpecError(
             f"unknown target {target!r}: expected sm_<compute capability> (sm_90), gfx<arch>:<compute units> "
             "(gfx90a:104) or cpu-<machine> (cpu-x86_64)"
@@ -98,7 +98,10 @@ class CampaignSpec:
         budget = strategy.get("budget")
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise SpecError("strategy 'budget' must be a positive integer")
-        make_searcher(strategy.get("name", "grid"), self.space, budget=budget, seed=int(strategy.get("seed", 0)),
+        seed = strategy.get("seed", 0)
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise SpecError("strategy 'seed' must be an integer")
+        make_searcher(strategy.get("name", "grid"), self.space, budget=budget, seed=seed,
                       options=strategy.get("options"))  # fmt: skip
         if self.baseline is not None:
             if not isinstance(self.baseline, Mapping):
@@ -151,6 +154,9 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
     if sources is not None:
         if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
             raise SpecError("workload 'sources' must be a list of file names")
+        for source in sources:
+            if Path(source).is_absolute() or ".." in Path(source).parts:
+                raise SpecError(f"workload source {source!r} must be a path inside the spec's directory")
         try:
             bundle = pack(read_files(base, sources))
         except OSError as error:

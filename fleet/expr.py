@@ -13,14 +13,34 @@ from typing import Any
 
 from fleet.errors import SpecError
 
+class Undefined(Exception):
+    """The expression has no value for these values: a zero divisor, an overflow, a huge power."""
+
+
+MAX_EXPONENT = 64
+
+
+def _power(base: Any, exponent: Any) -> Any:
+    # Unbounded powers hang inside one C call that no timeout interrupts.
+    if isinstance(exponent, int | float) and abs(exponent) > MAX_EXPONENT:
+        raise Undefined(f"exponent {exponent} is larger than {MAX_EXPONENT}")
+    return operator.pow(base, exponent)
+
+
+def _multiply(a: Any, b: Any) -> Any:
+    if isinstance(a, str) or isinstance(b, str):
+        raise Undefined("strings cannot be multiplied")
+    return operator.mul(a, b)
+
+
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
+    ast.Mult: _multiply,
     ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
+    ast.Pow: _power,
 }
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
 _COMPARE: dict[type, Callable[[Any, Any], bool]] = {
@@ -96,9 +116,9 @@ def _evaluate(node: ast.AST, values: Mapping[str, Any], text: str) -> Any:
         case ast.BinOp(left=left, op=op, right=right):
             try:
                 return _BINARY[type(op)](_evaluate(left, values, text), _evaluate(right, values, text))
-            except ZeroDivisionError:
+            except (ZeroDivisionError, OverflowError):
                 # A zero divisor makes the configuration meaningless rather than the spec wrong.
-                return float("nan")
+                raise Undefined(text) from None
         case ast.BoolOp(op=ast.And(), values=items):
             return all(_evaluate(item, values, text) for item in items)
         case ast.BoolOp(op=ast.Or(), values=items):

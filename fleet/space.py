@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.errors import SpecError
-from fleet.expr import Expression
+from fleet.expr import Expression, Undefined
 
 Value = bool | int | float | str
 Config = dict[str, Value]
@@ -137,7 +137,10 @@ class Space:
 
     def is_valid(self, config: Mapping[str, Value]) -> bool:
         values = {**self.base, **config}
-        if not all(constraint(values) for constraint in self.constraints):
+        try:
+            if not all(constraint(values) for constraint in self.constraints):
+                return False
+        except Undefined:
             return False
         return self.predicate is None or bool(self.predicate(dict(values)))
 
@@ -197,7 +200,9 @@ class Space:
                 extra = set(entry) - {"values", "build"}
                 if extra:
                     raise SpecError(f"knob {name!r} has an unknown field {sorted(extra)[0]!r}")
-                values, build = entry.get("values"), bool(entry.get("build", build))
+                values, build = entry.get("values"), entry.get("build", build)
+                if not isinstance(build, bool):
+                    raise SpecError(f"knob {name!r}: 'build' must be true or false, not {build!r}")
             else:
                 values = entry
             if not isinstance(values, list):

@@ -29,11 +29,10 @@ def make_searcher(
     options:
         Extra keyword arguments of that searcher.
     """
-    try:
-        cls = STRATEGIES[name]
-    except KeyError:
+    if not isinstance(name, str) or name not in STRATEGIES:
         known = ", ".join(sorted(STRATEGIES))
-        raise SpecError(f"unknown strategy {name!r} (known: {known})") from None
+        raise SpecError(f"unknown strategy {name!r} (known: {known})")
+    cls = STRATEGIES[name]
     try:
         return cls(space, budget=budget, maximize=maximize, seed=seed, **(options or {}))
     except TypeError as error:

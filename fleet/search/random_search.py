@@ -33,6 +33,8 @@ class RandomSearch(Searcher):
             if self.space.is_valid(config):
                 proposed += 1
                 yield config
+        if proposed >= budget:
+            return
         rest = [i for i in range(size) if i not in seen]
         rng.shuffle(rest)
         for index in rest:

@@ -114,8 +114,8 @@ def run(
             except subprocess.TimeoutExpired:
                 if tick is not None and not tick():
                     break
-        if proc.returncode is None:
-            _kill_group(proc)
+        # Always: nothing the command started may outlive it and disturb the next measurement.
+        _kill_group(proc)
         seconds = time.monotonic() - start
         out.seek(0)
         err.seek(0)

@@ -18,6 +18,7 @@ knob is true. The result is always a list of arguments; no shell ever sees it.
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import time
@@ -112,10 +113,12 @@ class CommandWorkload(Workload):
             if pattern.groups != 1:
                 raise SpecError("workload objective regex must have exactly one group")
         for name, low in (("repeats", 1), ("warmup", 0)):
-            if not isinstance(d.get(name, low), int) or d.get(name, low) < low:
+            value = d.get(name, low)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise SpecError(f"workload {name!r} must be an integer >= {low}")
         for name in ("build_timeout", "run_timeout"):
-            if not isinstance(d.get(name, 1), int | float) or d.get(name, 1) <= 0:
+            value = d.get(name, 1)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
                 raise SpecError(f"workload {name!r} must be a positive number of seconds")
         artifacts = d.get("artifacts", [])
         if not isinstance(artifacts, list) or not all(isinstance(a, str) for a in artifacts):
@@ -199,9 +202,10 @@ class CommandWorkload(Workload):
         if "regex" in objective:
             matches = re.findall(objective["regex"], stdout)
             try:
-                return (float(matches[-1]), {}) if matches else None
+                value = float(matches[-1]) if matches else math.nan
             except ValueError:
                 return None
+            return (value, {}) if math.isfinite(value) else None
         for line in reversed(stdout.splitlines()):
             line = line.strip()
             if not line.startswith("{"):
@@ -211,6 +215,6 @@ class CommandWorkload(Workload):
             except json.JSONDecodeError:
                 continue
             value = record.get(objective["json"]) if isinstance(record, dict) else None
-            if isinstance(value, int | float) and not isinstance(value, bool):
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
                 return float(value), record
         return None

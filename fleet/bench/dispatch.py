@@ -1,0 +1,147 @@
+"""``fleet bench dispatch``: trials per second through the whole fleet, against a bare Celery chain.
+
+Both run on the same Redis with two worker processes (one build, one evaluation, concurrency 1 each).
+The fleet side runs a real campaign of the ``noop`` workload: every trial is written, claimed, built,
+claimed again, evaluated and recorded in PostgreSQL, exactly as a real trial is.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from fleet.services import PostgresServer, RedisServer
+
+
+def _wait(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _celery_worker(app: str, name: str, queue: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", app, "worker", "-n", name, "-Q", queue, "-c", "1", "-P", "prefork",
+             "-E", "--without-gossip", "--without-mingle", "-l", "WARNING"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    import signal
+
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def celery_chain(trials: int, env: dict[str, str], workdir: Path) -> float:
+    """Trials per second of the bare chain."""
+    import redis
+
+    counter = redis.Redis.from_url(env["FLEET_BENCH_REDIS"])
+    counter.delete("fleet-bench:done")
+    env = {**env, "FLEET_BENCH_REDIS": env["FLEET_BENCH_REDIS"]}
+    procs = [
+        _celery_worker("fleet.bench.chain", f"bench-build-{uuid.uuid4().hex[:6]}@bench", "bench.build", env,
+                       workdir / "chain.log"),
+        _celery_worker("fleet.bench.chain", f"bench-eval-{uuid.uuid4().hex[:6]}@bench", "bench.eval", env,
+                       workdir / "chain.log"),
+    ]  # fmt: skip
+    try:
+        from fleet.bench import chain
+
+        chain.app.conf.broker_url = env["FLEET_BROKER_URL"]
+        # Warm up: both workers answer before the clock starts.
+        chain.build.delay(-1)
+        _wait(lambda: int(counter.get("fleet-bench:done") or 0) >= 1, 60, "the chain's workers")
+        counter.delete("fleet-bench:done")
+        start = time.perf_counter()
+        with chain.app.producer_or_acquire() as producer:
+            for n in range(trials):
+                chain.build.apply_async(args=[n], producer=producer)
+        _wait(lambda: int(counter.get("fleet-bench:done") or 0) >= trials, 600, "the chain")
+        return trials / (time.perf_counter() - start)
+    finally:
+        _stop(procs)
+
+
+def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> float:
+    """Trials per second of a noop campaign through the whole fleet."""
+    from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
+    from fleet.settings import reset_settings
+    from fleet.space import Knob, Space
+    from fleet.store import Store
+
+    os.environ.update(env)
+    reset_settings()
+    from fleet.tasks import app, configure, send
+    from fleet.settings import get_settings
+
+    configure(app, get_settings())
+    store = Store(env["FLEET_DATABASE_URL"])
+    store.upgrade()
+    target = f"cpu-bench{uuid.uuid4().hex[:6]}"
+    log = workdir / "fleet-worker.log"
+    with log.open("ab") as out:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "fleet.cli", "worker", "--target", target, "--eval-procs", "1", "--build-procs", "1",
+             "--loglevel", "WARNING"], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        _wait(lambda: len(store.workers(target=target, within=30)) >= 2, 60, "the fleet's workers")
+        space = Space((Knob("i", tuple(range(trials + 1))),))
+        spec = CampaignSpec(name=f"bench-{target}", problems=[ProblemSpec("noop", {})], target=target,
+                            space=space, strategy={"name": "grid"}, workload={"kind": "noop"})  # fmt: skip
+        campaign = submit(store, spec)
+        warm = Driver(store, campaign, send, window=1)
+        warm.feeds[0].proposals = (c for c in [{"i": trials}])
+        warm.run()
+        driver = Driver(store, campaign, send, window=trials)
+        driver.feeds[0].proposals = ({"i": i} for i in range(trials))
+        start = time.perf_counter()
+        driver.run()
+        elapsed = time.perf_counter() - start
+        counts = store.trial_counts(campaign.id)
+        if counts.get("evaluated") != trials + 1:
+            raise RuntimeError(f"the fleet did not evaluate every trial: {counts}")
+        return trials / elapsed
+    finally:
+        _stop([launcher])
+        store.close()
+
+
+def run(trials: int = 2000) -> dict[str, float]:
+    """Measure both, on the URLs in the environment or on private servers started for the run."""
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-bench-")))
+        env = dict(os.environ)
+        if not env.get("FLEET_BROKER_URL"):
+            redis = stack.enter_context(RedisServer(workdir / "redis"))
+            env["FLEET_BROKER_URL"] = redis.url
+        if not env.get("FLEET_DATABASE_URL"):
+            pg_dir = Path(tempfile.mkdtemp(prefix="fleet-bench-pg-"))
+            postgres = stack.enter_context(PostgresServer(pg_dir))
+            env["FLEET_DATABASE_URL"] = postgres.url
+        env.setdefault("FLEET_BENCH_REDIS", env["FLEET_BROKER_URL"].replace("redis+socket", "unix"))
+        env["FLEET_HOME"] = str(workdir / "home")
+        env["PYTHONUNBUFFERED"] = "1"
+        celery_rate = celery_chain(trials, env, workdir)
+        fleet_rate = fleet_campaign(trials, env, workdir)
+    return {"fleet_trials_per_s": round(fleet_rate, 1), "celery_trials_per_s": round(celery_rate, 1),
+            "ratio": round(fleet_rate / celery_rate, 3)}  # fmt: skip
