@@ -34,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check fleet tests
 
 bench: $(STAMP) services
-	$(BIN)/python -m fleet.bench.run_all
+	$(BIN)/fleet bench dispatch
 
 clean:
 	rm -rf .fleet build dist *.egg-info

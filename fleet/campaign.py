@@ -332,6 +332,12 @@ class Driver:
         Called with one line when something needs the user's attention (no worker listening).
     """
 
+    @property
+    def dynamic(self) -> bool:
+        """Whether the searchers use past runs; static ones need no bounded window."""
+        strategy = self.campaign.strategy
+        return make_searcher(strategy["name"], self.space, options=strategy.get("options")).is_dynamic
+
     def __init__(
         self, store: Store, campaign: Campaign, dispatch: Callable[[Iterable[Requeue]], int], *, window: int = 8,
         on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
@@ -427,7 +433,8 @@ class Driver:
             self._submit(proposals)
 
     def _collect(self) -> int:
-        finished = self.store.results(list(self.in_flight))
+        # The oldest in flight finish first; asking about all of a large window every poll costs too much.
+        finished = self.store.results(sorted(self.in_flight)[:500])
         for result in finished:
             index, times = self.in_flight.pop(result.trial_id)
             self.results.append(result)
@@ -463,20 +470,25 @@ class Driver:
         started = time.monotonic()
         last_check = 0.0
         warned: list[float] = []
+        idle = 0
         while True:
             self._fill()
             if not self.in_flight and not self.unsent and all(feed.done or feed.blocked for feed in self.feeds):
                 break
             if self._collect():
                 self.on_progress(len(self.results), total, self._overall_best())
-                continue
+                idle = 0
+            else:
+                idle += 1
             now = time.monotonic()
             if now - last_check > self.heartbeat_seconds:
                 last_check = now
                 self._check_workers(started, warned)
                 self._send(self.store.reap(self.max_attempts) + self.store.stale(self.requeue_seconds,
                                                                                    self.campaign.id))
-            time.sleep(self.poll_seconds)
+            if idle:
+                # Back off while nothing finishes: long measurements need no tight polling.
+                time.sleep(min(0.5, self.poll_seconds * 2 ** min(idle - 1, 4)))
         self.on_progress(len(self.results), len(self.results), self._overall_best())
         self.store.set_campaign_status(self.campaign.id, "done")
         return summarize(self.store, self.campaign)

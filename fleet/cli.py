@@ -104,15 +104,20 @@ def _drive(store: Any, campaign: Any, *, window: int | None, local: bool | None,
     local = settings.embedded if local is None else local
     fleet = LocalFleet(settings, campaign.target, eval_procs=eval_procs) if local and not detach else nullcontext()
     with fleet:
-        if window is None:
-            live = store.workers(target=campaign.target, role="eval", within=3 * settings.heartbeat_seconds + 5)
-            window = max(2, 2 * len(live))
-        if detach:
-            window = 1 << 30
         bar = _ProgressBar(campaign.name, quiet=as_json)
-        driver = Driver(store, campaign, send, window=window, on_progress=bar.update, on_warning=bar.warn,
+        driver = Driver(store, campaign, send, on_progress=bar.update, on_warning=bar.warn,
                         max_attempts=settings.max_attempts, heartbeat_seconds=settings.heartbeat_seconds,
                         requeue_seconds=settings.requeue_seconds)  # fmt: skip
+        if window is not None:
+            driver.window = window
+        elif driver.dynamic:
+            # Two per evaluation slot: one running, one waiting, so no slot idles while the driver thinks.
+            live = store.workers(target=campaign.target, role="eval", within=3 * settings.heartbeat_seconds + 5)
+            driver.window = max(2, 2 * len(live))
+        else:
+            driver.window = STATIC_WINDOW
+        if detach:
+            driver.window = 1 << 30
         if detach:
             driver._fill()
             click.echo(f"campaign {campaign.name} (id {campaign.id}): {len(driver.in_flight)} trials sent")
@@ -120,6 +125,10 @@ def _drive(store: Any, campaign: Any, *, window: int | None, local: bool | None,
         summaries = driver.run()
         bar.close()
     _print_summaries(store, campaign, summaries, as_json)
+
+
+STATIC_WINDOW = 1024
+"""Trials a static strategy keeps in flight: it needs no results back, so only the broker's memory bounds it."""
 
 
 class _ProgressBar:
@@ -374,6 +383,30 @@ def db_revision() -> None:
     """Print the database's schema revision and the latest one."""
     store = _store(check=False)
     click.echo(f"{store.revision() or 'none'} (latest {store.head()})")
+
+
+@cli.group()
+def bench() -> None:
+    """Benchmarks, each against a baseline measured in the same run (`make bench` runs them all)."""
+
+
+@bench.command("dispatch")
+@click.option("--trials", type=click.IntRange(10), default=2000, show_default=True, help="Trials per side.")
+@click.option("--json", "as_json", is_flag=True, help="Print {fleet_trials_per_s, celery_trials_per_s, ratio}.")
+def bench_dispatch(trials: int, as_json: bool) -> None:
+    """Trials per second of a no-op workload through the whole fleet, against a bare Celery chain.
+
+    Uses FLEET_DATABASE_URL and FLEET_BROKER_URL when set, else a private PostgreSQL and Redis started for the run.
+    """
+    from fleet.bench.dispatch import run
+
+    result = run(trials)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"fleet  {result['fleet_trials_per_s']:>8.1f} trials/s  (build + evaluate + all bookkeeping)")
+    click.echo(f"celery {result['celery_trials_per_s']:>8.1f} trials/s  (bare two-task chain, same broker)")
+    click.echo(f"ratio  {result['ratio']:>8.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:

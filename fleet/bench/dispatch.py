@@ -90,8 +90,8 @@ def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> float:
 
     os.environ.update(env)
     reset_settings()
-    from fleet.tasks import app, configure, send
     from fleet.settings import get_settings
+    from fleet.tasks import app, configure, send
 
     configure(app, get_settings())
     store = Store(env["FLEET_DATABASE_URL"])
@@ -112,7 +112,7 @@ def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> float:
         warm = Driver(store, campaign, send, window=1)
         warm.feeds[0].proposals = (c for c in [{"i": trials}])
         warm.run()
-        driver = Driver(store, campaign, send, window=trials)
+        driver = Driver(store, campaign, send, window=min(trials, 1024))
         driver.feeds[0].proposals = ({"i": i} for i in range(trials))
         start = time.perf_counter()
         driver.run()

@@ -16,7 +16,7 @@ from datetime import timedelta
 from importlib import resources
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, or_, select, update
+from sqlalchemy import Connection, Engine, create_engine, event, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
@@ -69,6 +69,7 @@ class TrialWork:
     space: dict[str, Any]
     toolchain: str
     attempts: int
+    artifact_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -140,11 +141,15 @@ class Store:
             event.listen(self.engine, "begin", _sqlite_begin)
         elif self.dialect == "postgresql":
             self.engine = create_engine(
-                url, pool_pre_ping=True, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 5}
+                # No pre-ping: it doubles the statements of the hot path. A dropped connection fails one
+                # transaction (the pool then reconnects), and leases make any one failure harmless.
+                url, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 5}
             )
         else:
             raise StoreError(f"{self.display_url}: Fleet stores its data in PostgreSQL or SQLite")
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._campaign_cache: dict[int, dict[str, Any]] = {}
+        self._problem_cache: dict[int, dict[str, Any]] = {}
 
     def close(self) -> None:
         self.engine.dispose()
@@ -330,27 +335,32 @@ class Store:
         trial that holds the measurement, unless ``remeasure`` is set.
         """
         now = utcnow()
-        with self.session() as session:
+        sources: dict[str, tuple[int, str]] = {}
+        with self._tx() as connection:
+            if not remeasure:
+                rows = connection.execute(
+                    select(Trial.measure_key, Trial.id, Trial.state).join(Measurement, Measurement.trial_id == Trial.id)
+                    .where(Trial.measure_key.in_({t.measure_key for t in trials}),
+                           Trial.state.in_(("evaluated", "invalid")))
+                ).all()  # fmt: skip
+                sources = {r.measure_key: (r.id, r.state) for r in rows}
+            values = []
             for new in trials:
-                source = None
-                if not remeasure:
-                    source = session.scalar(
-                        select(Trial.id).join(Measurement, Measurement.trial_id == Trial.id)
-                        .where(Trial.measure_key == new.measure_key, Trial.state.in_(("evaluated", "invalid")))
-                        .limit(1)
-                    )  # fmt: skip
-                values = {
+                row = {
                     "campaign_id": campaign_id, "problem_id": new.problem_id, "target": target,
                     "config": new.config, "config_key": digest(new.config), "build_key": new.build_key,
                     "measure_key": new.measure_key, "seq": new.seq, "baseline": new.baseline,
                     "state": "new", "attempts": 0, "created_at": now, "queued_at": now,
+                    "source_trial_id": None, "finished_at": None,
                 }  # fmt: skip
-                if source is not None:
-                    state = session.scalar(select(Trial.state).where(Trial.id == source))
-                    values |= {"state": state, "source_trial_id": source, "finished_at": now}
-                self._insert_ignore(session, Trial, values)
+                if new.measure_key in sources:
+                    source, state = sources[new.measure_key]
+                    row |= {"state": state, "source_trial_id": source, "finished_at": now}
+                values.append(row)
+            if values:
+                connection.execute(self._insert(Trial).on_conflict_do_nothing(), values)
             keys = [(t.problem_id, digest(t.config)) for t in trials]
-            rows = session.execute(
+            rows = connection.execute(
                 select(Trial.problem_id, Trial.config_key, Trial.id, Trial.state).where(
                     Trial.campaign_id == campaign_id, Trial.target == target,
                     Trial.config_key.in_({key for _, key in keys}),
@@ -384,11 +394,12 @@ class Store:
         """The trials among ``trial_ids`` (or of a campaign) that reached a terminal state."""
         measured = func.coalesce(Trial.source_trial_id, Trial.id)
         query = (
-            select(Trial, Measurement)
+            select(Trial.id, Trial.problem_id, Trial.config, Trial.state, Trial.reason, Trial.baseline,
+                   Trial.source_trial_id, Measurement.objective, Measurement.valid, Measurement.metrics)
             .outerjoin(Measurement, Measurement.trial_id == measured)
             .where(Trial.state.in_(TERMINAL_STATES))
             .order_by(Trial.id)
-        )
+        )  # fmt: skip
         if trial_ids is not None:
             ids = list(trial_ids)
             if not ids:
@@ -396,39 +407,51 @@ class Store:
             query = query.where(Trial.id.in_(ids))
         if campaign_id is not None:
             query = query.where(Trial.campaign_id == campaign_id)
-        with self.session() as session:
-            rows = session.execute(query).all()
+        with self._tx() as connection:
+            rows = connection.execute(query).all()
         return [
             TrialResult(
-                trial_id=t.id, problem_id=t.problem_id, config=t.config, state=t.state, reason=t.reason,
-                objective=m.objective if m else None, valid=bool(m and m.valid and t.state == "evaluated"),
-                metrics=(m.metrics if m else {}), baseline=t.baseline, reused=t.source_trial_id is not None,
+                trial_id=r.id, problem_id=r.problem_id, config=r.config, state=r.state, reason=r.reason,
+                objective=r.objective, valid=bool(r.valid and r.state == "evaluated"), metrics=r.metrics or {},
+                baseline=r.baseline, reused=r.source_trial_id is not None,
             )  # fmt: skip
-            for t, m in rows
+            for r in rows
         ]
 
     # -- claims, leases and results ---------------------------------------------------------------------
 
-    def _work(self, session: Session, trial_id: int) -> TrialWork:
-        trial, campaign, problem = session.execute(
-            select(Trial, Campaign, Problem)
-            .join(Campaign, Campaign.id == Trial.campaign_id)
-            .join(Problem, Problem.id == Trial.problem_id)
-            .where(Trial.id == trial_id)
-        ).one()
-        return TrialWork(
-            trial_id=trial.id, campaign_id=campaign.id, problem_id=problem.id, problem_kind=problem.kind,
-            problem_params=problem.params, target=trial.target, config=trial.config, build_key=trial.build_key,
-            measure_key=trial.measure_key, workload=campaign.workload, space=campaign.space,
-            toolchain=str(campaign.provenance.get("toolchain", "")), attempts=trial.attempts,
-        )  # fmt: skip
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        """A Core transaction: the hot path of workers, without the ORM's bookkeeping."""
+        try:
+            with self.engine.begin() as connection:
+                yield connection
+        except OperationalError as error:
+            raise StoreError(f"database {self.display_url} does not answer: {_first_line(error)}") from error
+
+    def _definition(self, connection: Connection, campaign_id: int, problem_id: int) -> tuple[dict, dict]:
+        """A campaign's and a problem's definitions; both never change, so each process keeps them."""
+        campaign = self._campaign_cache.get(campaign_id)
+        if campaign is None:
+            row = connection.execute(
+                select(Campaign.workload, Campaign.space, Campaign.provenance).where(Campaign.id == campaign_id)
+            ).one()
+            campaign = self._campaign_cache[campaign_id] = {
+                "workload": row.workload, "space": row.space, "toolchain": str(row.provenance.get("toolchain", ""))
+            }  # fmt: skip
+        problem = self._problem_cache.get(problem_id)
+        if problem is None:
+            row = connection.execute(select(Problem.kind, Problem.params).where(Problem.id == problem_id)).one()
+            problem = self._problem_cache[problem_id] = {"kind": row.kind, "params": row.params}
+        return campaign, problem
 
     def claim(self, trial_id: int, phase: str, worker: str, lease: float, max_attempts: int) -> TrialWork | None:
         """Take ``trial_id`` for ``phase`` (``compile`` or ``evaluate``), or None if it is not this worker's.
 
         A trial is free in its waiting state (``new`` before compiling, ``compiled`` before evaluating) or
         when the lease of an earlier claim has expired. Evaluation claims count attempts, and stop at
-        ``max_attempts``; :meth:`reap` errors such a trial.
+        ``max_attempts``; :meth:`reap` errors such a trial. An evaluation claim also returns the digest of
+        the trial's artifact.
         """
         waiting, running = ("new", "compiling") if phase == "compile" else ("compiled", "evaluating")
         now = utcnow()
@@ -441,21 +464,46 @@ class Store:
         if phase == "evaluate":
             values["attempts"] = Trial.attempts + 1
             condition.append(Trial.attempts < max_attempts)
-        with self.session() as session:
-            claimed = session.execute(update(Trial).where(*condition).values(**values)).rowcount
-            return self._work(session, trial_id) if claimed else None
+        with self._tx() as connection:
+            trial = connection.execute(
+                update(Trial).where(*condition).values(**values).returning(
+                    Trial.id, Trial.campaign_id, Trial.problem_id, Trial.target, Trial.config, Trial.build_key,
+                    Trial.measure_key, Trial.attempts)
+            ).first()  # fmt: skip
+            if trial is None:
+                return None
+            campaign, problem = self._definition(connection, trial.campaign_id, trial.problem_id)
+            artifact = None
+            if phase == "evaluate":
+                artifact = connection.scalar(select(Artifact.blob_digest).where(Artifact.build_key == trial.build_key))
+        return TrialWork(
+            trial_id=trial.id, campaign_id=trial.campaign_id, problem_id=trial.problem_id,
+            problem_kind=problem["kind"], problem_params=problem["params"], target=trial.target, config=trial.config,
+            build_key=trial.build_key, measure_key=trial.measure_key, workload=campaign["workload"],
+            space=campaign["space"], toolchain=campaign["toolchain"], attempts=trial.attempts,
+            artifact_digest=artifact,
+        )  # fmt: skip
+
+    def compile_if_built(self, trial_id: int) -> bool:
+        """Move a ``new`` trial straight to ``compiled`` when its artifact is already built (one statement)."""
+        built = select(Artifact.id).where(Artifact.build_key == Trial.build_key, Artifact.state == "built").exists()
+        with self._tx() as connection:
+            return bool(connection.execute(
+                update(Trial).where(Trial.id == trial_id, Trial.state == "new", built)
+                .values(state="compiled", queued_at=utcnow(), started_at=func.coalesce(Trial.started_at, utcnow()))
+            ).rowcount)  # fmt: skip
 
     def renew(self, trial_id: int, worker: str, lease: float, build_key: str | None = None) -> bool:
         """Extend this worker's lease on a trial (and on the artifact it builds); False if it lost it."""
         expires = utcnow() + timedelta(seconds=lease)
-        with self.session() as session:
-            held = session.execute(
+        with self._tx() as connection:
+            held = connection.execute(
                 update(Trial).where(Trial.id == trial_id, Trial.worker == worker,
                                     Trial.state.in_(("compiling", "evaluating")))
                 .values(lease_expires_at=expires)
             ).rowcount  # fmt: skip
             if build_key is not None:
-                session.execute(
+                connection.execute(
                     update(Artifact).where(Artifact.build_key == build_key, Artifact.worker == worker,
                                            Artifact.state == "building")
                     .values(lease_expires_at=expires)
@@ -464,35 +512,37 @@ class Store:
 
     def claim_build(
         self, work: TrialWork, build_config: dict[str, Any], worker: str, lease: float, max_attempts: int
-    ) -> Artifact:
+    ) -> Any:
         """The artifact of ``work``'s build key, claimed by ``worker`` when nobody holds a live lease on it.
 
         The caller owns the build when the returned artifact is ``building`` with ``worker`` as its worker;
-        ``built`` and ``failed`` are final; ``building`` by another worker means wait for it.
+        ``built`` and ``failed`` are final; ``building`` by another worker means wait for it. Returns a row
+        with the artifact's columns.
         """
         now = utcnow()
         expires = now + timedelta(seconds=lease)
-        with self.session() as session:
-            self._insert_ignore(session, Artifact, {
-                "build_key": work.build_key, "problem_id": work.problem_id, "target": work.target,
-                "build_config": build_config, "toolchain": work.toolchain, "state": "building",
-                "worker": worker, "lease_expires_at": expires, "attempts": 1, "created_at": now,
-            })  # fmt: skip
-            session.execute(
-                update(Artifact)
-                .where(Artifact.build_key == work.build_key, Artifact.state == "building",
-                       Artifact.lease_expires_at < now, Artifact.attempts < max_attempts)
-                .values(worker=worker, lease_expires_at=expires, attempts=Artifact.attempts + 1)
-            )  # fmt: skip
-            session.execute(
-                update(Artifact)
-                .where(Artifact.build_key == work.build_key, Artifact.state == "building",
-                       Artifact.lease_expires_at < now, Artifact.attempts >= max_attempts)
-                .values(state="failed", reason=f"the build was lost {max_attempts} times (its worker died)")
-            )  # fmt: skip
-            artifact = session.scalar(select(Artifact).where(Artifact.build_key == work.build_key))
-            assert artifact is not None
-            return artifact
+        columns = Artifact.__table__.columns
+        with self._tx() as connection:
+            created = connection.execute(self._insert(Artifact).values(
+                build_key=work.build_key, problem_id=work.problem_id, target=work.target, build_config=build_config,
+                toolchain=work.toolchain, state="building", worker=worker, lease_expires_at=expires, attempts=1,
+                created_at=now,
+            ).on_conflict_do_nothing().returning(*columns)).first()  # fmt: skip
+            if created is not None:
+                return created
+            artifact = connection.execute(select(*columns).where(Artifact.build_key == work.build_key)).one()
+            if artifact.state != "building" or artifact.lease_expires_at >= now:
+                return artifact
+            if artifact.attempts >= max_attempts:
+                values = {"state": "failed", "reason": f"the build was lost {max_attempts} times (its worker died)"}
+            else:
+                values = {"worker": worker, "lease_expires_at": expires, "attempts": Artifact.attempts + 1}
+            taken = connection.execute(
+                update(Artifact).where(Artifact.build_key == work.build_key, Artifact.state == "building",
+                                       Artifact.lease_expires_at < now)
+                .values(**values).returning(*columns)
+            ).first()  # fmt: skip
+            return taken or connection.execute(select(*columns).where(Artifact.build_key == work.build_key)).one()
 
     def artifact(self, build_key: str) -> Artifact | None:
         with self.session() as session:
@@ -500,24 +550,38 @@ class Store:
 
     def finish_build(
         self, build_key: str, worker: str, *, data: bytes | None, reason: str | None = None,
-        log_tail: str | None = None, seconds: float | None = None,
+        log_tail: str | None = None, seconds: float | None = None, trial_id: int | None = None,
     ) -> bool:  # fmt: skip
-        """Record the build this worker owns: ``data`` when it succeeded, ``reason`` when it failed."""
-        blob = self.put_blob(data) if data is not None else None
-        with self.session() as session:
-            return bool(session.execute(
+        """Record the build this worker owns: ``data`` when it succeeded, ``reason`` when it failed.
+
+        With ``trial_id``, the trial this worker holds moves to ``compiled`` in the same transaction.
+        """
+        now = utcnow()
+        with self._tx() as connection:
+            blob = None
+            if data is not None:
+                blob = hashlib.sha256(data).hexdigest()
+                connection.execute(self._insert(Blob).values(digest=blob, size=len(data), data=data, created_at=now)
+                                   .on_conflict_do_nothing())  # fmt: skip
+            done = connection.execute(
                 update(Artifact)
                 .where(Artifact.build_key == build_key, Artifact.worker == worker, Artifact.state == "building")
                 .values(state="built" if data is not None else "failed", blob_digest=blob, reason=reason,
-                        log_tail=log_tail, build_seconds=seconds, built_at=utcnow(), lease_expires_at=None)
-            ).rowcount)  # fmt: skip
+                        log_tail=log_tail, build_seconds=seconds, built_at=now, lease_expires_at=None)
+            ).rowcount  # fmt: skip
+            if done and data is not None and trial_id is not None:
+                connection.execute(self._compiled(trial_id, worker, now))
+            return bool(done)
+
+    def _compiled(self, trial_id: int, worker: str, now: Any) -> Any:
+        return (
+            update(Trial).where(Trial.id == trial_id, Trial.worker == worker, Trial.state == "compiling")
+            .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now)
+        )  # fmt: skip
 
     def mark_compiled(self, trial_id: int, worker: str) -> bool:
-        with self.session() as session:
-            return bool(session.execute(
-                update(Trial).where(Trial.id == trial_id, Trial.worker == worker, Trial.state == "compiling")
-                .values(state="compiled", worker=None, lease_expires_at=None, queued_at=utcnow())
-            ).rowcount)  # fmt: skip
+        with self._tx() as connection:
+            return bool(connection.execute(self._compiled(trial_id, worker, utcnow())).rowcount)
 
     def record(
         self, trial_id: int, worker: str, *, state: str = "evaluated", reason: str | None = None,
@@ -528,22 +592,22 @@ class Store:
         Returns False, writing nothing, when the worker no longer holds the trial (its lease expired and
         the work went to another worker): that worker records it instead.
         """
-        with self.session() as session:
-            done = session.execute(
+        now = utcnow()
+        with self._tx() as connection:
+            trial = connection.execute(
                 update(Trial)
                 .where(Trial.id == trial_id, Trial.worker == worker,
                        Trial.state.in_(("compiling", "evaluating")))
-                .values(state=state, reason=reason, lease_expires_at=None, finished_at=utcnow(),
+                .values(state=state, reason=reason, lease_expires_at=None, finished_at=now,
                         stdout_tail=stdout_tail, stderr_tail=stderr_tail)
-            ).rowcount  # fmt: skip
-            if done and measurement is not None:
-                trial = session.get(Trial, trial_id)
-                assert trial is not None
-                session.add(Measurement(
+                .returning(Trial.problem_id, Trial.target, Trial.measure_key)
+            ).first()  # fmt: skip
+            if trial is not None and measurement is not None:
+                connection.execute(self._insert(Measurement).values(
                     trial_id=trial_id, problem_id=trial.problem_id, target=trial.target,
-                    measure_key=trial.measure_key, **measurement,
-                ))  # fmt: skip
-            return bool(done)
+                    measure_key=trial.measure_key, created_at=now, **measurement,
+                ).on_conflict_do_nothing())  # fmt: skip
+            return trial is not None
 
     def fail_waiting(self, trial_id: int, reason: str) -> bool:
         """Error a trial that no worker holds (its build failed before it was claimed)."""
@@ -703,10 +767,13 @@ class Store:
 
     # -- helpers ----------------------------------------------------------------------------------------
 
+    def _insert(self, model: type) -> Any:
+        """The dialect's INSERT, which has ON CONFLICT DO NOTHING."""
+        return (postgresql if self.dialect == "postgresql" else sqlite).insert(model)
+
     def _insert_ignore(self, session: Session, model: type, values: dict[str, Any]) -> None:
         """INSERT that leaves an existing row (by any unique constraint) alone."""
-        dialect = postgresql if self.dialect == "postgresql" else sqlite
-        session.execute(dialect.insert(model).values(**values).on_conflict_do_nothing())
+        session.execute(self._insert(model).values(**values).on_conflict_do_nothing())
 
 
 def _first_line(error: Exception) -> str:

@@ -50,6 +50,7 @@ class WorkerContext:
     env: dict[str, str] = field(default_factory=dict)
     gpu: str | None = None
     node: str = field(default_factory=socket.gethostname)
+    _spaces: dict[int, Space] = field(default_factory=dict, repr=False)
 
     @property
     def owner(self) -> str:
@@ -71,6 +72,13 @@ class WorkerContext:
         finally:
             shutil.rmtree(path, ignore_errors=True)
 
+    def space(self, campaign_id: int, definition: dict) -> Space:
+        """The campaign's space, parsed once per process: campaigns never change."""
+        space = self._spaces.get(campaign_id)
+        if space is None:
+            space = self._spaces[campaign_id] = Space.from_dict(definition)
+        return space
+
     @property
     def tick_seconds(self) -> float:
         # Renew three times per lease, so one slow database round trip does not lose the work.
@@ -86,12 +94,14 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
 
     ``compiled`` means send the evaluation next; ``skipped`` means this delivery was a duplicate.
     """
+    if ctx.store.compile_if_built(trial_id):
+        return "compiled"  # the common case once a build key is built: one statement, no claim
     s = ctx.settings
     work = ctx.store.claim(trial_id, "compile", ctx.owner, s.lease_seconds, s.max_attempts)
     if work is None:
         return "skipped"
     try:
-        build_config = Space.from_dict(work.space).build_part(work.config)
+        build_config = ctx.space(work.campaign_id, work.space).build_part(work.config)
         tick = ctx.ticker(trial_id)
         last_tick = time.monotonic()
         while True:
@@ -101,9 +111,10 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
                                  stderr_tail=artifact.log_tail)  # fmt: skip
                 return "errored"
             if artifact.state == "built":
-                break
+                return "compiled" if ctx.store.mark_compiled(trial_id, ctx.owner) else "lost"
             if artifact.worker == ctx.owner:
-                _build(ctx, work, build_config)
+                if _build(ctx, work, build_config):
+                    return "compiled"
                 continue
             # Another worker is building the same key right now: wait for it, keeping our own claim.
             time.sleep(BUILD_POLL_SECONDS)
@@ -114,10 +125,10 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
     except Exception as error:  # noqa: BLE001 - any surprise must still end the trial, with its reason
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"compile failed: {error!r}")
         raise
-    return "compiled" if ctx.store.mark_compiled(trial_id, ctx.owner) else "lost"
 
 
-def _build(ctx: WorkerContext, work: TrialWork, build_config: dict) -> None:
+def _build(ctx: WorkerContext, work: TrialWork, build_config: dict) -> bool:
+    """Build and record the artifact; True when the trial is now ``compiled``."""
     workload = load_workload(work.workload)
     with ctx.scratch() as scratch:
         job = Job(config=build_config, problem=work.problem_params, scratch=scratch,
@@ -128,7 +139,8 @@ def _build(ctx: WorkerContext, work: TrialWork, build_config: dict) -> None:
         # The node's cache gets it now, so an evaluation here need not fetch it back.
         ctx.cache.put(hashlib.sha256(built.data).hexdigest(), built.data)
     ctx.store.finish_build(work.build_key, ctx.owner, data=built.data, reason=built.reason,
-                           log_tail=built.log_tail, seconds=built.seconds)  # fmt: skip
+                           log_tail=built.log_tail, seconds=built.seconds, trial_id=work.trial_id)  # fmt: skip
+    return built.data is not None
 
 
 def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
@@ -139,11 +151,10 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
         return "skipped"
     try:
         workload = load_workload(work.workload)
-        artifact = ctx.store.artifact(work.build_key)
-        if artifact is None or artifact.blob_digest is None:
+        if work.artifact_digest is None:
             ctx.store.record(trial_id, ctx.owner, state="errored", reason="its artifact is missing")
             return "errored"
-        data = ctx.cache.get(artifact.blob_digest, ctx.store.get_blob)
+        data = ctx.cache.get(work.artifact_digest, ctx.store.get_blob)
         with ctx.scratch() as scratch:
             job = Job(config=work.config, problem=work.problem_params, scratch=scratch,
                       fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
