@@ -1,3 +1,17 @@
-"""Fleet: distributed autotuning on Celery workers, with every trial kept in the database."""
+"""Fleet: distributed autotuning on Celery workers, with every trial kept in the database.
+
+The Python API is re-exported here: :func:`load_spec`, :class:`CampaignSpec`, :func:`submit`, :func:`run`,
+:func:`status`, :func:`best`; see :mod:`fleet.api`.
+"""
 
 __version__ = "0.1.0"
+
+from fleet.api import best, connect, run, status, submit  # noqa: E402
+from fleet.campaign import CampaignSpec, ProblemSpec, load_spec  # noqa: E402
+from fleet.errors import FleetError  # noqa: E402
+from fleet.space import Knob, Space  # noqa: E402
+
+__all__ = [
+    "CampaignSpec", "FleetError", "Knob", "ProblemSpec", "Space", "__version__", "best", "connect", "load_spec",
+    "run", "status", "submit",
+]  # fmt: skip

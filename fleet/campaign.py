@@ -417,6 +417,11 @@ class Driver:
                 self.broker_warned = now
                 self.on_warning(f"the broker does not answer ({error}); {len(work)} trials will be sent when it does")
 
+    def submit_all(self) -> None:
+        """Write and send every proposal a static strategy has, then leave: the workers need no driver."""
+        self.window = 1 << 30
+        self._fill()
+
     def _fill(self) -> None:
         proposals: list[tuple[int, Config, bool]] = []
         asking = True

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from fleet.errors import BrokerError, FleetError, NotFound
-from fleet.settings import Settings, get_settings
+from fleet.settings import Settings, get_settings, redact
 
 
 def _store(check: bool = True) -> Any:
@@ -36,7 +36,7 @@ def _check_broker() -> None:
         with app.connection_for_write() as connection:
             connection.ensure_connection(max_retries=1, interval_start=0.5, timeout=5)
     except Exception as error:  # kombu raises several kinds; all mean the same to the user
-        raise BrokerError(f"broker {connection.as_uri()} does not answer: {error}") from None
+        raise BrokerError(f"broker {redact(settings.broker_url)} does not answer: {error}") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -96,39 +96,23 @@ def _drive(store: Any, campaign: Any, *, window: int | None, local: bool | None,
            as_json: bool) -> None:  # fmt: skip
     from contextlib import nullcontext
 
-    from fleet.campaign import Driver
+    from fleet.api import driver
     from fleet.local import LocalFleet
-    from fleet.tasks import send
 
     settings = get_settings()
     local = settings.embedded if local is None else local
     fleet = LocalFleet(settings, campaign.target, eval_procs=eval_procs) if local and not detach else nullcontext()
     with fleet:
         bar = _ProgressBar(campaign.name, quiet=as_json)
-        driver = Driver(store, campaign, send, on_progress=bar.update, on_warning=bar.warn,
-                        max_attempts=settings.max_attempts, heartbeat_seconds=settings.heartbeat_seconds,
-                        requeue_seconds=settings.requeue_seconds)  # fmt: skip
-        if window is not None:
-            driver.window = window
-        elif driver.dynamic:
-            # Two per evaluation slot: one running, one waiting, so no slot idles while the driver thinks.
-            live = store.workers(target=campaign.target, role="eval", within=3 * settings.heartbeat_seconds + 5)
-            driver.window = max(2, 2 * len(live))
-        else:
-            driver.window = STATIC_WINDOW
+        run = driver(store, campaign, window=1 << 30 if detach else window, on_progress=bar.update,
+                     on_warning=bar.warn)  # fmt: skip
         if detach:
-            driver.window = 1 << 30
-        if detach:
-            driver._fill()
-            click.echo(f"campaign {campaign.name} (id {campaign.id}): {len(driver.in_flight)} trials sent")
+            run.submit_all()
+            click.echo(f"campaign {campaign.name} (id {campaign.id}): {len(run.in_flight)} trials sent")
             return
-        summaries = driver.run()
+        summaries = run.run()
         bar.close()
     _print_summaries(store, campaign, summaries, as_json)
-
-
-STATIC_WINDOW = 1024
-"""Trials a static strategy keeps in flight: it needs no results back, so only the broker's memory bounds it."""
 
 
 class _ProgressBar:
@@ -357,7 +341,8 @@ def up(local: bool, target: str | None, eval_procs: int) -> None:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     with fleet:
-        click.echo(f"fleet up: database {settings.database_url}, broker {settings.broker_url}; Ctrl-C stops it")
+        click.echo(f"fleet up: database {redact(settings.database_url)}, broker {redact(settings.broker_url)}; "
+                   "Ctrl-C stops it")
         try:
             while not stopping:
                 time.sleep(0.5)

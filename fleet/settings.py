@@ -116,6 +116,19 @@ def _embedded_broker_url(home: Path) -> str:
     return "filesystem://"
 
 
+def redact(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``: fit for messages and logs."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 _current: Settings | None = None
 
 

@@ -1,0 +1,144 @@
+"""The command line as a user meets it: mistakes end in one line and a non-zero exit, and write nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from fleet.store import Campaign, Problem
+from tests.conftest import ROOT, Fleet, write_spec
+
+
+def good_spec(fleet: Fleet) -> dict:
+    shutil.copy(ROOT / "tests" / "data" / "whoami.py", fleet.home / "whoami.py")
+    return {
+        "name": "cli",
+        "target": fleet.target,
+        "problems": [{"kind": "whoami", "params": {}}],
+        "space": {"knobs": {"x": {"values": [1, 2], "build": False}}},
+        "workload": {"kind": "command", "sources": ["whoami.py"], "run": [sys.executable, "whoami.py"],
+                     "objective": {"json": "score"}},
+    }  # fmt: skip
+
+
+def assert_one_line_error(done: object, contains: str) -> None:
+    assert done.returncode == 1, (done.stdout, done.stderr)  # type: ignore[attr-defined]
+    lines = done.stderr.strip().splitlines()  # type: ignore[attr-defined]
+    assert len(lines) == 1, done.stderr  # type: ignore[attr-defined]
+    assert lines[0].startswith("fleet: error: ")
+    assert contains in lines[0], lines[0]
+
+
+def assert_nothing_written(fleet: Fleet) -> None:
+    with fleet.store.session() as session:
+        assert session.scalar(select(func.count()).select_from(Campaign)) == 0
+        assert session.scalar(select(func.count()).select_from(Problem)) == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s["space"]["knobs"].update(y=[[1, 2]]), "knob 'y': [1, 2] is not a bool, number or string"),
+        (lambda s: s["space"]["knobs"].update(y=[None]), "knob 'y': None is not a bool, number or string"),
+        (lambda s: s.update(target="gpu9000"), "unknown target 'gpu9000'"),
+        (lambda s: s.update(strategy={"name": "magic"}), "unknown strategy 'magic'"),
+        (lambda s: s["workload"].update(run="python3 whoami.py"), "a shell string is not allowed"),
+        (lambda s: s["workload"].update(run=["./x", "{nope}"]), "uses {nope}, which is neither a knob"),
+        (lambda s: s.update(problems=[]), "'problems' must be a non-empty list"),
+        (lambda s: s.update(extra=1), "unknown field 'extra'"),
+    ],
+)
+def test_a_bad_spec_is_one_line_and_writes_nothing(fleet: Fleet, change: object, message: str) -> None:
+    spec = good_spec(fleet)
+    change(spec)  # type: ignore[operator]
+    path = write_spec(fleet.home, spec)
+
+    assert_one_line_error(fleet.cli("tune", str(path)), message)
+    assert_nothing_written(fleet)
+
+
+def test_a_file_that_is_not_json_or_not_there(fleet: Fleet) -> None:
+    broken = fleet.home / "broken.json"
+    broken.write_text("{not json")
+    assert_one_line_error(fleet.cli("tune", str(broken)), "not valid JSON")
+    assert_one_line_error(fleet.cli("tune", str(fleet.home / "missing.json")), "No such file")
+    assert_nothing_written(fleet)
+
+
+def test_unknown_target_on_the_command_line(fleet: Fleet) -> None:
+    path = write_spec(fleet.home, good_spec(fleet))
+    assert_one_line_error(fleet.cli("tune", str(path), "--target", "sm90"), "unknown target 'sm90'")
+    assert_one_line_error(fleet.cli("best", "whoami", "--target", "gfx"), "unknown target 'gfx'")
+    assert_one_line_error(fleet.cli("worker", "--target", "tpu-v5"), "unknown target 'tpu-v5'")
+    assert_nothing_written(fleet)
+
+
+def test_a_database_that_does_not_answer(fleet: Fleet) -> None:
+    url = "postgresql+psycopg2://fleet@127.0.0.1:1/fleet"
+    done = fleet.cli("status", env={"FLEET_DATABASE_URL": url})
+    assert_one_line_error(done, "database postgresql+psycopg2://fleet@127.0.0.1:1/fleet does not answer")
+    path = write_spec(fleet.home, good_spec(fleet))
+    assert_one_line_error(fleet.cli("tune", str(path), env={"FLEET_DATABASE_URL": url}), "does not answer")
+
+
+def test_a_broker_that_does_not_answer_writes_nothing(fleet: Fleet) -> None:
+    path = write_spec(fleet.home, good_spec(fleet))
+    done = fleet.cli("tune", str(path), env={"FLEET_BROKER_URL": "redis://127.0.0.1:1/0"})
+    assert_one_line_error(done, "broker redis://127.0.0.1:1/0 does not answer")
+    assert_nothing_written(fleet)
+
+
+def test_settings_that_cannot_be_used(fleet: Fleet) -> None:
+    assert_one_line_error(fleet.cli("status", env={"FLEET_DATABASE_URL": "mysql://x/y"}), "expected a postgresql://")
+    assert_one_line_error(fleet.cli("status", env={"FLEET_LEASE_SECONDS": "soon"}), "is not a number")
+
+
+def test_best_of_an_unknown_problem(fleet: Fleet) -> None:
+    assert_one_line_error(fleet.cli("best", "nothing", "--target", "cpu-x86_64"), "no problem 'nothing'")
+
+
+@pytest.mark.parametrize(
+    "command", [[], ["tune"], ["resume"], ["status"], ["best"], ["worker"], ["up"], ["db"], ["db", "upgrade"],
+                ["bench", "dispatch"]],
+)  # fmt: skip
+def test_every_command_has_help(fleet: Fleet, command: list[str]) -> None:
+    done = fleet.cli(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "Usage: fleet" in done.stdout
+
+
+def test_gpu_workers_are_pinned_one_per_gpu_and_measure_on_their_own(fleet: Fleet, tmp_path: Path) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    smi = tools / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA H100 80GB HBM3, 9.0, GPU-aaaa'\necho '1, NVIDIA H100 80GB HBM3, 9.0, GPU-bbbb'\n")
+    smi.chmod(0o755)
+    env = {"PATH": f"{tools}:{fleet.env['PATH']}"}
+    dry = fleet.cli("worker", "--dry-run", env=env, check=True)
+    assert "eval-gpu0@" in dry.stdout and "CUDA_VISIBLE_DEVICES=0" in dry.stdout
+    assert "eval-gpu1@" in dry.stdout and "CUDA_VISIBLE_DEVICES=1" in dry.stdout
+    fleet.target = "sm_90"
+    proc = fleet.start_worker(expect=3, env=env)
+    workers = {w.name.split("@")[0]: w for w in fleet.store.workers(target="sm_90")}
+    assert set(workers) == {"eval-gpu0", "eval-gpu1", "build-sm_90"}
+    assert workers["eval-gpu1"].gpu == "1:NVIDIA H100 80GB HBM3"
+    assert workers["eval-gpu0"].queues == ["eval.sm_90"]
+    spec = good_spec(fleet)
+    spec["space"]["knobs"]["x"]["values"] = list(range(12))
+    path = write_spec(fleet.home, spec)
+
+    done = fleet.cli("tune", str(path), "--target", "sm_90", "--json", check=True)
+
+    assert json.loads(done.stdout)["problems"][0]["trials"] == {"evaluated": 12}
+    from fleet.store import Measurement
+
+    with fleet.store.session() as session:
+        rows = session.execute(select(Measurement.gpu, Measurement.metrics)).all()
+    for gpu, metrics in rows:
+        assert int(gpu.split(":")[0]) == metrics["device"]  # each process saw only its own GPU
+    fleet.stop(proc)
