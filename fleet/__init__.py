@@ -6,12 +6,22 @@ The Python API is re-exported here: :func:`load_spec`, :class:`CampaignSpec`, :f
 
 __version__ = "0.1.0"
 
-from fleet.api import best, connect, run, status, submit  # noqa: E402
-from fleet.campaign import CampaignSpec, ProblemSpec, load_spec  # noqa: E402
-from fleet.errors import FleetError  # noqa: E402
-from fleet.space import Knob, Space  # noqa: E402
+from fleet.api import best, connect, run, status, submit
+from fleet.campaign import CampaignSpec, ProblemSpec, load_spec
+from fleet.errors import FleetError
+from fleet.space import Knob, Space
 
 __all__ = [
-    "CampaignSpec", "FleetError", "Knob", "ProblemSpec", "Space", "__version__", "best", "connect", "load_spec",
-    "run", "status", "submit",
-]  # fmt: skip
+    "CampaignSpec",
+    "FleetError",
+    "Knob",
+    "ProblemSpec",
+    "Space",
+    "__version__",
+    "best",
+    "connect",
+    "load_spec",
+    "run",
+    "status",
+    "submit",
+]

@@ -1,11 +1,11 @@
 """The Python API: describe a campaign, submit it, run or watch it, ask for the best.
 
-    import fleet
-    spec = fleet.load_spec("examples/matmul-c/spec.json")      # or build a fleet.CampaignSpec by hand
-    campaign = fleet.submit(spec)
-    summaries = fleet.run(campaign)                            # drives it; embedded mode starts local workers
-    fleet.status(campaign)                                     # {"new": 0, "evaluated": 50, ...}
-    fleet.best(summaries[0].problem_id, campaign.target)       # [(measurement, config)]
+import fleet
+spec = fleet.load_spec("examples/matmul-c/spec.json")      # or build a fleet.CampaignSpec by hand
+campaign = fleet.submit(spec)
+summaries = fleet.run(campaign)                            # drives it; embedded mode starts local workers
+fleet.status(campaign)                                     # {"new": 0, "evaluated": 50, ...}
+fleet.best(summaries[0].problem_id, campaign.target)       # [(measurement, config)]
 """
 
 from __future__ import annotations
@@ -36,10 +36,14 @@ def submit(spec: CampaignSpec, store: Store | None = None) -> Campaign:
 
 
 def run(
-    campaign: Campaign | str | int, *, store: Store | None = None, local: bool | None = None,
-    window: int | None = None, on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
+    campaign: Campaign | str | int,
+    *,
+    store: Store | None = None,
+    local: bool | None = None,
+    window: int | None = None,
+    on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
-) -> list[Summary]:  # fmt: skip
+) -> list[Summary]:
     """Drive a campaign to its end (or resume it) and return what it found per problem.
 
     Parameters
@@ -67,17 +71,27 @@ STATIC_WINDOW = 1024
 
 
 def driver(
-    store: Store, campaign: Campaign, *, window: int | None = None,
+    store: Store,
+    campaign: Campaign,
+    *,
+    window: int | None = None,
     on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
-) -> Driver:  # fmt: skip
+) -> Driver:
     """A driver for ``campaign`` with the environment's settings and a window that fits the fleet."""
     from fleet.tasks import send
 
     settings = get_settings()
-    result = Driver(store, campaign, send, on_progress=on_progress, on_warning=on_warning,
-                    max_attempts=settings.max_attempts, heartbeat_seconds=settings.heartbeat_seconds,
-                    requeue_seconds=settings.requeue_seconds)  # fmt: skip
+    result = Driver(
+        store,
+        campaign,
+        send,
+        on_progress=on_progress,
+        on_warning=on_warning,
+        max_attempts=settings.max_attempts,
+        heartbeat_seconds=settings.heartbeat_seconds,
+        requeue_seconds=settings.requeue_seconds,
+    )
     if window is not None:
         result.window = window
     elif result.dynamic:
@@ -97,6 +111,8 @@ def status(campaign: Campaign | str | int, store: Store | None = None) -> dict[s
     return store.trial_counts(campaign.id)
 
 
-def best(problem_id: int, target: str, limit: int = 1, store: Store | None = None) -> list[tuple[Measurement, dict[str, Any]]]:
+def best(
+    problem_id: int, target: str, limit: int = 1, store: Store | None = None
+) -> list[tuple[Measurement, dict[str, Any]]]:
     """The best valid measurements of a problem on a target, with their configurations, best first."""
     return (store or connect()).best(problem_id, target, limit)

@@ -101,8 +101,9 @@ class CampaignSpec:
         seed = strategy.get("seed", 0)
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise SpecError("strategy 'seed' must be an integer")
-        make_searcher(strategy.get("name", "grid"), self.space, budget=budget, seed=seed,
-                      options=strategy.get("options"))  # fmt: skip
+        make_searcher(
+            strategy.get("name", "grid"), self.space, budget=budget, seed=seed, options=strategy.get("options")
+        )
         if self.baseline is not None:
             if not isinstance(self.baseline, Mapping):
                 raise SpecError("'baseline' must be an object of knob values")
@@ -121,7 +122,7 @@ class CampaignSpec:
 
 def _problems(raw: Any) -> list[ProblemSpec]:
     if not isinstance(raw, list) or not raw:
-        raise SpecError("'problems' must be a non-empty list of {\"kind\": ..., \"params\": {...}}")
+        raise SpecError('\'problems\' must be a non-empty list of {"kind": ..., "params": {...}}')
     problems = []
     for index, entry in enumerate(raw):
         if not isinstance(entry, Mapping) or not isinstance(entry.get("kind"), str) or not entry["kind"]:
@@ -165,7 +166,7 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
         files[workload["bundle"]] = bundle
     strategy = data.get("strategy", {"name": "grid"})
     if not isinstance(strategy, Mapping):
-        raise SpecError("'strategy' must be an object such as {\"name\": \"random\", \"budget\": 50}")
+        raise SpecError('\'strategy\' must be an object such as {"name": "random", "budget": 50}')
     extra = set(strategy) - {"name", "budget", "seed", "options"}
     if extra:
         raise SpecError(f"strategy has an unknown field {sorted(extra)[0]!r}")
@@ -196,8 +197,12 @@ def load_spec(path: Path, *, name: str | None = None, target: str | None = None)
     except json.JSONDecodeError as error:
         raise SpecError(f"{path}: not valid JSON: {error.msg} at line {error.lineno}") from None
     try:
-        return parse_spec(data, path.parent, name=name or (data.get("name") if isinstance(data, dict) else None)
-                          or path.stem, target=target)  # fmt: skip
+        return parse_spec(
+            data,
+            path.parent,
+            name=name or (data.get("name") if isinstance(data, dict) else None) or path.stem,
+            target=target,
+        )
     except SpecError as error:
         raise SpecError(f"{path}: {error}") from None
 
@@ -213,10 +218,14 @@ def provenance(toolchain: str) -> dict[str, Any]:
     from fleet import __version__
 
     return {
-        "toolchain": toolchain, "fleet": __version__, "python": platform.python_version(),
-        "celery": celery.__version__, "host": socket.gethostname(), "platform": platform.platform(),
+        "toolchain": toolchain,
+        "fleet": __version__,
+        "python": platform.python_version(),
+        "celery": celery.__version__,
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
         "argv": sys.argv[1:],
-    }  # fmt: skip
+    }
 
 
 def submit(store: Store, spec: CampaignSpec) -> Campaign:
@@ -227,17 +236,24 @@ def submit(store: Store, spec: CampaignSpec) -> Campaign:
     for data in spec.files.values():
         store.put_blob(data)
     return store.create_campaign(
-        name=spec.name, target=spec.target, problem_ids=problem_ids, space=spec.space.to_dict(),
-        strategy=spec.strategy, workload=spec.workload, options=spec.options,
-        provenance=provenance(toolchain), baseline=spec.baseline,
-    )  # fmt: skip
+        name=spec.name,
+        target=spec.target,
+        problem_ids=problem_ids,
+        space=spec.space.to_dict(),
+        strategy=spec.strategy,
+        workload=spec.workload,
+        options=spec.options,
+        provenance=provenance(toolchain),
+        baseline=spec.baseline,
+    )
 
 
 def trial_keys(campaign: Campaign, problem_id: int, config: Config, space: Space) -> tuple[str, str]:
     """The build key (what decides the artifact) and the measure key (what decides the measurement)."""
     toolchain = campaign.provenance.get("toolchain", "")
-    build_workload = {k: v for k, v in campaign.workload.items() if k not in ("run", "repeats", "warmup",
-                                                                               "run_timeout", "objective")}  # fmt: skip
+    build_workload = {
+        k: v for k, v in campaign.workload.items() if k not in ("run", "repeats", "warmup", "run_timeout", "objective")
+    }
     build_key = digest(["build", problem_id, campaign.target, space.build_part(config), toolchain, build_workload])
     measure_key = digest(["measure", problem_id, campaign.target, config, toolchain, campaign.workload])
     return build_key, measure_key
@@ -287,10 +303,12 @@ def baseline_configs(space: Space, baseline: Mapping[str, Any]) -> list[Config]:
     """The baseline once for each combination of the run-time knobs it leaves open."""
     open_knobs = [k for k in space.knobs if k.name not in baseline]
     return [
-        {name: ({**baseline, **dict(zip([k.name for k in open_knobs], values, strict=True))})[name]
-         for name in space.names}
+        {
+            name: ({**baseline, **dict(zip([k.name for k in open_knobs], values, strict=True))})[name]
+            for name in space.names
+        }
         for values in itertools.product(*(k.values for k in open_knobs))
-    ]  # fmt: skip
+    ]
 
 
 @dataclass
@@ -339,11 +357,19 @@ class Driver:
         return make_searcher(strategy["name"], self.space, options=strategy.get("options")).is_dynamic
 
     def __init__(
-        self, store: Store, campaign: Campaign, dispatch: Callable[[Iterable[Requeue]], int], *, window: int = 8,
+        self,
+        store: Store,
+        campaign: Campaign,
+        dispatch: Callable[[Iterable[Requeue]], int],
+        *,
+        window: int = 8,
         on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
-        on_warning: Callable[[str], None] | None = None, poll_seconds: float = 0.05, max_attempts: int = 3,
-        heartbeat_seconds: float = 5.0, requeue_seconds: float = 300.0,
-    ) -> None:  # fmt: skip
+        on_warning: Callable[[str], None] | None = None,
+        poll_seconds: float = 0.05,
+        max_attempts: int = 3,
+        heartbeat_seconds: float = 5.0,
+        requeue_seconds: float = 300.0,
+    ) -> None:
         self.store = store
         self.campaign = campaign
         self.dispatch = dispatch
@@ -359,11 +385,18 @@ class Driver:
         self.problems = [p.id for p in store.campaign_problems(campaign.id)]
         strategy = campaign.strategy
         self.feeds = [
-            _Feed(make_searcher(strategy["name"], self.space, budget=strategy.get("budget"), maximize=self.maximize,
-                                seed=int(strategy.get("seed", 0)) + index, options=strategy.get("options"))
-                  .generate())
+            _Feed(
+                make_searcher(
+                    strategy["name"],
+                    self.space,
+                    budget=strategy.get("budget"),
+                    maximize=self.maximize,
+                    seed=int(strategy.get("seed", 0)) + index,
+                    options=strategy.get("options"),
+                ).generate()
+            )
             for index in range(len(self.problems))
-        ]  # fmt: skip
+        ]
         self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
         self.results: list[TrialResult] = []
         self.best: dict[int, TrialResult] = {}
@@ -446,10 +479,14 @@ class Driver:
             run = Run(result.config, result.objective, result.valid, result.metrics, result.reason)
             self.feeds[index].inbox.extend([run] * times)
             current = self.best.get(result.problem_id)
-            if result.valid and result.objective is not None and (
-                current is None or (result.objective > current.objective if self.maximize
-                                    else result.objective < current.objective)  # type: ignore[operator]
-            ):  # fmt: skip
+            if (
+                result.valid
+                and result.objective is not None
+                and (
+                    current is None
+                    or (result.objective > current.objective if self.maximize else result.objective < current.objective)  # type: ignore[operator]
+                )
+            ):
                 self.best[result.problem_id] = result
         return len(finished)
 
@@ -469,8 +506,13 @@ class Driver:
     def run(self) -> list[Summary]:
         """Drive the campaign to its end and return what it found per problem."""
         if self.campaign.baseline:
-            self._submit([(index, config, True) for index in range(len(self.problems))
-                          for config in baseline_configs(self.space, self.campaign.baseline)])  # fmt: skip
+            self._submit(
+                [
+                    (index, config, True)
+                    for index in range(len(self.problems))
+                    for config in baseline_configs(self.space, self.campaign.baseline)
+                ]
+            )
         total = self.total()
         started = time.monotonic()
         last_check = 0.0
@@ -489,8 +531,9 @@ class Driver:
             if now - last_check > self.heartbeat_seconds:
                 last_check = now
                 self._check_workers(started, warned)
-                self._send(self.store.reap(self.max_attempts) + self.store.stale(self.requeue_seconds,
-                                                                                   self.campaign.id))
+                self._send(
+                    self.store.reap(self.max_attempts) + self.store.stale(self.requeue_seconds, self.campaign.id)
+                )
             if idle:
                 # Back off while nothing finishes: long measurements need no tight polling.
                 time.sleep(min(0.5, self.poll_seconds * 2 ** min(idle - 1, 4)))
@@ -516,8 +559,14 @@ def summarize(store: Store, campaign: Campaign) -> list[Summary]:
         best = (max if maximize else min)(valid, key=lambda r: r.objective) if valid else None  # type: ignore[arg-type]
         # The baseline run with the same run-time knob values as the best: a like-for-like speedup.
         space = Space.from_dict(campaign.space)
-        same_run = [r for r in mine if r.baseline and r.valid and best is not None
-                    and all(r.config.get(n) == best.config.get(n) for n in space.run_knobs)]  # fmt: skip
+        same_run = [
+            r
+            for r in mine
+            if r.baseline
+            and r.valid
+            and best is not None
+            and all(r.config.get(n) == best.config.get(n) for n in space.run_knobs)
+        ]
         baseline = same_run[0] if same_run else None
         counts: dict[str, int] = {}
         for r in mine:

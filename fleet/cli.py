@@ -58,14 +58,25 @@ def cli(verbose: bool) -> None:
 @click.argument("spec", type=click.Path(path_type=Path))
 @click.option("--name", help="Campaign name (default: the spec's name). The same name resumes the campaign.")
 @click.option("--target", help="Target to tune for (default: the spec's, else this machine's CPU).")
-@click.option("--window", type=click.IntRange(1), help="Trials in flight at once (default: 2 per live evaluation worker).")
+@click.option(
+    "--window", type=click.IntRange(1), help="Trials in flight at once (default: 2 per live evaluation worker)."
+)
 @click.option("--remeasure", is_flag=True, help="Measure configurations again even if measured before.")
 @click.option("--local/--no-local", default=None, help="Start local workers (default: when running embedded).")
 @click.option("--eval-procs", type=click.IntRange(1), default=1, show_default=True, help="Local evaluation workers.")
 @click.option("--detach", is_flag=True, help="Submit and send every trial of a static strategy, then return.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def tune(spec: Path, name: str | None, target: str | None, window: int | None, remeasure: bool,
-         local: bool | None, eval_procs: int, detach: bool, as_json: bool) -> None:  # fmt: skip
+def tune(
+    spec: Path,
+    name: str | None,
+    target: str | None,
+    window: int | None,
+    remeasure: bool,
+    local: bool | None,
+    eval_procs: int,
+    detach: bool,
+    as_json: bool,
+) -> None:
     """Run the tuning campaign described by the JSON file SPEC and print the best configuration."""
     from fleet.campaign import load_spec, submit
 
@@ -88,12 +99,20 @@ def resume(campaign: str, window: int | None, local: bool | None, eval_procs: in
     """Go on with CAMPAIGN (name or id) after its driver stopped: nothing measured is measured again."""
     store = _store()
     _check_broker()
-    _drive(store, store.campaign(campaign), window=window, local=local, eval_procs=eval_procs, detach=False,
-           as_json=as_json)  # fmt: skip
+    _drive(
+        store,
+        store.campaign(campaign),
+        window=window,
+        local=local,
+        eval_procs=eval_procs,
+        detach=False,
+        as_json=as_json,
+    )
 
 
-def _drive(store: Any, campaign: Any, *, window: int | None, local: bool | None, eval_procs: int, detach: bool,
-           as_json: bool) -> None:  # fmt: skip
+def _drive(
+    store: Any, campaign: Any, *, window: int | None, local: bool | None, eval_procs: int, detach: bool, as_json: bool
+) -> None:
     from contextlib import nullcontext
 
     from fleet.api import driver
@@ -104,8 +123,7 @@ def _drive(store: Any, campaign: Any, *, window: int | None, local: bool | None,
     fleet = LocalFleet(settings, campaign.target, eval_procs=eval_procs) if local and not detach else nullcontext()
     with fleet:
         bar = _ProgressBar(campaign.name, quiet=as_json)
-        run = driver(store, campaign, window=1 << 30 if detach else window, on_progress=bar.update,
-                     on_warning=bar.warn)  # fmt: skip
+        run = driver(store, campaign, window=1 << 30 if detach else window, on_progress=bar.update, on_warning=bar.warn)
         if detach:
             run.submit_all()
             click.echo(f"campaign {campaign.name} (id {campaign.id}): {len(run.in_flight)} trials sent")
@@ -150,14 +168,22 @@ def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: b
     rows = []
     for s in summaries:
         problem = store.problem(s.problem_id)
-        rows.append({
-            "problem": {"id": problem.id, "kind": problem.kind, "params": problem.params},
-            "trials": s.counts,
-            "best": None if s.best is None else {"config": s.best.config, unit: s.best.objective,
-                                                 "trial": s.best.trial_id, "metrics": s.best.metrics},
-            "baseline": None if s.baseline is None else {"config": s.baseline.config, unit: s.baseline.objective},
-            "speedup": s.speedup,
-        })  # fmt: skip
+        rows.append(
+            {
+                "problem": {"id": problem.id, "kind": problem.kind, "params": problem.params},
+                "trials": s.counts,
+                "best": None
+                if s.best is None
+                else {
+                    "config": s.best.config,
+                    unit: s.best.objective,
+                    "trial": s.best.trial_id,
+                    "metrics": s.best.metrics,
+                },
+                "baseline": None if s.baseline is None else {"config": s.baseline.config, unit: s.baseline.objective},
+                "speedup": s.speedup,
+            }
+        )
     if as_json:
         click.echo(json.dumps({"campaign": campaign.name, "target": campaign.target, "problems": rows}, indent=2))
         return
@@ -196,21 +222,39 @@ def status(campaign: str | None, as_json: bool) -> None:
         counts = store.trial_counts(c.id)
         waiting = sum(counts.get(s, 0) for s in ("new", "compiling", "compiled", "evaluating"))
         listening = [w.name for w in live if w.target == c.target]
-        entry: dict[str, Any] = {"id": c.id, "name": c.name, "target": c.target, "status": c.status,
-                                 "strategy": c.strategy, "trials": counts, "workers": listening}  # fmt: skip
+        entry: dict[str, Any] = {
+            "id": c.id,
+            "name": c.name,
+            "target": c.target,
+            "status": c.status,
+            "strategy": c.strategy,
+            "trials": counts,
+            "workers": listening,
+        }
         if waiting and not any(w.role == "eval" for w in live if w.target == c.target):
             entry["warning"] = f"no worker is listening on eval.{c.target}: {waiting} trials wait"
         if campaign:
-            entry["best"] = [{"problem": s.problem_id, "config": s.best.config, "objective": s.best.objective}
-                             for s in summarize(store, c) if s.best is not None]  # fmt: skip
+            entry["best"] = [
+                {"problem": s.problem_id, "config": s.best.config, "objective": s.best.objective}
+                for s in summarize(store, c)
+                if s.best is not None
+            ]
             errored = store.trials(c.id, ["errored"])
             reasons: dict[str, int] = {}
             for t in errored:
                 reasons[t.reason or "?"] = reasons.get(t.reason or "?", 0) + 1
             entry["errors"] = reasons
         report.append(entry)
-    workers = [{"name": w.name, "role": w.role, "target": w.target, "gpu": w.gpu,
-                "heartbeat": w.heartbeat_at.isoformat(timespec="seconds")} for w in live]  # fmt: skip
+    workers = [
+        {
+            "name": w.name,
+            "role": w.role,
+            "target": w.target,
+            "gpu": w.gpu,
+            "heartbeat": w.heartbeat_at.isoformat(timespec="seconds"),
+        }
+        for w in live
+    ]
     if as_json:
         click.echo(json.dumps({"campaigns": report, "workers": workers}, indent=2))
         return
@@ -222,7 +266,9 @@ def status(campaign: str | None, as_json: bool) -> None:
         if "warning" in entry:
             click.echo(f"      warning: {entry['warning']}")
         for best in entry.get("best", []):
-            click.echo(f"      best of problem {best['problem']}: {best['objective']:.4g}  {_format_config(best['config'])}")
+            click.echo(
+                f"      best of problem {best['problem']}: {best['objective']:.4g}  {_format_config(best['config'])}"
+            )
         for reason, n in sorted(entry.get("errors", {}).items(), key=lambda kv: -kv[1])[:10]:
             click.echo(f"      errored x{n}: {reason}")
     click.echo(f"\nworkers listening: {len(workers)}")
@@ -246,10 +292,25 @@ def best(problem: str, target: str, params: tuple[str, ...], limit: int, as_json
     rows = store.best(found.id, target, limit)
     if not rows:
         raise NotFound(f"no valid measurement of problem {found.id} ({found.kind}) on {target}")
-    out = [{"problem": found.id, "kind": found.kind, "params": found.params, "target": target, "config": config,
-            m.objective_name: m.objective, "metrics": m.metrics, "samples": m.samples, "trial": m.trial_id,
-            "node": m.node, "gpu": m.gpu, "worker": m.worker, "toolchain": m.toolchain,
-            "measured_at": m.created_at.isoformat(timespec="seconds")} for m, config in rows]  # fmt: skip
+    out = [
+        {
+            "problem": found.id,
+            "kind": found.kind,
+            "params": found.params,
+            "target": target,
+            "config": config,
+            m.objective_name: m.objective,
+            "metrics": m.metrics,
+            "samples": m.samples,
+            "trial": m.trial_id,
+            "node": m.node,
+            "gpu": m.gpu,
+            "worker": m.worker,
+            "toolchain": m.toolchain,
+            "measured_at": m.created_at.isoformat(timespec="seconds"),
+        }
+        for m, config in rows
+    ]
     if as_json:
         click.echo(json.dumps(out if limit > 1 else out[0], indent=2))
         return
@@ -285,14 +346,26 @@ def _find_problem(store: Any, ref: str, params: tuple[str, ...]) -> Any:
 @cli.command()
 @click.option("--target", help="Target of this node (default: detected from its GPUs, else its CPU).")
 @click.option("--gpus", help="GPU indices to use, e.g. 0,1 (default: every detected GPU).")
-@click.option("--eval-procs", type=click.IntRange(1), default=1, show_default=True,
-              help="Evaluation processes on a node with no GPU.")  # fmt: skip
+@click.option(
+    "--eval-procs",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Evaluation processes on a node with no GPU.",
+)
 @click.option("--build-procs", type=click.IntRange(1), help="Build concurrency (default: the node's cores).")
 @click.option("--loglevel", default="INFO", show_default=True, help="Celery log level.")
 @click.option("--log-dir", type=click.Path(path_type=Path), help="Write each worker's log under this directory.")
 @click.option("--dry-run", is_flag=True, help="Print the worker processes this node would start, and exit.")
-def worker(target: str | None, gpus: str | None, eval_procs: int, build_procs: int | None, loglevel: str,
-           log_dir: Path | None, dry_run: bool) -> None:  # fmt: skip
+def worker(
+    target: str | None,
+    gpus: str | None,
+    eval_procs: int,
+    build_procs: int | None,
+    loglevel: str,
+    log_dir: Path | None,
+    dry_run: bool,
+) -> None:
     """Start this node's workers: one evaluation process per GPU, plus build processes."""
     from fleet.campaign import check_target
     from fleet.workers.launch import Launcher, command, node_gpus, plan
@@ -341,8 +414,9 @@ def up(local: bool, target: str | None, eval_procs: int) -> None:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     with fleet:
-        click.echo(f"fleet up: database {redact(settings.database_url)}, broker {redact(settings.broker_url)}; "
-                   "Ctrl-C stops it")
+        click.echo(
+            f"fleet up: database {redact(settings.database_url)}, broker {redact(settings.broker_url)}; Ctrl-C stops it"
+        )
         try:
             while not stopping:
                 time.sleep(0.5)

@@ -13,6 +13,7 @@ from typing import Any
 
 from fleet.errors import SpecError
 
+
 class Undefined(Exception):
     """The expression has no value for these values: a zero divisor, an overflow, a huge power."""
 
@@ -79,10 +80,23 @@ class Expression:
 
     def _check(self, node: ast.AST) -> None:
         allowed = (
-            ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Name, ast.Constant,
-            ast.Tuple, ast.List, ast.Load, ast.And, ast.Or, ast.Call,
-            *_BINARY, *_UNARY, *_COMPARE,
-        )  # fmt: skip
+            ast.BinOp,
+            ast.UnaryOp,
+            ast.BoolOp,
+            ast.Compare,
+            ast.IfExp,
+            ast.Name,
+            ast.Constant,
+            ast.Tuple,
+            ast.List,
+            ast.Load,
+            ast.And,
+            ast.Or,
+            ast.Call,
+            *_BINARY,
+            *_UNARY,
+            *_COMPARE,
+        )
         for child in ast.walk(node):
             if not isinstance(child, allowed):
                 raise SpecError(f"constraint {self.text!r}: {type(child).__name__} is not allowed")

@@ -56,8 +56,12 @@ class LocalFleet:
         store = Store(self.settings.database_url)
         if self.settings.embedded_database:
             store.upgrade()
-        specs = plan(gpus=node_gpus(self.target, None), target=self.target, eval_procs=self.eval_procs,
-                     build_procs=self.build_procs)  # fmt: skip
+        specs = plan(
+            gpus=node_gpus(self.target, None),
+            target=self.target,
+            eval_procs=self.eval_procs,
+            build_procs=self.build_procs,
+        )
         env = {**os.environ, "FLEET_HOME": str(self.settings.home)}
         self.launcher = Launcher(specs, log_dir=self.log_dir, env=env).start()
         names = {s.name for s in specs}

@@ -86,9 +86,7 @@ class Settings:
         database_url = env.get("FLEET_DATABASE_URL", "")
         broker_url = env.get("FLEET_BROKER_URL", "")
         if database_url and not database_url.startswith(("postgresql", "sqlite")):
-            raise ConfigurationError(
-                f"FLEET_DATABASE_URL={database_url!r}: expected a postgresql:// or sqlite:/// URL"
-            )
+            raise ConfigurationError(f"FLEET_DATABASE_URL={database_url!r}: expected a postgresql:// or sqlite:/// URL")
         if broker_url and not broker_url.startswith(("redis://", "rediss://", "redis+socket://", "filesystem://")):
             raise ConfigurationError(f"FLEET_BROKER_URL={broker_url!r}: expected a redis:// URL")
         if not broker_url:

@@ -70,31 +70,44 @@ class Fleet:
     target: str
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def cli(self, *args: str, timeout: float = 300, check: bool = False,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    def cli(
+        self, *args: str, timeout: float = 300, check: bool = False, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``fleet ARGS`` in a subprocess with this installation's environment."""
         done = subprocess.run(
-            [sys.executable, "-m", "fleet.cli", *args], env={**self.env, **(env or {})}, cwd=self.home,
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )  # fmt: skip
+            [sys.executable, "-m", "fleet.cli", *args],
+            env={**self.env, **(env or {})},
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"fleet {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         return done
 
-    def start_worker(self, *args: str, expect: int = 2, env: dict[str, str] | None = None,
-                     log: str = "worker.log") -> subprocess.Popen[bytes]:  # fmt: skip
+    def start_worker(
+        self, *args: str, expect: int = 2, env: dict[str, str] | None = None, log: str = "worker.log"
+    ) -> subprocess.Popen[bytes]:
         """Start ``fleet worker ARGS`` (its own process group) and wait until ``expect`` workers registered."""
         before = {w.name for w in self.store.workers(within=2)}
         with (self.home / log).open("ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "fleet.cli", "worker", "--target", self.target, *args],
-                env={**self.env, **(env or {})}, cwd=self.home, stdout=out, stderr=subprocess.STDOUT,
+                env={**self.env, **(env or {})},
+                cwd=self.home,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         self.procs.append(proc)
         if expect:
-            self.wait_for(lambda: len({w.name for w in self.store.workers(within=2)} - before) >= expect,
-                          timeout=60, what=f"workers to register (log: {self.home / log})")  # fmt: skip
+            self.wait_for(
+                lambda: len({w.name for w in self.store.workers(within=2)} - before) >= expect,
+                timeout=60,
+                what=f"workers to register (log: {self.home / log})",
+            )
         return proc
 
     def stop(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 60) -> None:
@@ -156,3 +169,14 @@ def write_spec(directory: Path, spec: dict, name: str = "spec.json") -> Path:
     path = directory / name
     path.write_text(json.dumps(spec, indent=2))
     return path
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under `make test` (and so in CI) a skipped test is a failure: every test must really run."""
+    if not os.environ.get("FLEET_REQUIRE_SERVICES"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if skipped:
+        reporter.write_line(f"FLEET_REQUIRE_SERVICES is set and {len(skipped)} tests were skipped", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -31,10 +31,32 @@ def _wait(condition: Any, timeout: float, what: str) -> None:
 def _celery_worker(app: str, name: str, queue: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", app, "worker", "-n", name, "-Q", queue, "-c", "1", "-P", "prefork",
-             "-E", "--without-gossip", "--without-mingle", "-l", "WARNING"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                app,
+                "worker",
+                "-n",
+                name,
+                "-Q",
+                queue,
+                "-c",
+                "1",
+                "-P",
+                "prefork",
+                "-E",
+                "--without-gossip",
+                "--without-mingle",
+                "-l",
+                "WARNING",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -58,11 +80,13 @@ def celery_chain(trials: int, env: dict[str, str], workdir: Path) -> float:
     counter.delete("fleet-bench:done")
     env = {**env, "FLEET_BENCH_REDIS": env["FLEET_BENCH_REDIS"]}
     procs = [
-        _celery_worker("fleet.bench.chain", f"bench-build-{uuid.uuid4().hex[:6]}@bench", "bench.build", env,
-                       workdir / "chain.log"),
-        _celery_worker("fleet.bench.chain", f"bench-eval-{uuid.uuid4().hex[:6]}@bench", "bench.eval", env,
-                       workdir / "chain.log"),
-    ]  # fmt: skip
+        _celery_worker(
+            "fleet.bench.chain", f"bench-build-{uuid.uuid4().hex[:6]}@bench", "bench.build", env, workdir / "chain.log"
+        ),
+        _celery_worker(
+            "fleet.bench.chain", f"bench-eval-{uuid.uuid4().hex[:6]}@bench", "bench.eval", env, workdir / "chain.log"
+        ),
+    ]
     try:
         from fleet.bench import chain
 
@@ -100,14 +124,36 @@ def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> float:
     log = workdir / "fleet-worker.log"
     with log.open("ab") as out:
         launcher = subprocess.Popen(
-            [sys.executable, "-m", "fleet.cli", "worker", "--target", target, "--eval-procs", "1", "--build-procs", "1",
-             "--loglevel", "WARNING"], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "fleet.cli",
+                "worker",
+                "--target",
+                target,
+                "--eval-procs",
+                "1",
+                "--build-procs",
+                "1",
+                "--loglevel",
+                "WARNING",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         _wait(lambda: len(store.workers(target=target, within=30)) >= 2, 60, "the fleet's workers")
         space = Space((Knob("i", tuple(range(trials + 1))),))
-        spec = CampaignSpec(name=f"bench-{target}", problems=[ProblemSpec("noop", {})], target=target,
-                            space=space, strategy={"name": "grid"}, workload={"kind": "noop"})  # fmt: skip
+        spec = CampaignSpec(
+            name=f"bench-{target}",
+            problems=[ProblemSpec("noop", {})],
+            target=target,
+            space=space,
+            strategy={"name": "grid"},
+            workload={"kind": "noop"},
+        )
         campaign = submit(store, spec)
         warm = Driver(store, campaign, send, window=1)
         warm.feeds[0].proposals = (c for c in [{"i": trials}])
@@ -143,5 +189,8 @@ def run(trials: int = 2000) -> dict[str, float]:
         env["PYTHONUNBUFFERED"] = "1"
         celery_rate = celery_chain(trials, env, workdir)
         fleet_rate = fleet_campaign(trials, env, workdir)
-    return {"fleet_trials_per_s": round(fleet_rate, 1), "celery_trials_per_s": round(celery_rate, 1),
-            "ratio": round(fleet_rate / celery_rate, 3)}  # fmt: skip
+    return {
+        "fleet_trials_per_s": round(fleet_rate, 1),
+        "celery_trials_per_s": round(celery_rate, 1),
+        "ratio": round(fleet_rate / celery_rate, 3),
+    }

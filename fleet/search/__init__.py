@@ -17,7 +17,12 @@ STRATEGIES: dict[str, type[Searcher]] = {
 
 
 def make_searcher(
-    name: str, space: Space, *, budget: int | None = None, maximize: bool = False, seed: int = 0,
+    name: str,
+    space: Space,
+    *,
+    budget: int | None = None,
+    maximize: bool = False,
+    seed: int = 0,
     options: dict[str, Any] | None = None,
 ) -> Searcher:
     """Build the searcher called ``name``.

@@ -18,5 +18,5 @@ class CartesianProduct(Searcher):
 
     def generate(self) -> Proposals:
         # A plain loop, not `yield from`: that would pass the driver's send() to islice, which has none.
-        for config in itertools.islice(iter(self.space), self.budget):
+        for config in itertools.islice(iter(self.space), self.budget):  # noqa: UP028
             yield config

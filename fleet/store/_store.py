@@ -143,7 +143,10 @@ class Store:
             self.engine = create_engine(
                 # No pre-ping: it doubles the statements of the hot path. A dropped connection fails one
                 # transaction (the pool then reconnects), and leases make any one failure harmless.
-                url, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 5}
+                url,
+                pool_size=2,
+                max_overflow=4,
+                connect_args={"connect_timeout": 5},
             )
         else:
             raise StoreError(f"{self.display_url}: Fleet stores its data in PostgreSQL or SQLite")
@@ -218,8 +221,9 @@ class Store:
         """The id of the problem (``kind``, ``params``), created if missing, with ``tags`` added."""
         key = digest(params)
         with self.session() as session:
-            self._insert_ignore(session, Problem, {"kind": kind, "params": params, "params_key": key,
-                                                   "created_at": utcnow()})  # fmt: skip
+            self._insert_ignore(
+                session, Problem, {"kind": kind, "params": params, "params_key": key, "created_at": utcnow()}
+            )
             problem_id = session.scalar(select(Problem.id).where(Problem.kind == kind, Problem.params_key == key))
             for tag in tags:
                 self._insert_ignore(session, ProblemTag, {"problem_id": problem_id, "tag": tag})
@@ -255,8 +259,7 @@ class Store:
         """Store ``data`` once under its SHA-256; return the digest."""
         key = hashlib.sha256(data).hexdigest()
         with self.session() as session:
-            self._insert_ignore(session, Blob, {"digest": key, "size": len(data), "data": data,
-                                                "created_at": utcnow()})  # fmt: skip
+            self._insert_ignore(session, Blob, {"digest": key, "size": len(data), "data": data, "created_at": utcnow()})
         return key
 
     def get_blob(self, key: str) -> bytes:
@@ -269,25 +272,44 @@ class Store:
     # -- campaigns --------------------------------------------------------------------------------------
 
     def create_campaign(
-        self, *, name: str, target: str, problem_ids: Sequence[int], space: dict[str, Any],
-        strategy: dict[str, Any], workload: dict[str, Any], options: dict[str, Any],
-        provenance: dict[str, Any], baseline: dict[str, Any] | None = None,
-    ) -> Campaign:  # fmt: skip
+        self,
+        *,
+        name: str,
+        target: str,
+        problem_ids: Sequence[int],
+        space: dict[str, Any],
+        strategy: dict[str, Any],
+        workload: dict[str, Any],
+        options: dict[str, Any],
+        provenance: dict[str, Any],
+        baseline: dict[str, Any] | None = None,
+    ) -> Campaign:
         """Create a campaign; an existing one of the same name and definition is returned as it is."""
         workload_key = digest({"workload": workload, "provenance": provenance.get("toolchain", "")})
         with self.session() as session:
             existing = session.scalar(select(Campaign).where(Campaign.name == name))
             if existing is not None:
                 same = (existing.target, existing.space, existing.strategy, existing.workload_key) == (
-                    target, space, strategy, workload_key)  # fmt: skip
+                    target,
+                    space,
+                    strategy,
+                    workload_key,
+                )
                 if not same:
                     raise StoreError(f"campaign {name!r} exists with another definition: choose another name")
                 return existing
             campaign = Campaign(
-                name=name, target=target, space=space, strategy=strategy, workload=workload,
-                workload_key=workload_key, options=options, provenance=provenance, baseline=baseline,
+                name=name,
+                target=target,
+                space=space,
+                strategy=strategy,
+                workload=workload,
+                workload_key=workload_key,
+                options=options,
+                provenance=provenance,
+                baseline=baseline,
                 status="running",
-            )  # fmt: skip
+            )
             session.add(campaign)
             session.flush()
             for position, problem_id in enumerate(problem_ids):
@@ -311,10 +333,14 @@ class Store:
 
     def campaign_problems(self, campaign_id: int) -> list[Problem]:
         with self.session() as session:
-            return list(session.scalars(
-                select(Problem).join(CampaignProblem, CampaignProblem.problem_id == Problem.id)
-                .where(CampaignProblem.campaign_id == campaign_id).order_by(CampaignProblem.position)
-            ))  # fmt: skip
+            return list(
+                session.scalars(
+                    select(Problem)
+                    .join(CampaignProblem, CampaignProblem.problem_id == Problem.id)
+                    .where(CampaignProblem.campaign_id == campaign_id)
+                    .order_by(CampaignProblem.position)
+                )
+            )
 
     def set_campaign_status(self, campaign_id: int, status: str) -> None:
         finished = utcnow() if status in ("done", "stopped") else None
@@ -339,20 +365,33 @@ class Store:
         with self._tx() as connection:
             if not remeasure:
                 rows = connection.execute(
-                    select(Trial.measure_key, Trial.id, Trial.state).join(Measurement, Measurement.trial_id == Trial.id)
-                    .where(Trial.measure_key.in_({t.measure_key for t in trials}),
-                           Trial.state.in_(("evaluated", "invalid")))
-                ).all()  # fmt: skip
+                    select(Trial.measure_key, Trial.id, Trial.state)
+                    .join(Measurement, Measurement.trial_id == Trial.id)
+                    .where(
+                        Trial.measure_key.in_({t.measure_key for t in trials}),
+                        Trial.state.in_(("evaluated", "invalid")),
+                    )
+                ).all()
                 sources = {r.measure_key: (r.id, r.state) for r in rows}
             values = []
             for new in trials:
                 row = {
-                    "campaign_id": campaign_id, "problem_id": new.problem_id, "target": target,
-                    "config": new.config, "config_key": digest(new.config), "build_key": new.build_key,
-                    "measure_key": new.measure_key, "seq": new.seq, "baseline": new.baseline,
-                    "state": "new", "attempts": 0, "created_at": now, "queued_at": now,
-                    "source_trial_id": None, "finished_at": None,
-                }  # fmt: skip
+                    "campaign_id": campaign_id,
+                    "problem_id": new.problem_id,
+                    "target": target,
+                    "config": new.config,
+                    "config_key": digest(new.config),
+                    "build_key": new.build_key,
+                    "measure_key": new.measure_key,
+                    "seq": new.seq,
+                    "baseline": new.baseline,
+                    "state": "new",
+                    "attempts": 0,
+                    "created_at": now,
+                    "queued_at": now,
+                    "source_trial_id": None,
+                    "finished_at": None,
+                }
                 if new.measure_key in sources:
                     source, state = sources[new.measure_key]
                     row |= {"state": state, "source_trial_id": source, "finished_at": now}
@@ -362,10 +401,11 @@ class Store:
             keys = [(t.problem_id, digest(t.config)) for t in trials]
             rows = connection.execute(
                 select(Trial.problem_id, Trial.config_key, Trial.id, Trial.state).where(
-                    Trial.campaign_id == campaign_id, Trial.target == target,
+                    Trial.campaign_id == campaign_id,
+                    Trial.target == target,
                     Trial.config_key.in_({key for _, key in keys}),
                 )
-            ).all()  # fmt: skip
+            ).all()
         found = {(r.problem_id, r.config_key): (r.id, r.state) for r in rows}
         return [found[key] for key in keys]
 
@@ -394,12 +434,22 @@ class Store:
         """The trials among ``trial_ids`` (or of a campaign) that reached a terminal state."""
         measured = func.coalesce(Trial.source_trial_id, Trial.id)
         query = (
-            select(Trial.id, Trial.problem_id, Trial.config, Trial.state, Trial.reason, Trial.baseline,
-                   Trial.source_trial_id, Measurement.objective, Measurement.valid, Measurement.metrics)
+            select(
+                Trial.id,
+                Trial.problem_id,
+                Trial.config,
+                Trial.state,
+                Trial.reason,
+                Trial.baseline,
+                Trial.source_trial_id,
+                Measurement.objective,
+                Measurement.valid,
+                Measurement.metrics,
+            )
             .outerjoin(Measurement, Measurement.trial_id == measured)
             .where(Trial.state.in_(TERMINAL_STATES))
             .order_by(Trial.id)
-        )  # fmt: skip
+        )
         if trial_ids is not None:
             ids = list(trial_ids)
             if not ids:
@@ -411,10 +461,17 @@ class Store:
             rows = connection.execute(query).all()
         return [
             TrialResult(
-                trial_id=r.id, problem_id=r.problem_id, config=r.config, state=r.state, reason=r.reason,
-                objective=r.objective, valid=bool(r.valid and r.state == "evaluated"), metrics=r.metrics or {},
-                baseline=r.baseline, reused=r.source_trial_id is not None,
-            )  # fmt: skip
+                trial_id=r.id,
+                problem_id=r.problem_id,
+                config=r.config,
+                state=r.state,
+                reason=r.reason,
+                objective=r.objective,
+                valid=bool(r.valid and r.state == "evaluated"),
+                metrics=r.metrics or {},
+                baseline=r.baseline,
+                reused=r.source_trial_id is not None,
+            )
             for r in rows
         ]
 
@@ -437,8 +494,10 @@ class Store:
                 select(Campaign.workload, Campaign.space, Campaign.provenance).where(Campaign.id == campaign_id)
             ).one()
             campaign = self._campaign_cache[campaign_id] = {
-                "workload": row.workload, "space": row.space, "toolchain": str(row.provenance.get("toolchain", ""))
-            }  # fmt: skip
+                "workload": row.workload,
+                "space": row.space,
+                "toolchain": str(row.provenance.get("toolchain", "")),
+            }
         problem = self._problem_cache.get(problem_id)
         if problem is None:
             row = connection.execute(select(Problem.kind, Problem.params).where(Problem.id == problem_id)).one()
@@ -457,19 +516,31 @@ class Store:
         now = utcnow()
         free = or_(Trial.state == waiting, (Trial.state == running) & (Trial.lease_expires_at < now))
         values: dict[str, Any] = {
-            "state": running, "worker": worker, "lease_expires_at": now + timedelta(seconds=lease),
+            "state": running,
+            "worker": worker,
+            "lease_expires_at": now + timedelta(seconds=lease),
             "started_at": func.coalesce(Trial.started_at, now),
-        }  # fmt: skip
+        }
         condition = [Trial.id == trial_id, free]
         if phase == "evaluate":
             values["attempts"] = Trial.attempts + 1
             condition.append(Trial.attempts < max_attempts)
         with self._tx() as connection:
             trial = connection.execute(
-                update(Trial).where(*condition).values(**values).returning(
-                    Trial.id, Trial.campaign_id, Trial.problem_id, Trial.target, Trial.config, Trial.build_key,
-                    Trial.measure_key, Trial.attempts)
-            ).first()  # fmt: skip
+                update(Trial)
+                .where(*condition)
+                .values(**values)
+                .returning(
+                    Trial.id,
+                    Trial.campaign_id,
+                    Trial.problem_id,
+                    Trial.target,
+                    Trial.config,
+                    Trial.build_key,
+                    Trial.measure_key,
+                    Trial.attempts,
+                )
+            ).first()
             if trial is None:
                 return None
             campaign, problem = self._definition(connection, trial.campaign_id, trial.problem_id)
@@ -477,37 +548,49 @@ class Store:
             if phase == "evaluate":
                 artifact = connection.scalar(select(Artifact.blob_digest).where(Artifact.build_key == trial.build_key))
         return TrialWork(
-            trial_id=trial.id, campaign_id=trial.campaign_id, problem_id=trial.problem_id,
-            problem_kind=problem["kind"], problem_params=problem["params"], target=trial.target, config=trial.config,
-            build_key=trial.build_key, measure_key=trial.measure_key, workload=campaign["workload"],
-            space=campaign["space"], toolchain=campaign["toolchain"], attempts=trial.attempts,
+            trial_id=trial.id,
+            campaign_id=trial.campaign_id,
+            problem_id=trial.problem_id,
+            problem_kind=problem["kind"],
+            problem_params=problem["params"],
+            target=trial.target,
+            config=trial.config,
+            build_key=trial.build_key,
+            measure_key=trial.measure_key,
+            workload=campaign["workload"],
+            space=campaign["space"],
+            toolchain=campaign["toolchain"],
+            attempts=trial.attempts,
             artifact_digest=artifact,
-        )  # fmt: skip
+        )
 
     def compile_if_built(self, trial_id: int) -> bool:
         """Move a ``new`` trial straight to ``compiled`` when its artifact is already built (one statement)."""
         built = select(Artifact.id).where(Artifact.build_key == Trial.build_key, Artifact.state == "built").exists()
         with self._tx() as connection:
-            return bool(connection.execute(
-                update(Trial).where(Trial.id == trial_id, Trial.state == "new", built)
-                .values(state="compiled", queued_at=utcnow(), started_at=func.coalesce(Trial.started_at, utcnow()))
-            ).rowcount)  # fmt: skip
+            return bool(
+                connection.execute(
+                    update(Trial)
+                    .where(Trial.id == trial_id, Trial.state == "new", built)
+                    .values(state="compiled", queued_at=utcnow(), started_at=func.coalesce(Trial.started_at, utcnow()))
+                ).rowcount
+            )
 
     def renew(self, trial_id: int, worker: str, lease: float, build_key: str | None = None) -> bool:
         """Extend this worker's lease on a trial (and on the artifact it builds); False if it lost it."""
         expires = utcnow() + timedelta(seconds=lease)
         with self._tx() as connection:
             held = connection.execute(
-                update(Trial).where(Trial.id == trial_id, Trial.worker == worker,
-                                    Trial.state.in_(("compiling", "evaluating")))
+                update(Trial)
+                .where(Trial.id == trial_id, Trial.worker == worker, Trial.state.in_(("compiling", "evaluating")))
                 .values(lease_expires_at=expires)
-            ).rowcount  # fmt: skip
+            ).rowcount
             if build_key is not None:
                 connection.execute(
-                    update(Artifact).where(Artifact.build_key == build_key, Artifact.worker == worker,
-                                           Artifact.state == "building")
+                    update(Artifact)
+                    .where(Artifact.build_key == build_key, Artifact.worker == worker, Artifact.state == "building")
                     .values(lease_expires_at=expires)
-                )  # fmt: skip
+                )
         return bool(held)
 
     def claim_build(
@@ -523,11 +606,23 @@ class Store:
         expires = now + timedelta(seconds=lease)
         columns = Artifact.__table__.columns
         with self._tx() as connection:
-            created = connection.execute(self._insert(Artifact).values(
-                build_key=work.build_key, problem_id=work.problem_id, target=work.target, build_config=build_config,
-                toolchain=work.toolchain, state="building", worker=worker, lease_expires_at=expires, attempts=1,
-                created_at=now,
-            ).on_conflict_do_nothing().returning(*columns)).first()  # fmt: skip
+            created = connection.execute(
+                self._insert(Artifact)
+                .values(
+                    build_key=work.build_key,
+                    problem_id=work.problem_id,
+                    target=work.target,
+                    build_config=build_config,
+                    toolchain=work.toolchain,
+                    state="building",
+                    worker=worker,
+                    lease_expires_at=expires,
+                    attempts=1,
+                    created_at=now,
+                )
+                .on_conflict_do_nothing()
+                .returning(*columns)
+            ).first()
             if created is not None:
                 return created
             artifact = connection.execute(select(*columns).where(Artifact.build_key == work.build_key)).one()
@@ -538,10 +633,13 @@ class Store:
             else:
                 values = {"worker": worker, "lease_expires_at": expires, "attempts": Artifact.attempts + 1}
             taken = connection.execute(
-                update(Artifact).where(Artifact.build_key == work.build_key, Artifact.state == "building",
-                                       Artifact.lease_expires_at < now)
-                .values(**values).returning(*columns)
-            ).first()  # fmt: skip
+                update(Artifact)
+                .where(
+                    Artifact.build_key == work.build_key, Artifact.state == "building", Artifact.lease_expires_at < now
+                )
+                .values(**values)
+                .returning(*columns)
+            ).first()
             return taken or connection.execute(select(*columns).where(Artifact.build_key == work.build_key)).one()
 
     def artifact(self, build_key: str) -> Artifact | None:
@@ -549,9 +647,16 @@ class Store:
             return session.scalar(select(Artifact).where(Artifact.build_key == build_key))
 
     def finish_build(
-        self, build_key: str, worker: str, *, data: bytes | None, reason: str | None = None,
-        log_tail: str | None = None, seconds: float | None = None, trial_id: int | None = None,
-    ) -> bool:  # fmt: skip
+        self,
+        build_key: str,
+        worker: str,
+        *,
+        data: bytes | None,
+        reason: str | None = None,
+        log_tail: str | None = None,
+        seconds: float | None = None,
+        trial_id: int | None = None,
+    ) -> bool:
         """Record the build this worker owns: ``data`` when it succeeded, ``reason`` when it failed.
 
         With ``trial_id``, the trial this worker holds moves to ``compiled`` in the same transaction.
@@ -561,32 +666,50 @@ class Store:
             blob = None
             if data is not None:
                 blob = hashlib.sha256(data).hexdigest()
-                connection.execute(self._insert(Blob).values(digest=blob, size=len(data), data=data, created_at=now)
-                                   .on_conflict_do_nothing())  # fmt: skip
+                connection.execute(
+                    self._insert(Blob)
+                    .values(digest=blob, size=len(data), data=data, created_at=now)
+                    .on_conflict_do_nothing()
+                )
             done = connection.execute(
                 update(Artifact)
                 .where(Artifact.build_key == build_key, Artifact.worker == worker, Artifact.state == "building")
-                .values(state="built" if data is not None else "failed", blob_digest=blob, reason=reason,
-                        log_tail=log_tail, build_seconds=seconds, built_at=now, lease_expires_at=None)
-            ).rowcount  # fmt: skip
+                .values(
+                    state="built" if data is not None else "failed",
+                    blob_digest=blob,
+                    reason=reason,
+                    log_tail=log_tail,
+                    build_seconds=seconds,
+                    built_at=now,
+                    lease_expires_at=None,
+                )
+            ).rowcount
             if done and data is not None and trial_id is not None:
                 connection.execute(self._compiled(trial_id, worker, now))
             return bool(done)
 
     def _compiled(self, trial_id: int, worker: str, now: Any) -> Any:
         return (
-            update(Trial).where(Trial.id == trial_id, Trial.worker == worker, Trial.state == "compiling")
+            update(Trial)
+            .where(Trial.id == trial_id, Trial.worker == worker, Trial.state == "compiling")
             .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now)
-        )  # fmt: skip
+        )
 
     def mark_compiled(self, trial_id: int, worker: str) -> bool:
         with self._tx() as connection:
             return bool(connection.execute(self._compiled(trial_id, worker, utcnow())).rowcount)
 
     def record(
-        self, trial_id: int, worker: str, *, state: str = "evaluated", reason: str | None = None,
-        measurement: dict[str, Any] | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
-    ) -> bool:  # fmt: skip
+        self,
+        trial_id: int,
+        worker: str,
+        *,
+        state: str = "evaluated",
+        reason: str | None = None,
+        measurement: dict[str, Any] | None = None,
+        stdout_tail: str | None = None,
+        stderr_tail: str | None = None,
+    ) -> bool:
         """Finish a trial this worker holds: its terminal state, and its measurement if it has one.
 
         Returns False, writing nothing, when the worker no longer holds the trial (its lease expired and
@@ -596,26 +719,42 @@ class Store:
         with self._tx() as connection:
             trial = connection.execute(
                 update(Trial)
-                .where(Trial.id == trial_id, Trial.worker == worker,
-                       Trial.state.in_(("compiling", "evaluating")))
-                .values(state=state, reason=reason, lease_expires_at=None, finished_at=now,
-                        stdout_tail=stdout_tail, stderr_tail=stderr_tail)
+                .where(Trial.id == trial_id, Trial.worker == worker, Trial.state.in_(("compiling", "evaluating")))
+                .values(
+                    state=state,
+                    reason=reason,
+                    lease_expires_at=None,
+                    finished_at=now,
+                    stdout_tail=stdout_tail,
+                    stderr_tail=stderr_tail,
+                )
                 .returning(Trial.problem_id, Trial.target, Trial.measure_key)
-            ).first()  # fmt: skip
+            ).first()
             if trial is not None and measurement is not None:
-                connection.execute(self._insert(Measurement).values(
-                    trial_id=trial_id, problem_id=trial.problem_id, target=trial.target,
-                    measure_key=trial.measure_key, created_at=now, **measurement,
-                ).on_conflict_do_nothing())  # fmt: skip
+                connection.execute(
+                    self._insert(Measurement)
+                    .values(
+                        trial_id=trial_id,
+                        problem_id=trial.problem_id,
+                        target=trial.target,
+                        measure_key=trial.measure_key,
+                        created_at=now,
+                        **measurement,
+                    )
+                    .on_conflict_do_nothing()
+                )
             return trial is not None
 
     def fail_waiting(self, trial_id: int, reason: str) -> bool:
         """Error a trial that no worker holds (its build failed before it was claimed)."""
         with self.session() as session:
-            return bool(session.execute(
-                update(Trial).where(Trial.id == trial_id, Trial.state.in_(("new", "compiled")))
-                .values(state="errored", reason=reason, finished_at=utcnow())
-            ).rowcount)  # fmt: skip
+            return bool(
+                session.execute(
+                    update(Trial)
+                    .where(Trial.id == trial_id, Trial.state.in_(("new", "compiled")))
+                    .values(state="errored", reason=reason, finished_at=utcnow())
+                ).rowcount
+            )
 
     def reap(self, max_attempts: int) -> list[Requeue]:
         """Give back work whose lease expired; error trials that have lost ``max_attempts`` workers."""
@@ -625,26 +764,35 @@ class Store:
             session.execute(
                 update(Trial)
                 .where(Trial.state == "evaluating", expired, Trial.attempts >= max_attempts)
-                .values(state="errored", lease_expires_at=None, finished_at=now,
-                        reason=f"lost its worker {max_attempts} times (killed, or the node went away)")
-            )  # fmt: skip
+                .values(
+                    state="errored",
+                    lease_expires_at=None,
+                    finished_at=now,
+                    reason=f"lost its worker {max_attempts} times (killed, or the node went away)",
+                )
+            )
             # Also a `compiled` trial whose attempts ran out while it waited for its lost message.
             session.execute(
                 update(Trial)
                 .where(Trial.state == "compiled", Trial.attempts >= max_attempts)
-                .values(state="errored", finished_at=now,
-                        reason=f"lost its worker {max_attempts} times (killed, or the node went away)")
-            )  # fmt: skip
+                .values(
+                    state="errored",
+                    finished_at=now,
+                    reason=f"lost its worker {max_attempts} times (killed, or the node went away)",
+                )
+            )
             to_evaluate = session.execute(
-                update(Trial).where(Trial.state == "evaluating", expired)
+                update(Trial)
+                .where(Trial.state == "evaluating", expired)
                 .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now)
                 .returning(Trial.id, Trial.target)
-            ).all()  # fmt: skip
+            ).all()
             to_compile = session.execute(
-                update(Trial).where(Trial.state == "compiling", expired)
+                update(Trial)
+                .where(Trial.state == "compiling", expired)
                 .values(state="new", worker=None, lease_expires_at=None, queued_at=now)
                 .returning(Trial.id, Trial.target)
-            ).all()  # fmt: skip
+            ).all()
         return [Requeue(r.id, r.target, "evaluate") for r in to_evaluate] + [
             Requeue(r.id, r.target, "compile") for r in to_compile
         ]
@@ -657,17 +805,20 @@ class Store:
         """
         now = utcnow()
         with self.session() as session:
-            query = select(Trial.id).where(Trial.state.in_(("new", "compiled")),
-                                           Trial.queued_at < now - timedelta(seconds=older_than))  # fmt: skip
+            query = select(Trial.id).where(
+                Trial.state.in_(("new", "compiled")), Trial.queued_at < now - timedelta(seconds=older_than)
+            )
             if campaign_id is not None:
                 query = query.where(Trial.campaign_id == campaign_id)
             ids = list(session.scalars(query.order_by(Trial.id).limit(limit)))
             if not ids:
                 return []
             rows = session.execute(
-                update(Trial).where(Trial.id.in_(ids), Trial.state.in_(("new", "compiled")))
-                .values(queued_at=now).returning(Trial.id, Trial.target, Trial.state)
-            ).all()  # fmt: skip
+                update(Trial)
+                .where(Trial.id.in_(ids), Trial.state.in_(("new", "compiled")))
+                .values(queued_at=now)
+                .returning(Trial.id, Trial.target, Trial.state)
+            ).all()
         return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]
 
     def pending(self, campaign_id: int) -> list[Requeue]:
@@ -677,35 +828,70 @@ class Store:
                 select(Trial.id, Trial.target, Trial.state)
                 .where(Trial.campaign_id == campaign_id, Trial.state.in_(("new", "compiled")))
                 .order_by(Trial.id)
-            ).all()  # fmt: skip
+            ).all()
         return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]
 
     # -- machines and workers ---------------------------------------------------------------------------
 
     def register_worker(
-        self, *, name: str, hostname: str, role: str, target: str, queues: list[str], gpu: str | None,
-        gpus: list[dict[str, Any]], cpus: int, concurrency: int, pid: int,
-    ) -> None:  # fmt: skip
+        self,
+        *,
+        name: str,
+        hostname: str,
+        role: str,
+        target: str,
+        queues: list[str],
+        gpu: str | None,
+        gpus: list[dict[str, Any]],
+        cpus: int,
+        concurrency: int,
+        pid: int,
+    ) -> None:
         """Record a worker process and its machine, or refresh them when they restart."""
         now = utcnow()
         with self.session() as session:
-            self._insert_ignore(session, Machine, {"hostname": hostname, "targets": [], "gpus": [], "cpus": cpus,
-                                                   "first_seen": now, "last_seen": now})  # fmt: skip
+            self._insert_ignore(
+                session,
+                Machine,
+                {"hostname": hostname, "targets": [], "gpus": [], "cpus": cpus, "first_seen": now, "last_seen": now},
+            )
             machine = session.scalar(select(Machine).where(Machine.hostname == hostname))
             assert machine is not None
             machine.targets = sorted(set(machine.targets) | {target})
             machine.gpus = gpus or machine.gpus
             machine.cpus, machine.last_seen = cpus, now
-            self._insert_ignore(session, Worker, {
-                "name": name, "machine_id": machine.id, "role": role, "target": target, "queues": queues,
-                "gpu": gpu, "concurrency": concurrency, "pid": pid, "started_at": now, "heartbeat_at": now,
-            })  # fmt: skip
+            self._insert_ignore(
+                session,
+                Worker,
+                {
+                    "name": name,
+                    "machine_id": machine.id,
+                    "role": role,
+                    "target": target,
+                    "queues": queues,
+                    "gpu": gpu,
+                    "concurrency": concurrency,
+                    "pid": pid,
+                    "started_at": now,
+                    "heartbeat_at": now,
+                },
+            )
             session.execute(
-                update(Worker).where(Worker.name == name).values(
-                    machine_id=machine.id, role=role, target=target, queues=queues, gpu=gpu,
-                    concurrency=concurrency, pid=pid, started_at=now, heartbeat_at=now, stopped_at=None,
+                update(Worker)
+                .where(Worker.name == name)
+                .values(
+                    machine_id=machine.id,
+                    role=role,
+                    target=target,
+                    queues=queues,
+                    gpu=gpu,
+                    concurrency=concurrency,
+                    pid=pid,
+                    started_at=now,
+                    heartbeat_at=now,
+                    stopped_at=None,
                 )
-            )  # fmt: skip
+            )
 
     def heartbeat(self, name: str) -> None:
         now = utcnow()
@@ -720,7 +906,9 @@ class Store:
         with self.session() as session:
             session.execute(update(Worker).where(Worker.name == name).values(stopped_at=utcnow()))
 
-    def workers(self, *, target: str | None = None, role: str | None = None, within: float | None = None) -> list[Worker]:
+    def workers(
+        self, *, target: str | None = None, role: str | None = None, within: float | None = None
+    ) -> list[Worker]:
         """Registered workers; with ``within``, only those that beat their heart in the last seconds."""
         query = select(Worker).order_by(Worker.name)
         if target is not None:
@@ -749,20 +937,26 @@ class Store:
         with self.session() as session:
             latest = session.execute(
                 select(Measurement.objective_name, Measurement.maximize)
-                .where(Measurement.problem_id == problem_id, Measurement.target == target,
-                       Measurement.valid.is_(True))
-                .order_by(Measurement.id.desc()).limit(1)
-            ).first()  # fmt: skip
+                .where(Measurement.problem_id == problem_id, Measurement.target == target, Measurement.valid.is_(True))
+                .order_by(Measurement.id.desc())
+                .limit(1)
+            ).first()
             if latest is None:
                 return []
             order = Measurement.objective.desc() if latest.maximize else Measurement.objective.asc()
             rows = session.execute(
-                select(Measurement, Trial.config).join(Trial, Trial.id == Measurement.trial_id)
-                .where(Measurement.problem_id == problem_id, Measurement.target == target,
-                       Measurement.valid.is_(True), Measurement.objective.is_not(None),
-                       Measurement.objective_name == latest.objective_name)
-                .order_by(order, Measurement.id).limit(limit)
-            ).all()  # fmt: skip
+                select(Measurement, Trial.config)
+                .join(Trial, Trial.id == Measurement.trial_id)
+                .where(
+                    Measurement.problem_id == problem_id,
+                    Measurement.target == target,
+                    Measurement.valid.is_(True),
+                    Measurement.objective.is_not(None),
+                    Measurement.objective_name == latest.objective_name,
+                )
+                .order_by(order, Measurement.id)
+                .limit(limit)
+            ).all()
         return [(m, config) for m, config in rows]
 
     # -- helpers ----------------------------------------------------------------------------------------
@@ -779,4 +973,3 @@ class Store:
 def _first_line(error: Exception) -> str:
     text = str(getattr(error, "orig", error) or error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-

@@ -30,8 +30,12 @@ def context(name: str) -> WorkerContext:
     ctx = _contexts.get(os.getpid())
     if ctx is None:
         settings = get_settings()
-        ctx = WorkerContext(store=Store(settings.database_url), name=name, settings=settings,
-                            gpu=os.environ.get("FLEET_WORKER_GPU") or None)  # fmt: skip
+        ctx = WorkerContext(
+            store=Store(settings.database_url),
+            name=name,
+            settings=settings,
+            gpu=os.environ.get("FLEET_WORKER_GPU") or None,
+        )
         _contexts.clear()
         _contexts[os.getpid()] = ctx
     return ctx
@@ -50,10 +54,17 @@ def _register(sender: Any = None, **_: Any) -> None:
     target = os.environ.get("FLEET_WORKER_TARGET", "")
     queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) if sender.app else []
     ctx.store.register_worker(
-        name=name, hostname=socket.gethostname(), role=role, target=target, queues=queues,
-        gpu=ctx.gpu, gpus=json.loads(os.environ.get("FLEET_WORKER_GPUS", "[]")), cpus=os.cpu_count() or 1,
-        concurrency=sender.pool.num_processes if hasattr(sender.pool, "num_processes") else 1, pid=os.getpid(),
-    )  # fmt: skip
+        name=name,
+        hostname=socket.gethostname(),
+        role=role,
+        target=target,
+        queues=queues,
+        gpu=ctx.gpu,
+        gpus=json.loads(os.environ.get("FLEET_WORKER_GPUS", "[]")),
+        cpus=os.cpu_count() or 1,
+        concurrency=sender.pool.num_processes if hasattr(sender.pool, "num_processes") else 1,
+        pid=os.getpid(),
+    )
     _stop.clear()
     threading.Thread(target=_heartbeat, args=(ctx,), name="fleet-heartbeat", daemon=True).start()
     log.info("registered %s (%s, %s) on %s", name, role, target, ",".join(queues))

@@ -12,7 +12,7 @@ from fleet.tasks.lifecycle import context
 
 
 @app.task(name="fleet.compile", bind=True)
-def compile(self: Task, trial_id: int, target: str) -> str:  # noqa: A001 - the task's public name
+def compile(self: Task, trial_id: int, target: str) -> str:
     """Build (or reuse) the trial's artifact, then send its evaluation to ``eval.<target>``."""
     from fleet.workers.execute import compile_trial
 

@@ -107,8 +107,13 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
         while True:
             artifact = ctx.store.claim_build(work, build_config, ctx.owner, s.lease_seconds, s.max_attempts)
             if artifact.state == "failed":
-                ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"build failed: {artifact.reason}",
-                                 stderr_tail=artifact.log_tail)  # fmt: skip
+                ctx.store.record(
+                    trial_id,
+                    ctx.owner,
+                    state="errored",
+                    reason=f"build failed: {artifact.reason}",
+                    stderr_tail=artifact.log_tail,
+                )
                 return "errored"
             if artifact.state == "built":
                 return "compiled" if ctx.store.mark_compiled(trial_id, ctx.owner) else "lost"
@@ -122,7 +127,7 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
                 if not tick():
                     return "lost"
                 last_tick = time.monotonic()
-    except Exception as error:  # noqa: BLE001 - any surprise must still end the trial, with its reason
+    except Exception as error:
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"compile failed: {error!r}")
         raise
 
@@ -131,15 +136,28 @@ def _build(ctx: WorkerContext, work: TrialWork, build_config: dict) -> bool:
     """Build and record the artifact; True when the trial is now ``compiled``."""
     workload = load_workload(work.workload)
     with ctx.scratch() as scratch:
-        job = Job(config=build_config, problem=work.problem_params, scratch=scratch,
-                  fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
-                  tick=ctx.ticker(work.trial_id, work.build_key), tick_seconds=ctx.tick_seconds, env=ctx.env)  # fmt: skip
+        job = Job(
+            config=build_config,
+            problem=work.problem_params,
+            scratch=scratch,
+            fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
+            tick=ctx.ticker(work.trial_id, work.build_key),
+            tick_seconds=ctx.tick_seconds,
+            env=ctx.env,
+        )
         built = workload.build(job)
     if built.data is not None:
         # The node's cache gets it now, so an evaluation here need not fetch it back.
         ctx.cache.put(hashlib.sha256(built.data).hexdigest(), built.data)
-    ctx.store.finish_build(work.build_key, ctx.owner, data=built.data, reason=built.reason,
-                           log_tail=built.log_tail, seconds=built.seconds, trial_id=work.trial_id)  # fmt: skip
+    ctx.store.finish_build(
+        work.build_key,
+        ctx.owner,
+        data=built.data,
+        reason=built.reason,
+        log_tail=built.log_tail,
+        seconds=built.seconds,
+        trial_id=work.trial_id,
+    )
     return built.data is not None
 
 
@@ -156,23 +174,40 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
             return "errored"
         data = ctx.cache.get(work.artifact_digest, ctx.store.get_blob)
         with ctx.scratch() as scratch:
-            job = Job(config=work.config, problem=work.problem_params, scratch=scratch,
-                      fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
-                      tick=ctx.ticker(trial_id), tick_seconds=ctx.tick_seconds, env=ctx.env)  # fmt: skip
+            job = Job(
+                config=work.config,
+                problem=work.problem_params,
+                scratch=scratch,
+                fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
+                tick=ctx.ticker(trial_id),
+                tick_seconds=ctx.tick_seconds,
+                env=ctx.env,
+            )
             measured = workload.evaluate(job, data)
-    except Exception as error:  # noqa: BLE001 - any surprise must still end the trial, with its reason
+    except Exception as error:
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}")
         raise
     measurement = None
     if measured.objective is not None:
         measurement = {
-            "objective_name": workload.objective_name, "maximize": workload.maximize,
-            "objective": measured.objective, "valid": measured.state == "evaluated", "samples": measured.samples,
-            "metrics": measured.metrics, "toolchain": work.toolchain, "node": ctx.node, "gpu": ctx.gpu,
+            "objective_name": workload.objective_name,
+            "maximize": workload.maximize,
+            "objective": measured.objective,
+            "valid": measured.state == "evaluated",
+            "samples": measured.samples,
+            "metrics": measured.metrics,
+            "toolchain": work.toolchain,
+            "node": ctx.node,
+            "gpu": ctx.gpu,
             "worker": ctx.name,
-        }  # fmt: skip
+        }
     recorded = ctx.store.record(
-        trial_id, ctx.owner, state=measured.state, reason=measured.reason, measurement=measurement,
-        stdout_tail=measured.stdout_tail, stderr_tail=measured.stderr_tail,
-    )  # fmt: skip
+        trial_id,
+        ctx.owner,
+        state=measured.state,
+        reason=measured.reason,
+        measurement=measurement,
+        stdout_tail=measured.stdout_tail,
+        stderr_tail=measured.stderr_tail,
+    )
     return measured.state if recorded else "lost"

@@ -58,9 +58,13 @@ def _safe(text: str) -> str:
 
 
 def plan(
-    *, gpus: list[Gpu], target: str | None = None, eval_procs: int = 1, build_procs: int | None = None,
+    *,
+    gpus: list[Gpu],
+    target: str | None = None,
+    eval_procs: int = 1,
+    build_procs: int | None = None,
     host: str | None = None,
-) -> list[WorkerSpec]:  # fmt: skip
+) -> list[WorkerSpec]:
     """The worker processes a node runs.
 
     Parameters
@@ -87,11 +91,15 @@ def plan(
     for each in sorted({s.target for s in specs}):
         specs.append(WorkerSpec(f"build-{_safe(each)}@{host}", "build", each, build_procs))
     return [
-        WorkerSpec(s.name, s.role, s.target, s.concurrency,
-                   s.env | {"FLEET_WORKER_ROLE": s.role, "FLEET_WORKER_TARGET": s.target,
-                            "FLEET_WORKER_GPUS": gpu_records})
+        WorkerSpec(
+            s.name,
+            s.role,
+            s.target,
+            s.concurrency,
+            s.env | {"FLEET_WORKER_ROLE": s.role, "FLEET_WORKER_TARGET": s.target, "FLEET_WORKER_GPUS": gpu_records},
+        )
         for s in specs
-    ]  # fmt: skip
+    ]
 
 
 def node_gpus(target: str | None, gpus: str | None) -> list[Gpu]:
@@ -112,10 +120,26 @@ def node_gpus(target: str | None, gpus: str | None) -> list[Gpu]:
 def command(spec: WorkerSpec, loglevel: str = "INFO") -> list[str]:
     """The argument list that starts ``spec`` as a Celery worker."""
     return [
-        sys.executable, "-m", "celery", "-A", "fleet.tasks", "worker", "-n", spec.name, "-Q", spec.queue,
-        "-c", str(spec.concurrency), "-P", "prefork", "-E", "--without-gossip", "--without-mingle",
-        "-l", loglevel,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "fleet.tasks",
+        "worker",
+        "-n",
+        spec.name,
+        "-Q",
+        spec.queue,
+        "-c",
+        str(spec.concurrency),
+        "-P",
+        "prefork",
+        "-E",
+        "--without-gossip",
+        "--without-mingle",
+        "-l",
+        loglevel,
+    ]
 
 
 def _die_with_parent() -> None:
@@ -139,9 +163,12 @@ class Launcher:
     """
 
     def __init__(
-        self, specs: list[WorkerSpec], log_dir: Path | None = None, loglevel: str = "INFO",
+        self,
+        specs: list[WorkerSpec],
+        log_dir: Path | None = None,
+        loglevel: str = "INFO",
         env: dict[str, str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.specs = specs
         self.env = dict(os.environ if env is None else env)
         self.log_dir = log_dir
@@ -161,9 +188,14 @@ class Launcher:
             path.parent.mkdir(parents=True, exist_ok=True)
             output = path.open("ab")
         self.procs[spec.name] = subprocess.Popen(
-            command(spec, self.loglevel), env={**self.env, **spec.env}, stdout=output, stderr=output,
-            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
-        )  # fmt: skip
+            command(spec, self.loglevel),
+            env={**self.env, **spec.env},
+            stdout=output,
+            stderr=output,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         if output is not None:
             output.close()
         log.info("started %s (pid %d) on %s", spec.name, self.procs[spec.name].pid, spec.queue)

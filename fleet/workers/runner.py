@@ -6,6 +6,7 @@ environment so that a worker's secrets (database and broker URLs) never reach us
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,8 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TAIL_BYTES = 4096
-_PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
-               "ROCR_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LD_LIBRARY_PATH")  # fmt: skip
+_PASSED_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "LD_LIBRARY_PATH",
+)
 
 
 @dataclass(frozen=True)
@@ -97,9 +108,14 @@ def run(
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(
-                argv, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                env=sandbox_env(env), start_new_session=True,
-            )  # fmt: skip
+                argv,
+                cwd=cwd,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=sandbox_env(env),
+                start_new_session=True,
+            )
         except OSError as error:
             return Completed(argv, 127, "", f"cannot run {argv[0]}: {error.strerror}", 0.0)
         timed_out = False
@@ -120,14 +136,16 @@ def run(
         out.seek(0)
         err.seek(0)
         return Completed(
-            argv, None if timed_out else proc.returncode,
-            out.read().decode(errors="replace"), err.read().decode(errors="replace"), seconds, timed_out,
-        )  # fmt: skip
+            argv,
+            None if timed_out else proc.returncode,
+            out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"),
+            seconds,
+            timed_out,
+        )
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()

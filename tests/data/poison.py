@@ -11,4 +11,4 @@ if mode == "kill":
     time.sleep(5)
 elif mode.startswith("sleep"):
     time.sleep(float(mode[5:]))
-print('{"score": %d}' % len(mode))
+print(f'{{"score": {len(mode)}}}')

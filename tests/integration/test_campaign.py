@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 from sqlalchemy import func, select
 
@@ -22,10 +21,14 @@ def kernel_spec(fleet: Fleet, **overrides: object) -> dict:
         "strategy": {"name": "grid"},
         "baseline": {"size": 1},
         "workload": {
-            "kind": "command", "sources": ["kernel.c"],
-            "build": ["gcc", "-O1", "-DSIZE={size}", "kernel.c", "-o", "kernel"], "artifacts": ["kernel"],
-            "run": ["./kernel", "{scale}", "{sleep}"], "objective": {"json": "score", "goal": "max"},
-            "warmup": 1, "repeats": 3,
+            "kind": "command",
+            "sources": ["kernel.c"],
+            "build": ["gcc", "-O1", "-DSIZE={size}", "kernel.c", "-o", "kernel"],
+            "artifacts": ["kernel"],
+            "run": ["./kernel", "{scale}", "{sleep}"],
+            "objective": {"json": "score", "goal": "max"},
+            "warmup": 1,
+            "repeats": 3,
         },
     }
     spec.update(overrides)

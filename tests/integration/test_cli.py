@@ -21,9 +21,13 @@ def good_spec(fleet: Fleet) -> dict:
         "target": fleet.target,
         "problems": [{"kind": "whoami", "params": {}}],
         "space": {"knobs": {"x": {"values": [1, 2], "build": False}}},
-        "workload": {"kind": "command", "sources": ["whoami.py"], "run": [sys.executable, "whoami.py"],
-                     "objective": {"json": "score"}},
-    }  # fmt: skip
+        "workload": {
+            "kind": "command",
+            "sources": ["whoami.py"],
+            "run": [sys.executable, "whoami.py"],
+            "objective": {"json": "score"},
+        },
+    }
 
 
 def assert_one_line_error(done: object, contains: str) -> None:
@@ -103,9 +107,20 @@ def test_best_of_an_unknown_problem(fleet: Fleet) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["tune"], ["resume"], ["status"], ["best"], ["worker"], ["up"], ["db"], ["db", "upgrade"],
-                ["bench", "dispatch"]],
-)  # fmt: skip
+    "command",
+    [
+        [],
+        ["tune"],
+        ["resume"],
+        ["status"],
+        ["best"],
+        ["worker"],
+        ["up"],
+        ["db"],
+        ["db", "upgrade"],
+        ["bench", "dispatch"],
+    ],
+)
 def test_every_command_has_help(fleet: Fleet, command: list[str]) -> None:
     done = fleet.cli(*command, "--help")
     assert done.returncode == 0, done.stderr
@@ -116,7 +131,9 @@ def test_gpu_workers_are_pinned_one_per_gpu_and_measure_on_their_own(fleet: Flee
     tools = tmp_path / "bin"
     tools.mkdir()
     smi = tools / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho '0, NVIDIA H100 80GB HBM3, 9.0, GPU-aaaa'\necho '1, NVIDIA H100 80GB HBM3, 9.0, GPU-bbbb'\n")
+    smi.write_text(
+        "#!/bin/sh\necho '0, NVIDIA H100 80GB HBM3, 9.0, GPU-aaaa'\necho '1, NVIDIA H100 80GB HBM3, 9.0, GPU-bbbb'\n"
+    )
     smi.chmod(0o755)
     env = {"PATH": f"{tools}:{fleet.env['PATH']}"}
     dry = fleet.cli("worker", "--dry-run", env=env, check=True)

@@ -20,8 +20,15 @@ def embedded_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def fleet_cli(home: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fleet.cli", *args], cwd=home, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "fleet.cli", *args],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("broker", ["private redis", "filesystem"])

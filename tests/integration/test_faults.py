@@ -26,10 +26,14 @@ def script_spec(fleet: Fleet, modes: list[str], **workload: object) -> dict:
         "problems": [{"kind": "script", "params": {}}],
         "space": {"knobs": {"mode": {"values": modes, "build": False}}},
         "workload": {
-            "kind": "command", "sources": ["poison.py"], "run": [sys.executable, "poison.py", "{mode}"],
-            "objective": {"json": "score"}, "repeats": 1, **workload,
+            "kind": "command",
+            "sources": ["poison.py"],
+            "run": [sys.executable, "poison.py", "{mode}"],
+            "objective": {"json": "score"},
+            "repeats": 1,
+            **workload,
         },
-    }  # fmt: skip
+    }
 
 
 def trials(fleet: Fleet) -> list[Trial]:
@@ -45,9 +49,14 @@ def measurement_counts(fleet: Fleet) -> dict[int, int]:
 
 def start_tune(fleet: Fleet, spec_path: object, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "fleet.cli", "tune", str(spec_path), "--json", *args], env=fleet.env, cwd=fleet.home,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "fleet.cli", "tune", str(spec_path), "--json", *args],
+        env=fleet.env,
+        cwd=fleet.home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def assert_each_recorded_once(fleet: Fleet) -> None:
@@ -62,8 +71,10 @@ def test_worker_killed_mid_evaluation_is_measured_again_once(fleet: Fleet) -> No
     fleet.start_worker()
     spec = write_spec(fleet.home, script_spec(fleet, ["sleep4", "a", "bb"]))
     tune = start_tune(fleet, spec, "--window", "1")
-    fleet.wait_for(lambda: any(t.state == "evaluating" and t.config["mode"] == "sleep4" for t in trials(fleet)),
-                   what="the slow trial to be evaluating")  # fmt: skip
+    fleet.wait_for(
+        lambda: any(t.state == "evaluating" and t.config["mode"] == "sleep4" for t in trials(fleet)),
+        what="the slow trial to be evaluating",
+    )
     victim = fleet.store.workers(target=fleet.target, role="eval")[0]
 
     os.killpg(victim.pid, signal.SIGKILL)  # the Celery worker and its pool process, mid-measurement
@@ -121,8 +132,9 @@ def test_work_claimed_by_a_vanished_worker_is_given_back_by_its_lease(fleet: Fle
 
     fleet.start_worker()
 
-    fleet.wait_for(lambda: all(t.state == "evaluated" for t in trials(fleet)), timeout=60,
-                   what="every trial to be evaluated")  # fmt: skip
+    fleet.wait_for(
+        lambda: all(t.state == "evaluated" for t in trials(fleet)), timeout=60, what="every trial to be evaluated"
+    )
     assert_each_recorded_once(fleet)
 
 
@@ -148,9 +160,13 @@ def test_redis_restart_mid_campaign_loses_nothing(fleet: Fleet, redis_server: ob
     spec = write_spec(fleet.home, script_spec(fleet, modes))
     tune = subprocess.Popen(
         [sys.executable, "-m", "fleet.cli", "tune", str(spec), "--json", "--window", "3"],
-        env={**fleet.env, "FLEET_REQUEUE_SECONDS": "5"}, cwd=fleet.home, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        env={**fleet.env, "FLEET_REQUEUE_SECONDS": "5"},
+        cwd=fleet.home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     fleet.wait_for(lambda: sum(t.state == "evaluated" for t in trials(fleet)) >= 2, what="two evaluations")
 
     redis_server.kill()  # type: ignore[attr-defined]

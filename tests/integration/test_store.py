@@ -256,8 +256,8 @@ def test_a_garbage_url_is_a_store_error(url: str) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="BUG: a PostgreSQL URL naming a driver that is not installed (postgresql+psycopg://, the "
-    "SQLAlchemy default for psycopg 3) escapes Store() as NoSuchModuleError/ModuleNotFoundError, "
+    reason="BUG: a PostgreSQL URL naming a driver that is not installed (postgresql+psycopg:// is "
+    "SQLAlchemy's name for psycopg 3) escapes Store() as NoSuchModuleError/ModuleNotFoundError, "
     "not StoreError, so the CLI prints a traceback",
 )
 @pytest.mark.parametrize("url", ["postgresql+nodriver://u@h/db", "postgresql+psycopg://u@h/db"])

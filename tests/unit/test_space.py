@@ -87,9 +87,13 @@ def test_build_time_knobs_are_ordered_first_keeping_their_relative_order() -> No
 def test_iteration_varies_the_last_knob_fastest() -> None:
     s = space({"a": [1, 2], "b": ["x", "y", "z"]})
     assert list(s) == [
-        {"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 1, "b": "z"},
-        {"a": 2, "b": "x"}, {"a": 2, "b": "y"}, {"a": 2, "b": "z"},
-    ]  # fmt: skip
+        {"a": 1, "b": "x"},
+        {"a": 1, "b": "y"},
+        {"a": 1, "b": "z"},
+        {"a": 2, "b": "x"},
+        {"a": 2, "b": "y"},
+        {"a": 2, "b": "z"},
+    ]
 
 
 def test_iteration_keeps_each_build_part_in_one_consecutive_run() -> None:
@@ -119,8 +123,14 @@ def test_decode_returns_knobs_in_space_order() -> None:
 
 def test_constraints_filter_configurations() -> None:
     s = space({"x": [1, 2, 4, 8], "y": [1, 2, 4, 8]}, constraints=["x * y <= 8", "x >= y"])
-    assert list(s) == [{"x": 1, "y": 1}, {"x": 2, "y": 1}, {"x": 2, "y": 2}, {"x": 4, "y": 1},
-                       {"x": 4, "y": 2}, {"x": 8, "y": 1}]  # fmt: skip
+    assert list(s) == [
+        {"x": 1, "y": 1},
+        {"x": 2, "y": 1},
+        {"x": 2, "y": 2},
+        {"x": 4, "y": 1},
+        {"x": 4, "y": 2},
+        {"x": 8, "y": 1},
+    ]
 
 
 def test_predicate_sees_base_overlaid_with_the_configuration() -> None:
@@ -225,10 +235,14 @@ def test_from_dict_rejects_bad_input_with_a_clear_message(data: object, message:
 
 
 def test_to_dict_from_dict_round_trip() -> None:
-    original = Space.from_dict({
-        "knobs": {"threads": [1, 2], "tile": [8, 16], "fast": {"values": [True, False], "build": False}},
-        "run_time": ["threads"], "constraints": ["tile * threads <= 16"], "base": {"n": 4},
-    })  # fmt: skip
+    original = Space.from_dict(
+        {
+            "knobs": {"threads": [1, 2], "tile": [8, 16], "fast": {"values": [True, False], "build": False}},
+            "run_time": ["threads"],
+            "constraints": ["tile * threads <= 16"],
+            "base": {"n": 4},
+        }
+    )
     again = Space.from_dict(original.to_dict())
     assert again.to_dict() == original.to_dict()
     assert again.names == original.names
@@ -363,10 +377,13 @@ def spaces(draw: st.DrawFn) -> tuple[Space, list[Expression]]:
         knobs.append(Knob(f"k{index}", tuple(values), build=draw(st.booleans())))
     names = [k.name for k in knobs]
     constraints = [
-        Expression(draw(st.sampled_from(_TEMPLATES)).format(
-            a=draw(st.sampled_from(names)), b=draw(st.sampled_from(names)), n=draw(st.integers(-2, 8))))
+        Expression(
+            draw(st.sampled_from(_TEMPLATES)).format(
+                a=draw(st.sampled_from(names)), b=draw(st.sampled_from(names)), n=draw(st.integers(-2, 8))
+            )
+        )
         for _ in range(draw(st.integers(0, 3)))
-    ]  # fmt: skip
+    ]
     return Space(tuple(knobs), tuple(constraints)), constraints
 
 

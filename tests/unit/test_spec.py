@@ -27,12 +27,15 @@ SPEC: dict[str, Any] = {
     "space": {"knobs": {"size": [1, 2, 4], "scale": [1, 3]}, "run_time": ["scale"], "constraints": ["size < 4"]},
     "strategy": {"name": "random", "budget": 3, "seed": 1},
     "workload": {
-        "kind": "command", "sources": ["k.c"],
-        "build": ["gcc", "-DSIZE={size}", "k.c", "-o", "k"], "artifacts": ["k"],
-        "run": ["./k", "{scale}", "{n}"], "objective": {"name": "score", "goal": "max", "json": "score"},
+        "kind": "command",
+        "sources": ["k.c"],
+        "build": ["gcc", "-DSIZE={size}", "k.c", "-o", "k"],
+        "artifacts": ["k"],
+        "run": ["./k", "{scale}", "{n}"],
+        "objective": {"name": "score", "goal": "max", "json": "score"},
     },
     "baseline": {"size": 1},
-}  # fmt: skip
+}
 
 
 def make(**overrides: Any) -> dict[str, Any]:
@@ -232,18 +235,36 @@ def test_source_outside_the_spec_directory_is_refused_on_the_users_side(base: Pa
 
 
 @pytest.mark.parametrize(
-    "target", ["sm_90", "sm_86", "sm_100", "sm_90a", "gfx90a:104", "gfx906:60", "gfx1100", "gfx942", "cpu-x86_64",
-               "cpu-aarch64"],
-)  # fmt: skip
+    "target",
+    ["sm_90", "sm_86", "sm_100", "sm_90a", "gfx90a:104", "gfx906:60", "gfx1100", "gfx942", "cpu-x86_64", "cpu-aarch64"],
+)
 def test_valid_targets(target: str) -> None:
     assert check_target(target) == target
 
 
 @pytest.mark.parametrize(
     "target",
-    ["gpu9000", "sm90", "sm_9", "SM_90", "sm_90 ", " sm_90", "gfx90a:", "gfx90a:0", "gfx90a:104:1", "gfx9",
-     "cpu-", "cpu", "cpu-x86 64", "", "cuda", 90, None, ["sm_90"]],
-)  # fmt: skip
+    [
+        "gpu9000",
+        "sm90",
+        "sm_9",
+        "SM_90",
+        "sm_90 ",
+        " sm_90",
+        "gfx90a:",
+        "gfx90a:0",
+        "gfx90a:104:1",
+        "gfx9",
+        "cpu-",
+        "cpu",
+        "cpu-x86 64",
+        "",
+        "cuda",
+        90,
+        None,
+        ["sm_90"],
+    ],
+)
 def test_invalid_targets(target: object) -> None:
     with pytest.raises(SpecError, match="unknown target"):
         check_target(target)
@@ -260,10 +281,13 @@ def test_target_with_a_trailing_newline_is_invalid() -> None:
 
 def _campaign_spec(**overrides: Any) -> CampaignSpec:
     fields: dict[str, Any] = {
-        "name": "c", "problems": [ProblemSpec("command", {"n": 1})], "target": "cpu-x86_64",
-        "space": Space.from_dict({"knobs": {"size": [1, 2]}}), "strategy": {"name": "grid"},
+        "name": "c",
+        "problems": [ProblemSpec("command", {"n": 1})],
+        "target": "cpu-x86_64",
+        "space": Space.from_dict({"knobs": {"size": [1, 2]}}),
+        "strategy": {"name": "grid"},
         "workload": {"kind": "noop"},
-    }  # fmt: skip
+    }
     fields.update(overrides)
     return CampaignSpec(**fields)
 
@@ -283,16 +307,16 @@ def test_campaign_spec_validates_on_construction() -> None:
 def test_campaign_spec_checks_the_workload_against_every_problem() -> None:
     workload = {"kind": "command", "run": ["./k", "{m}"], "objective": {"json": "t"}}
     with pytest.raises(SpecError, match=r"uses \{m\}"):
-        _campaign_spec(problems=[ProblemSpec("command", {"m": 1}), ProblemSpec("command", {"n": 1})],
-                       workload=workload)  # fmt: skip
+        _campaign_spec(problems=[ProblemSpec("command", {"m": 1}), ProblemSpec("command", {"n": 1})], workload=workload)
 
 
 # --- baseline_configs ----------------------------------------------------------------------------------
 
 
 def test_baseline_configs_once_per_combination_of_open_run_time_knobs() -> None:
-    space = Space.from_dict({"knobs": {"size": [1, 2], "scale": [1, 3], "threads": [1, 2, 4]},
-                             "run_time": ["scale", "threads"]})  # fmt: skip
+    space = Space.from_dict(
+        {"knobs": {"size": [1, 2], "scale": [1, 3], "threads": [1, 2, 4]}, "run_time": ["scale", "threads"]}
+    )
     configs = baseline_configs(space, {"size": 7, "threads": 2})
     assert configs == [{"size": 7, "scale": 1, "threads": 2}, {"size": 7, "scale": 3, "threads": 2}]
     assert all(list(c) == space.names for c in configs)
@@ -316,10 +340,16 @@ def test_baseline_configs_cover_the_product_of_several_open_knobs() -> None:
 def _campaign(**overrides: Any) -> Campaign:
     fields: dict[str, Any] = {
         "target": "cpu-x86_64",
-        "workload": {"kind": "command", "bundle": "abc", "build": ["gcc", "-DSIZE={size}", "k.c"],
-                     "run": ["./k", "{scale}"], "objective": {"json": "score"}, "repeats": 3},
+        "workload": {
+            "kind": "command",
+            "bundle": "abc",
+            "build": ["gcc", "-DSIZE={size}", "k.c"],
+            "run": ["./k", "{scale}"],
+            "objective": {"json": "score"},
+            "repeats": 3,
+        },
         "provenance": {"toolchain": "gcc (Debian 12.2.0-14) 12.2.0"},
-    }  # fmt: skip
+    }
     fields.update(overrides)
     return Campaign(**fields)
 
@@ -368,7 +398,7 @@ def test_what_decides_the_artifact_changes_both_keys(change: dict) -> None:
         target=change.get("target", "cpu-x86_64"),
         provenance=change.get("provenance", {"toolchain": "gcc (Debian 12.2.0-14) 12.2.0"}),
         workload={**_campaign().workload, **{k: v for k, v in change.items() if k in ("build", "bundle")}},
-    )  # fmt: skip
+    )
     after = trial_keys(campaign, change.get("problem_id", 1), {"size": 1, "scale": 1}, SPACE)
     assert before[0] != after[0]
     assert before[1] != after[1]

@@ -131,8 +131,11 @@ def wait_gone(pid: int, seconds: float = 5.0) -> bool:
 
 def test_fill_replaces_knobs_and_problem_params() -> None:
     assert fill(["gcc", "-DTILE={tile}", "-DN={n}", "k.c"], {"tile": 8, "n": 1024}) == [
-        "gcc", "-DTILE=8", "-DN=1024", "k.c"
-    ]  # fmt: skip
+        "gcc",
+        "-DTILE=8",
+        "-DN=1024",
+        "k.c",
+    ]
 
 
 def test_fill_renders_several_fields_in_one_argument() -> None:
@@ -453,8 +456,11 @@ def test_runner_missing_program_is_status_127(tmp_path: Path) -> None:
 
 def test_runner_chatty_output_does_not_hang_and_tails_are_bounded(tmp_path: Path) -> None:
     # 2 MB on each stream: more than a pipe holds, so a runner reading pipes only at the end would deadlock.
-    done = run(["sh", "-c", "head -c 2000000 /dev/zero | tr '\\0' a; head -c 2000000 /dev/zero | tr '\\0' b >&2"],
-               cwd=tmp_path, timeout=60)  # fmt: skip
+    done = run(
+        ["sh", "-c", "head -c 2000000 /dev/zero | tr '\\0' a; head -c 2000000 /dev/zero | tr '\\0' b >&2"],
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert done.ok
     assert len(done.stdout) == 2_000_000
     assert done.stdout_tail == "a" * TAIL_BYTES

@@ -72,13 +72,19 @@ class Measured:
         """Median of the samples as the objective; each extra metric's median alongside."""
         merged: dict[str, Any] = {}
         for name in {k for m in metrics for k in m}:
-            values = [m[name] for m in metrics if isinstance(m.get(name), int | float) and not isinstance(m[name], bool)]
+            values = [
+                m[name] for m in metrics if isinstance(m.get(name), int | float) and not isinstance(m[name], bool)
+            ]
             if values:
                 merged[name] = statistics.median(values)
         return cls(
-            state="evaluated" if valid else "invalid", objective=statistics.median(samples), samples=samples,
-            metrics=merged, reason=None if valid else "the run reported an invalid result", **tails,
-        )  # fmt: skip
+            state="evaluated" if valid else "invalid",
+            objective=statistics.median(samples),
+            samples=samples,
+            metrics=merged,
+            reason=None if valid else "the run reported an invalid result",
+            **tails,
+        )
 
 
 class Workload(ABC):

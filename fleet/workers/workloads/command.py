@@ -21,7 +21,6 @@ import json
 import math
 import re
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,8 +30,20 @@ from fleet.workers.runner import Completed, run
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
 _FIELD = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_KEYS = {"kind", "bundle", "build", "artifacts", "run", "objective", "repeats", "warmup", "build_timeout",
-         "run_timeout", "toolchain", "env"}  # fmt: skip
+_KEYS = {
+    "kind",
+    "bundle",
+    "build",
+    "artifacts",
+    "run",
+    "objective",
+    "repeats",
+    "warmup",
+    "build_timeout",
+    "run_timeout",
+    "toolchain",
+    "env",
+}
 
 
 def _render(value: Any) -> str:
@@ -78,7 +89,9 @@ def _check_template(where: str, template: Any) -> None:
     for item in template:
         if isinstance(item, Mapping):
             if set(item) - {"if", "then", "else"} or not isinstance(item.get("if"), str):
-                raise SpecError(f"workload {where!r}: a conditional item is {{'if': KNOB, 'then': [...], 'else': [...]}}")
+                raise SpecError(
+                    f"workload {where!r}: a conditional item is {{'if': KNOB, 'then': [...], 'else': [...]}}"
+                )
             for branch in ("then", "else"):
                 if item.get(branch):
                     _check_template(where, item[branch])
@@ -134,11 +147,14 @@ class CommandWorkload(Workload):
         for where in ("build", "run"):
             for name in sorted(names_in(self.definition.get(where) or [])):
                 if name not in known:
-                    raise SpecError(f"workload {where!r} uses {{{name}}}, which is neither a knob nor a problem parameter")
+                    raise SpecError(
+                        f"workload {where!r} uses {{{name}}}, which is neither a knob nor a problem parameter"
+                    )
 
     def toolchain(self) -> str:
-        argv = self.definition.get("toolchain") or ([self.definition["build"][0], "--version"]
-                                                    if self.definition.get("build") else None)  # fmt: skip
+        argv = self.definition.get("toolchain") or (
+            [self.definition["build"][0], "--version"] if self.definition.get("build") else None
+        )
         if not argv:
             return ""
         try:
@@ -157,9 +173,14 @@ class CommandWorkload(Workload):
         if not self.definition.get("build"):
             return Built(pack({p.name: p.read_bytes() for p in job.scratch.iterdir() if p.is_file()}))
         values = {**job.problem, **job.config}
-        done = run(fill(self.definition["build"], values), cwd=job.scratch, env=job.env,
-                   timeout=float(self.definition.get("build_timeout", 300)), tick=job.tick,
-                   tick_seconds=job.tick_seconds)  # fmt: skip
+        done = run(
+            fill(self.definition["build"], values),
+            cwd=job.scratch,
+            env=job.env,
+            timeout=float(self.definition.get("build_timeout", 300)),
+            tick=job.tick,
+            tick_seconds=job.tick_seconds,
+        )
         log = (done.stdout_tail + done.stderr_tail)[-4096:]
         if not done.ok:
             return Built(None, done.failure("the build"), log, done.seconds)
@@ -178,14 +199,24 @@ class CommandWorkload(Workload):
         valid = True
         last: Completed | None = None
         for index in range(int(self.definition.get("warmup", 0)) + int(self.definition.get("repeats", 1))):
-            last = run(argv, cwd=job.scratch, timeout=timeout, env=job.env, tick=job.tick, tick_seconds=job.tick_seconds)
+            last = run(
+                argv, cwd=job.scratch, timeout=timeout, env=job.env, tick=job.tick, tick_seconds=job.tick_seconds
+            )
             if not last.ok:
-                return Measured(state="errored", reason=last.failure("the run"),
-                                stdout_tail=last.stdout_tail, stderr_tail=last.stderr_tail)  # fmt: skip
+                return Measured(
+                    state="errored",
+                    reason=last.failure("the run"),
+                    stdout_tail=last.stdout_tail,
+                    stderr_tail=last.stderr_tail,
+                )
             parsed = self.parse(last.stdout)
             if parsed is None:
-                return Measured(state="errored", reason=f"no {self.objective_name} in the run's output",
-                                stdout_tail=last.stdout_tail, stderr_tail=last.stderr_tail)  # fmt: skip
+                return Measured(
+                    state="errored",
+                    reason=f"no {self.objective_name} in the run's output",
+                    stdout_tail=last.stdout_tail,
+                    stderr_tail=last.stderr_tail,
+                )
             value, extra = parsed
             if index < int(self.definition.get("warmup", 0)):
                 continue
@@ -193,8 +224,9 @@ class CommandWorkload(Workload):
             metrics.append(extra)
             valid = valid and extra.get("valid", True) is not False
         assert last is not None
-        return Measured.from_samples(samples, metrics, valid=valid,
-                                     stdout_tail=last.stdout_tail, stderr_tail=last.stderr_tail)  # fmt: skip
+        return Measured.from_samples(
+            samples, metrics, valid=valid, stdout_tail=last.stdout_tail, stderr_tail=last.stderr_tail
+        )
 
     def parse(self, stdout: str) -> tuple[float, dict[str, Any]] | None:
         """The objective and the extra metrics in a run's output, or None if it has no objective."""
