@@ -79,8 +79,8 @@ class CampaignSpec:
     problems: list[ProblemSpec]
     target: str
     space: Space
-    strategy: dict[str, Any]
     workload: dict[str, Any]
+    strategy: dict[str, Any] = field(default_factory=lambda: {"name": "grid"})
     files: dict[str, bytes] = field(default_factory=dict)
     baseline: Config | None = None
     options: dict[str, Any] = field(default_factory=dict)
