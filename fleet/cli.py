@@ -379,8 +379,7 @@ def worker(
             click.echo(f"{spec.name}  {spec.queue}  -c {spec.concurrency}  {pinning}".rstrip())
             click.echo(f"  {' '.join(command(spec, loglevel))}")
         return
-    if get_settings().embedded_database:
-        _store()
+    _store().close()  # the database answers and is at the latest revision, or one line says why
     launcher = Launcher(specs, log_dir=log_dir, loglevel=loglevel)
     _serve(launcher)
 

@@ -14,12 +14,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fleet.errors import NotFound, StoreError
@@ -131,28 +132,27 @@ class Store:
         self.url = url
         self.display_url = parsed.render_as_string(hide_password=True)
         self.dialect = parsed.get_backend_name()
-        if self.dialect == "sqlite":
-            if parsed.database:
-                from pathlib import Path
-
-                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-            self.engine: Engine = create_engine(url, connect_args={"timeout": 30})
-            event.listen(self.engine, "connect", _sqlite_pragmas)
-            event.listen(self.engine, "begin", _sqlite_begin)
-        elif self.dialect == "postgresql":
-            self.engine = create_engine(
-                # No pre-ping: it doubles the statements of the hot path. A dropped connection fails one
-                # transaction (the pool then reconnects), and leases make any one failure harmless.
-                url,
-                pool_size=2,
-                max_overflow=4,
-                connect_args={"connect_timeout": 5},
-            )
-        else:
-            raise StoreError(f"{self.display_url}: Fleet stores its data in PostgreSQL or SQLite")
+        try:
+            self.engine = self._engine(url, parsed)
+        except (NoSuchModuleError, ModuleNotFoundError) as error:
+            raise StoreError(f"{self.display_url}: {error}; use postgresql+psycopg2:// or sqlite:///") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._campaign_cache: dict[int, dict[str, Any]] = {}
         self._problem_cache: dict[int, dict[str, Any]] = {}
+
+    def _engine(self, url: str, parsed: Any) -> Engine:
+        if self.dialect == "sqlite":
+            if parsed.database:
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(url, connect_args={"timeout": 30})
+            event.listen(engine, "connect", _sqlite_pragmas)
+            event.listen(engine, "begin", _sqlite_begin)
+            return engine
+        if self.dialect == "postgresql":
+            # No pre-ping: it doubles the statements of the hot path. A dropped connection fails one
+            # transaction (the pool then reconnects), and leases make any one failure harmless.
+            return create_engine(url, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 5})
+        raise StoreError(f"{self.display_url}: Fleet stores its data in PostgreSQL or SQLite")
 
     def close(self) -> None:
         self.engine.dispose()
@@ -167,8 +167,15 @@ class Store:
         try:
             with self._sessions.begin() as session:
                 yield session
-        except OperationalError as error:
-            raise StoreError(f"database {self.display_url} does not answer: {_first_line(error)}") from error
+        except (OperationalError, ProgrammingError) as error:
+            raise self._error(error) from error
+
+    def _error(self, error: Exception) -> StoreError:
+        """One line for a database error a user can act on."""
+        line = _first_line(error)
+        if _schema_missing(line):
+            return StoreError(f"database {self.display_url} has no Fleet schema ({line}): run `fleet db upgrade`")
+        return StoreError(f"database {self.display_url} does not answer: {line}")
 
     # -- schema -----------------------------------------------------------------------------------------
 
@@ -187,8 +194,8 @@ class Store:
         try:
             with self.engine.begin() as connection:
                 command.upgrade(self._alembic(connection), "head")
-        except OperationalError as error:
-            raise StoreError(f"database {self.display_url} does not answer: {_first_line(error)}") from error
+        except (OperationalError, ProgrammingError) as error:
+            raise self._error(error) from error
         return self.revision() or ""
 
     def revision(self) -> str | None:
@@ -198,8 +205,8 @@ class Store:
         try:
             with self.engine.connect() as connection:
                 return MigrationContext.configure(connection).get_current_revision()
-        except OperationalError as error:
-            raise StoreError(f"database {self.display_url} does not answer: {_first_line(error)}") from error
+        except (OperationalError, ProgrammingError) as error:
+            raise self._error(error) from error
 
     def head(self) -> str:
         from alembic.script import ScriptDirectory
@@ -287,34 +294,47 @@ class Store:
         """Create a campaign; an existing one of the same name and definition is returned as it is."""
         workload_key = digest({"workload": workload, "provenance": provenance.get("toolchain", "")})
         with self.session() as session:
-            existing = session.scalar(select(Campaign).where(Campaign.name == name))
-            if existing is not None:
-                same = (existing.target, existing.space, existing.strategy, existing.workload_key) == (
-                    target,
-                    space,
-                    strategy,
-                    workload_key,
+            created = session.scalar(
+                self._insert(Campaign)
+                .values(
+                    name=name,
+                    target=target,
+                    space=space,
+                    strategy=strategy,
+                    workload=workload,
+                    workload_key=workload_key,
+                    options=options,
+                    provenance=provenance,
+                    baseline=baseline,
+                    status="running",
+                    created_at=utcnow(),
                 )
-                if not same:
-                    raise StoreError(f"campaign {name!r} exists with another definition: choose another name")
-                return existing
-            campaign = Campaign(
-                name=name,
-                target=target,
-                space=space,
-                strategy=strategy,
-                workload=workload,
-                workload_key=workload_key,
-                options=options,
-                provenance=provenance,
-                baseline=baseline,
-                status="running",
+                .on_conflict_do_nothing()
+                .returning(Campaign.id)
             )
-            session.add(campaign)
-            session.flush()
-            for position, problem_id in enumerate(problem_ids):
-                session.add(CampaignProblem(campaign_id=campaign.id, problem_id=problem_id, position=position))
-            return campaign
+            if created is not None:
+                for position, problem_id in enumerate(problem_ids):
+                    session.add(CampaignProblem(campaign_id=created, problem_id=problem_id, position=position))
+            campaign = session.scalar(select(Campaign).where(Campaign.name == name))
+            assert campaign is not None
+            problems = list(
+                session.scalars(
+                    select(CampaignProblem.problem_id)
+                    .where(CampaignProblem.campaign_id == campaign.id)
+                    .order_by(CampaignProblem.position)
+                )
+            )
+        # A campaign of this name existed (or a racing submission made it first): resume it if it is the same.
+        same = (campaign.target, campaign.space, campaign.strategy, campaign.workload_key, problems) == (
+            target,
+            space,
+            strategy,
+            workload_key,
+            list(problem_ids),
+        )
+        if not same:
+            raise StoreError(f"campaign {name!r} exists with another definition: choose another name")
+        return campaign
 
     def campaign(self, ref: str | int) -> Campaign:
         """The campaign with id or name ``ref``."""
@@ -483,8 +503,8 @@ class Store:
         try:
             with self.engine.begin() as connection:
                 yield connection
-        except OperationalError as error:
-            raise StoreError(f"database {self.display_url} does not answer: {_first_line(error)}") from error
+        except (OperationalError, ProgrammingError) as error:
+            raise self._error(error) from error
 
     def _definition(self, connection: Connection, campaign_id: int, problem_id: int) -> tuple[dict, dict]:
         """A campaign's and a problem's definitions; both never change, so each process keeps them."""
@@ -805,9 +825,8 @@ class Store:
         """
         now = utcnow()
         with self.session() as session:
-            query = select(Trial.id).where(
-                Trial.state.in_(("new", "compiled")), Trial.queued_at < now - timedelta(seconds=older_than)
-            )
+            cutoff = now - timedelta(seconds=older_than)
+            query = select(Trial.id).where(Trial.state.in_(("new", "compiled")), Trial.queued_at < cutoff)
             if campaign_id is not None:
                 query = query.where(Trial.campaign_id == campaign_id)
             ids = list(session.scalars(query.order_by(Trial.id).limit(limit)))
@@ -815,7 +834,8 @@ class Store:
                 return []
             rows = session.execute(
                 update(Trial)
-                .where(Trial.id.in_(ids), Trial.state.in_(("new", "compiled")))
+                # Re-checked here: another reaper may have sent them again since the SELECT above.
+                .where(Trial.id.in_(ids), Trial.state.in_(("new", "compiled")), Trial.queued_at < cutoff)
                 .values(queued_at=now)
                 .returning(Trial.id, Trial.target, Trial.state)
             ).all()
@@ -855,7 +875,8 @@ class Store:
                 Machine,
                 {"hostname": hostname, "targets": [], "gpus": [], "cpus": cpus, "first_seen": now, "last_seen": now},
             )
-            machine = session.scalar(select(Machine).where(Machine.hostname == hostname))
+            # Locked: the workers of one node register together, and each adds its target to the list.
+            machine = session.scalar(select(Machine).where(Machine.hostname == hostname).with_for_update())
             assert machine is not None
             machine.targets = sorted(set(machine.targets) | {target})
             machine.gpus = gpus or machine.gpus
@@ -968,6 +989,10 @@ class Store:
     def _insert_ignore(self, session: Session, model: type, values: dict[str, Any]) -> None:
         """INSERT that leaves an existing row (by any unique constraint) alone."""
         session.execute(self._insert(model).values(**values).on_conflict_do_nothing())
+
+
+def _schema_missing(text: str) -> bool:
+    return "no such table" in text or ("relation" in text and "does not exist" in text)
 
 
 def _first_line(error: Exception) -> str:

@@ -21,7 +21,7 @@ from fleet.settings import Settings
 from fleet.space import Space
 from fleet.store import Store, TrialWork
 from fleet.workers.cache import ArtifactCache
-from fleet.workers.workloads import Job, load_workload
+from fleet.workers.workloads import Job, Workload, load_workload
 
 BUILD_POLL_SECONDS = 0.2
 
@@ -51,6 +51,7 @@ class WorkerContext:
     gpu: str | None = None
     node: str = field(default_factory=socket.gethostname)
     _spaces: dict[int, Space] = field(default_factory=dict, repr=False)
+    _workloads: dict[int, Workload] = field(default_factory=dict, repr=False)
 
     @property
     def owner(self) -> str:
@@ -74,10 +75,15 @@ class WorkerContext:
 
     def space(self, campaign_id: int, definition: dict) -> Space:
         """The campaign's space, parsed once per process: campaigns never change."""
-        space = self._spaces.get(campaign_id)
-        if space is None:
-            space = self._spaces[campaign_id] = Space.from_dict(definition)
-        return space
+        if campaign_id not in self._spaces:
+            self._spaces[campaign_id] = Space.from_dict(definition)
+        return self._spaces[campaign_id]
+
+    def workload(self, campaign_id: int, definition: dict) -> Workload:
+        """The campaign's workload, validated once per process."""
+        if campaign_id not in self._workloads:
+            self._workloads[campaign_id] = load_workload(definition)
+        return self._workloads[campaign_id]
 
     @property
     def tick_seconds(self) -> float:
@@ -134,7 +140,7 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
 
 def _build(ctx: WorkerContext, work: TrialWork, build_config: dict) -> bool:
     """Build and record the artifact; True when the trial is now ``compiled``."""
-    workload = load_workload(work.workload)
+    workload = ctx.workload(work.campaign_id, work.workload)
     with ctx.scratch() as scratch:
         job = Job(
             config=build_config,
@@ -168,7 +174,7 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
     if work is None:
         return "skipped"
     try:
-        workload = load_workload(work.workload)
+        workload = ctx.workload(work.campaign_id, work.workload)
         if work.artifact_digest is None:
             ctx.store.record(trial_id, ctx.owner, state="errored", reason="its artifact is missing")
             return "errored"
