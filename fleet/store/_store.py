@@ -325,13 +325,8 @@ class Store:
                 )
             )
         # A campaign of this name existed (or a racing submission made it first): resume it if it is the same.
-        same = (campaign.target, campaign.space, campaign.strategy, campaign.workload_key, problems) == (
-            target,
-            space,
-            strategy,
-            workload_key,
-            list(problem_ids),
-        )
+        mine = (campaign.target, campaign.space, campaign.strategy, campaign.workload_key, campaign.baseline, problems)
+        same = mine == (target, space, strategy, workload_key, baseline, list(problem_ids))
         if not same:
             raise StoreError(f"campaign {name!r} exists with another definition: choose another name")
         return campaign

@@ -164,12 +164,6 @@ def race(n: int, fn: Callable[[int], T]) -> list[T]:
     return results
 
 
-def xfail_on_postgresql(store: Store, request: pytest.FixtureRequest, reason: str) -> None:
-    """Mark a race that PostgreSQL's READ COMMITTED loses (SQLite's BEGIN IMMEDIATE serializes it)."""
-    if store.dialect == "postgresql":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
 def wait_until_blocked(store: Store, thread: threading.Thread) -> None:
     """Wait until ``thread``'s transaction waits for a lock this test holds."""
     deadline = time.monotonic() + 10
@@ -216,12 +210,8 @@ def test_check_on_an_empty_database_says_to_run_fleet_db_upgrade(fresh_url: str)
         fresh.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: on a database never upgraded, store calls other than check() fail as 'does not answer: no "
-    "such table' (SQLite) or a raw ProgrammingError traceback (PostgreSQL); workers do not call check()",
-)
 def test_using_a_database_that_was_never_upgraded_says_to_run_fleet_db_upgrade(fresh_url: str) -> None:
+    # Workers do not call check(); their first write must still say what to do, not "does not answer".
     fresh = Store(fresh_url)
     try:
         with pytest.raises(StoreError, match="fleet db upgrade"):
@@ -254,14 +244,9 @@ def test_a_garbage_url_is_a_store_error(url: str) -> None:
         Store(url)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a PostgreSQL URL naming a driver that is not installed (postgresql+psycopg:// is "
-    "SQLAlchemy's name for psycopg 3) escapes Store() as NoSuchModuleError/ModuleNotFoundError, "
-    "not StoreError, so the CLI prints a traceback",
-)
 @pytest.mark.parametrize("url", ["postgresql+nodriver://u@h/db", "postgresql+psycopg://u@h/db"])
 def test_a_url_with_a_missing_driver_is_a_store_error(url: str) -> None:
+    # postgresql+psycopg:// is SQLAlchemy's name for psycopg 3, which Fleet does not install.
     with pytest.raises(StoreError):
         Store(url)
 
@@ -361,24 +346,14 @@ def test_another_definition_under_the_same_name_is_a_store_error(store: Store, c
         make_campaign(store, problem_ids=[problem], **change)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: create_campaign does not compare problem_ids: resubmitting a name with other problems "
-    "silently returns the old campaign, and the new problems are never tuned",
-)
 def test_another_problem_list_under_the_same_name_is_a_store_error(store: Store) -> None:
     make_campaign(store, problem_ids=[make_problem(store, 1)])
     with pytest.raises(StoreError, match="another definition"):
         make_campaign(store, problem_ids=[make_problem(store, 2)])
 
 
-def test_racing_submissions_of_one_campaign_get_the_same_campaign(store: Store, request: pytest.FixtureRequest) -> None:
-    xfail_on_postgresql(
-        store,
-        request,
-        "BUG: create_campaign is SELECT-then-INSERT: a concurrent submission of "
-        "the same name raises a raw IntegrityError (campaigns_name_key) instead of returning it",
-    )
+def test_racing_submissions_of_one_campaign_get_the_same_campaign(store: Store) -> None:
+    # Not a raw IntegrityError on the unique name: the loser compares with the winner's campaign.
     problem = make_problem(store)
     for round_ in range(3):
         ids = race(6, lambda _, r=round_: make_campaign(store, name=f"same{r}", problem_ids=[problem]).id)
@@ -771,13 +746,8 @@ def test_stale_returns_old_waiting_trials_once_and_refreshes_them(store: Store) 
     assert store.trial(fresh).state == "new"
 
 
-def test_a_stale_call_that_loses_a_race_returns_nothing(store: Store, request: pytest.FixtureRequest) -> None:
-    xfail_on_postgresql(
-        store,
-        request,
-        "BUG: stale() selects ids, then updates them without re-checking "
-        "queued_at, so concurrent stale() calls (every worker's heartbeat) each return the same trials",
-    )
+def test_a_stale_call_that_loses_a_race_returns_nothing(store: Store) -> None:
+    # Every worker's heartbeat calls stale(): the UPDATE must re-check queued_at, not only the SELECT.
     campaign = make_campaign(store)
     ids = add(store, campaign, {"tile": 1}, {"tile": 2})
     with store.session() as session:
@@ -792,8 +762,7 @@ def test_a_stale_call_that_loses_a_race_returns_nothing(store: Store, request: p
     assert got == []
 
 
-def test_racing_stale_calls_return_each_trial_once_in_total(store: Store, request: pytest.FixtureRequest) -> None:
-    xfail_on_postgresql(store, request, "BUG: stale() does not re-check queued_at in its UPDATE (see above)")
+def test_racing_stale_calls_return_each_trial_once_in_total(store: Store) -> None:
     campaign = make_campaign(store)
     ids = add(store, campaign, *({"tile": t} for t in range(100)))
     with store.session() as session:
@@ -932,15 +901,8 @@ def test_re_registering_a_worker_updates_it(store: Store) -> None:
     assert machine.gpus == [{"index": 0, "name": "MI250"}]  # a build worker's empty list does not erase them
 
 
-def test_workers_registering_at_once_keep_all_their_machines_targets(
-    store: Store, request: pytest.FixtureRequest
-) -> None:
-    xfail_on_postgresql(
-        store,
-        request,
-        "BUG: register_worker reads machine.targets and writes it back without a "
-        "row lock: workers of one node starting together lose each other's targets",
-    )
+def test_workers_registering_at_once_keep_all_their_machines_targets(store: Store) -> None:
+    # The GPU workers of a node start together; read-modify-write of machine.targets must not lose any.
     for round_ in range(3):
         host = f"node{round_}"
         register(store, f"first@{host}", hostname=host, target="t-first")
