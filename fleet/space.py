@@ -31,6 +31,16 @@ def digest(data: Any) -> str:
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()
 
 
+def build_part(space: Mapping[str, Any], config: Mapping[str, Value]) -> Config:
+    """The build-time knobs of ``config`` given a space in its JSON form (see :meth:`Space.to_dict`)."""
+    knobs = space["knobs"]
+    return {name: config[name] for name in knobs if _is_build(knobs[name]) and name in config}
+
+
+def _is_build(knob: Any) -> bool:
+    return knob.get("build", True) if isinstance(knob, Mapping) else True
+
+
 def check_value(where: str, value: Any) -> Value:
     """Return ``value`` if it is a bool, a finite number or a string, else raise :class:`SpecError`."""
     if isinstance(value, bool | str | int):

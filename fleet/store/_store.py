@@ -24,7 +24,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, P
 from sqlalchemy.orm import Session, sessionmaker
 
 from fleet.errors import NotFound, StoreError
-from fleet.space import digest
+from fleet.space import build_part, digest
 from fleet.store._models import (
     TERMINAL_STATES,
     Artifact,
@@ -71,6 +71,18 @@ class TrialWork:
     toolchain: str
     attempts: int
     artifact_digest: str | None = None
+
+
+@dataclass(frozen=True)
+class CompileStart:
+    """How a compile task starts: ``compiled`` (already built), ``skipped`` (not ours), or ``claimed``.
+
+    A claimed trial comes with its work and its artifact's row, as :meth:`Store.claim_build` returns it.
+    """
+
+    outcome: str
+    work: TrialWork | None = None
+    artifact: Any = None
 
 
 @dataclass(frozen=True)
@@ -527,6 +539,34 @@ class Store:
         ``max_attempts``; :meth:`reap` errors such a trial. An evaluation claim also returns the digest of
         the trial's artifact.
         """
+        with self._tx() as connection:
+            return self._claim(connection, trial_id, phase, worker, lease, max_attempts)
+
+    def start_compile(self, trial_id: int, worker: str, lease: float, max_attempts: int) -> CompileStart:
+        """Everything a compile task does before it builds, in one transaction.
+
+        A trial whose artifact is built moves straight to ``compiled``; otherwise the trial is claimed and so
+        is its build (see :meth:`claim_build`).
+        """
+        built = select(Artifact.id).where(Artifact.build_key == Trial.build_key, Artifact.state == "built").exists()
+        now = utcnow()
+        with self._tx() as connection:
+            done = connection.execute(
+                update(Trial)
+                .where(Trial.id == trial_id, Trial.state == "new", built)
+                .values(state="compiled", queued_at=now, started_at=func.coalesce(Trial.started_at, now))
+            ).rowcount
+            if done:
+                return CompileStart("compiled")
+            work = self._claim(connection, trial_id, "compile", worker, lease, max_attempts)
+            if work is None:
+                return CompileStart("skipped")
+            artifact = self._claim_build(connection, work, worker, lease, max_attempts)
+            return CompileStart("claimed", work, artifact)
+
+    def _claim(
+        self, connection: Connection, trial_id: int, phase: str, worker: str, lease: float, max_attempts: int
+    ) -> TrialWork | None:
         waiting, running = ("new", "compiling") if phase == "compile" else ("compiled", "evaluating")
         now = utcnow()
         free = or_(Trial.state == waiting, (Trial.state == running) & (Trial.lease_expires_at < now))
@@ -540,28 +580,23 @@ class Store:
         if phase == "evaluate":
             values["attempts"] = Trial.attempts + 1
             condition.append(Trial.attempts < max_attempts)
-        with self._tx() as connection:
-            trial = connection.execute(
-                update(Trial)
-                .where(*condition)
-                .values(**values)
-                .returning(
-                    Trial.id,
-                    Trial.campaign_id,
-                    Trial.problem_id,
-                    Trial.target,
-                    Trial.config,
-                    Trial.build_key,
-                    Trial.measure_key,
-                    Trial.attempts,
-                )
-            ).first()
-            if trial is None:
-                return None
-            campaign, problem = self._definition(connection, trial.campaign_id, trial.problem_id)
-            artifact = None
-            if phase == "evaluate":
-                artifact = connection.scalar(select(Artifact.blob_digest).where(Artifact.build_key == trial.build_key))
+        returned = (
+            Trial.id,
+            Trial.campaign_id,
+            Trial.problem_id,
+            Trial.target,
+            Trial.config,
+            Trial.build_key,
+            Trial.measure_key,
+            Trial.attempts,
+        )
+        trial = connection.execute(update(Trial).where(*condition).values(**values).returning(*returned)).first()
+        if trial is None:
+            return None
+        campaign, problem = self._definition(connection, trial.campaign_id, trial.problem_id)
+        artifact = None
+        if phase == "evaluate":
+            artifact = connection.scalar(select(Artifact.blob_digest).where(Artifact.build_key == trial.build_key))
         return TrialWork(
             trial_id=trial.id,
             campaign_id=trial.campaign_id,
@@ -578,18 +613,6 @@ class Store:
             attempts=trial.attempts,
             artifact_digest=artifact,
         )
-
-    def compile_if_built(self, trial_id: int) -> bool:
-        """Move a ``new`` trial straight to ``compiled`` when its artifact is already built (one statement)."""
-        built = select(Artifact.id).where(Artifact.build_key == Trial.build_key, Artifact.state == "built").exists()
-        with self._tx() as connection:
-            return bool(
-                connection.execute(
-                    update(Trial)
-                    .where(Trial.id == trial_id, Trial.state == "new", built)
-                    .values(state="compiled", queued_at=utcnow(), started_at=func.coalesce(Trial.started_at, utcnow()))
-                ).rowcount
-            )
 
     def renew(self, trial_id: int, worker: str, lease: float, build_key: str | None = None) -> bool:
         """Extend this worker's lease on a trial (and on the artifact it builds); False if it lost it."""
@@ -608,54 +631,51 @@ class Store:
                 )
         return bool(held)
 
-    def claim_build(
-        self, work: TrialWork, build_config: dict[str, Any], worker: str, lease: float, max_attempts: int
-    ) -> Any:
+    def claim_build(self, work: TrialWork, worker: str, lease: float, max_attempts: int) -> Any:
         """The artifact of ``work``'s build key, claimed by ``worker`` when nobody holds a live lease on it.
 
         The caller owns the build when the returned artifact is ``building`` with ``worker`` as its worker;
         ``built`` and ``failed`` are final; ``building`` by another worker means wait for it. Returns a row
-        with the artifact's columns.
+        with the artifact's columns. A build whose lease expired ``max_attempts`` times is ``failed``.
         """
+        with self._tx() as connection:
+            return self._claim_build(connection, work, worker, lease, max_attempts)
+
+    def _claim_build(
+        self, connection: Connection, work: TrialWork, worker: str, lease: float, max_attempts: int
+    ) -> Any:
         now = utcnow()
         expires = now + timedelta(seconds=lease)
         columns = Artifact.__table__.columns
-        with self._tx() as connection:
-            created = connection.execute(
-                self._insert(Artifact)
-                .values(
-                    build_key=work.build_key,
-                    problem_id=work.problem_id,
-                    target=work.target,
-                    build_config=build_config,
-                    toolchain=work.toolchain,
-                    state="building",
-                    worker=worker,
-                    lease_expires_at=expires,
-                    attempts=1,
-                    created_at=now,
-                )
-                .on_conflict_do_nothing()
-                .returning(*columns)
-            ).first()
-            if created is not None:
-                return created
-            artifact = connection.execute(select(*columns).where(Artifact.build_key == work.build_key)).one()
-            if artifact.state != "building" or artifact.lease_expires_at >= now:
-                return artifact
-            if artifact.attempts >= max_attempts:
-                values = {"state": "failed", "reason": f"the build was lost {max_attempts} times (its worker died)"}
-            else:
-                values = {"worker": worker, "lease_expires_at": expires, "attempts": Artifact.attempts + 1}
-            taken = connection.execute(
-                update(Artifact)
-                .where(
-                    Artifact.build_key == work.build_key, Artifact.state == "building", Artifact.lease_expires_at < now
-                )
-                .values(**values)
-                .returning(*columns)
-            ).first()
-            return taken or connection.execute(select(*columns).where(Artifact.build_key == work.build_key)).one()
+        created = connection.execute(
+            self._insert(Artifact)
+            .values(
+                build_key=work.build_key,
+                problem_id=work.problem_id,
+                target=work.target,
+                build_config=build_part(work.space, work.config),
+                toolchain=work.toolchain,
+                state="building",
+                worker=worker,
+                lease_expires_at=expires,
+                attempts=1,
+                created_at=now,
+            )
+            .on_conflict_do_nothing()
+            .returning(*columns)
+        ).first()
+        if created is not None:
+            return created
+        artifact = connection.execute(select(*columns).where(Artifact.build_key == work.build_key)).one()
+        if artifact.state != "building" or artifact.lease_expires_at >= now:
+            return artifact
+        if artifact.attempts >= max_attempts:
+            values = {"state": "failed", "reason": f"the build was lost {max_attempts} times (its worker died)"}
+        else:
+            values = {"worker": worker, "lease_expires_at": expires, "attempts": Artifact.attempts + 1}
+        expired = (Artifact.build_key == work.build_key, Artifact.state == "building", Artifact.lease_expires_at < now)
+        taken = connection.execute(update(Artifact).where(*expired).values(**values).returning(*columns)).first()
+        return taken or connection.execute(select(*columns).where(Artifact.build_key == work.build_key)).one()
 
     def artifact(self, build_key: str) -> Artifact | None:
         with self.session() as session:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet.settings import Settings
-from fleet.space import Space
+from fleet.space import build_part
 from fleet.store import Store, TrialWork
 from fleet.workers.cache import ArtifactCache
 from fleet.workers.workloads import Job, Workload, load_workload
@@ -50,7 +50,6 @@ class WorkerContext:
     env: dict[str, str] = field(default_factory=dict)
     gpu: str | None = None
     node: str = field(default_factory=socket.gethostname)
-    _spaces: dict[int, Space] = field(default_factory=dict, repr=False)
     _workloads: dict[int, Workload] = field(default_factory=dict, repr=False)
 
     @property
@@ -73,12 +72,6 @@ class WorkerContext:
         finally:
             shutil.rmtree(path, ignore_errors=True)
 
-    def space(self, campaign_id: int, definition: dict) -> Space:
-        """The campaign's space, parsed once per process: campaigns never change."""
-        if campaign_id not in self._spaces:
-            self._spaces[campaign_id] = Space.from_dict(definition)
-        return self._spaces[campaign_id]
-
     def workload(self, campaign_id: int, definition: dict) -> Workload:
         """The campaign's workload, validated once per process."""
         if campaign_id not in self._workloads:
@@ -100,50 +93,44 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
 
     ``compiled`` means send the evaluation next; ``skipped`` means this delivery was a duplicate.
     """
-    if ctx.store.compile_if_built(trial_id):
-        return "compiled"  # the common case once a build key is built: one statement, no claim
     s = ctx.settings
-    work = ctx.store.claim(trial_id, "compile", ctx.owner, s.lease_seconds, s.max_attempts)
-    if work is None:
-        return "skipped"
+    start = ctx.store.start_compile(trial_id, ctx.owner, s.lease_seconds, s.max_attempts)
+    if start.outcome != "claimed":
+        return start.outcome
+    work, artifact = start.work, start.artifact
+    assert work is not None
     try:
-        build_config = ctx.space(work.campaign_id, work.space).build_part(work.config)
         tick = ctx.ticker(trial_id)
         last_tick = time.monotonic()
         while True:
-            artifact = ctx.store.claim_build(work, build_config, ctx.owner, s.lease_seconds, s.max_attempts)
             if artifact.state == "failed":
-                ctx.store.record(
-                    trial_id,
-                    ctx.owner,
-                    state="errored",
-                    reason=f"build failed: {artifact.reason}",
-                    stderr_tail=artifact.log_tail,
-                )
+                reason = f"build failed: {artifact.reason}"
+                ctx.store.record(trial_id, ctx.owner, state="errored", reason=reason, stderr_tail=artifact.log_tail)
                 return "errored"
             if artifact.state == "built":
                 return "compiled" if ctx.store.mark_compiled(trial_id, ctx.owner) else "lost"
             if artifact.worker == ctx.owner:
-                if _build(ctx, work, build_config):
+                if _build(ctx, work):
                     return "compiled"
-                continue
-            # Another worker is building the same key right now: wait for it, keeping our own claim.
-            time.sleep(BUILD_POLL_SECONDS)
-            if time.monotonic() - last_tick > ctx.tick_seconds:
-                if not tick():
-                    return "lost"
-                last_tick = time.monotonic()
+            else:
+                # Another worker is building the same key right now: wait for it, keeping our own claim.
+                time.sleep(BUILD_POLL_SECONDS)
+                if time.monotonic() - last_tick > ctx.tick_seconds:
+                    if not tick():
+                        return "lost"
+                    last_tick = time.monotonic()
+            artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts)
     except Exception as error:
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"compile failed: {error!r}")
         raise
 
 
-def _build(ctx: WorkerContext, work: TrialWork, build_config: dict) -> bool:
+def _build(ctx: WorkerContext, work: TrialWork) -> bool:
     """Build and record the artifact; True when the trial is now ``compiled``."""
     workload = ctx.workload(work.campaign_id, work.workload)
     with ctx.scratch() as scratch:
         job = Job(
-            config=build_config,
+            config=build_part(work.space, work.config),
             problem=work.problem_params,
             scratch=scratch,
             fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),

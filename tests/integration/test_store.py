@@ -784,23 +784,23 @@ def test_pending_lists_a_campaigns_waiting_trials(store: Store) -> None:
 
 def test_the_first_claim_build_owns_the_build(store: Store) -> None:
     work = work_for(store)
-    artifact = store.claim_build(work, {"tile": 1}, "a", LEASE, MAX)
+    artifact = store.claim_build(work, "a", LEASE, MAX)
     assert (artifact.state, artifact.worker, artifact.attempts) == ("building", "a", 1)
     assert (artifact.build_key, artifact.target, artifact.toolchain) == (work.build_key, TARGET, "gcc 13")
 
 
 def test_a_second_claim_build_sees_it_building_by_another(store: Store) -> None:
     work = work_for(store)
-    store.claim_build(work, {"tile": 1}, "a", LEASE, MAX)
-    artifact = store.claim_build(work, {"tile": 1}, "b", LEASE, MAX)
+    store.claim_build(work, "a", LEASE, MAX)
+    artifact = store.claim_build(work, "b", LEASE, MAX)
     assert (artifact.state, artifact.worker, artifact.attempts) == ("building", "a", 1)
 
 
 def test_claim_build_takes_over_after_the_lease_expires(store: Store) -> None:
     work = work_for(store)
-    store.claim_build(work, {"tile": 1}, "a", LEASE, MAX)
+    store.claim_build(work, "a", LEASE, MAX)
     expire_artifact(store, work.build_key)
-    artifact = store.claim_build(work, {"tile": 1}, "b", LEASE, MAX)
+    artifact = store.claim_build(work, "b", LEASE, MAX)
     assert (artifact.state, artifact.worker, artifact.attempts) == ("building", "b", 2)
     assert not store.finish_build(work.build_key, "a", data=b"late")
     assert store.artifact(work.build_key).worker == "b"
@@ -808,7 +808,7 @@ def test_claim_build_takes_over_after_the_lease_expires(store: Store) -> None:
 
 def test_renew_extends_the_artifact_lease_of_its_builder(store: Store) -> None:
     work = work_for(store)
-    store.claim_build(work, {"tile": 1}, "builder", 1.0, MAX)
+    store.claim_build(work, "builder", 1.0, MAX)
     before = store.artifact(work.build_key).lease_expires_at
     assert store.renew(work.trial_id, "builder", LEASE, work.build_key)
     assert store.artifact(work.build_key).lease_expires_at > before
@@ -817,17 +817,17 @@ def test_renew_extends_the_artifact_lease_of_its_builder(store: Store) -> None:
 def test_a_build_lost_max_attempts_times_fails(store: Store) -> None:
     work = work_for(store)
     for attempt in range(1, MAX + 1):
-        artifact = store.claim_build(work, {"tile": 1}, f"w{attempt}", LEASE, MAX)
+        artifact = store.claim_build(work, f"w{attempt}", LEASE, MAX)
         assert (artifact.state, artifact.worker, artifact.attempts) == ("building", f"w{attempt}", attempt)
         expire_artifact(store, work.build_key)
-    artifact = store.claim_build(work, {"tile": 1}, "last", LEASE, MAX)
+    artifact = store.claim_build(work, "last", LEASE, MAX)
     assert artifact.state == "failed"
     assert str(MAX) in (artifact.reason or "")
 
 
 def test_only_one_of_many_racing_builders_owns_the_build(store: Store) -> None:
     work = work_for(store)
-    artifacts = race(8, lambda i: store.claim_build(work, {"tile": 1}, f"w{i}", LEASE, MAX))
+    artifacts = race(8, lambda i: store.claim_build(work, f"w{i}", LEASE, MAX))
     assert len({(a.worker, a.attempts, a.state) for a in artifacts}) == 1
     assert artifacts[0].state == "building"
     assert count(store, Artifact) == 1
@@ -835,29 +835,29 @@ def test_only_one_of_many_racing_builders_owns_the_build(store: Store) -> None:
 
 def test_finish_build_by_the_owner_stores_the_artifact(store: Store) -> None:
     work = work_for(store)
-    store.claim_build(work, {"tile": 1}, "a", LEASE, MAX)
+    store.claim_build(work, "a", LEASE, MAX)
     assert store.finish_build(work.build_key, "a", data=b"ELF...", log_tail="ok", seconds=1.5)
     artifact = store.artifact(work.build_key)
     assert (artifact.state, artifact.build_seconds, artifact.log_tail) == ("built", 1.5, "ok")
     assert artifact.blob_digest is not None
     assert store.get_blob(artifact.blob_digest) == b"ELF..."
     assert artifact.built_at is not None and artifact.lease_expires_at is None
-    assert store.claim_build(work, {"tile": 1}, "b", LEASE, MAX).state == "built"
+    assert store.claim_build(work, "b", LEASE, MAX).state == "built"
     assert not store.finish_build(work.build_key, "a", data=b"again")
 
 
 def test_finish_build_without_data_fails_it_with_the_reason(store: Store) -> None:
     work = work_for(store)
-    store.claim_build(work, {"tile": 1}, "a", LEASE, MAX)
+    store.claim_build(work, "a", LEASE, MAX)
     assert store.finish_build(work.build_key, "a", data=None, reason="gcc: error", log_tail="line 3")
     artifact = store.artifact(work.build_key)
     assert (artifact.state, artifact.reason, artifact.blob_digest) == ("failed", "gcc: error", None)
-    assert store.claim_build(work, {"tile": 1}, "b", LEASE, MAX).state == "failed"
+    assert store.claim_build(work, "b", LEASE, MAX).state == "failed"
 
 
 def test_finish_build_by_a_non_owner_is_refused(store: Store) -> None:
     work = work_for(store)
-    store.claim_build(work, {"tile": 1}, "a", LEASE, MAX)
+    store.claim_build(work, "a", LEASE, MAX)
     assert not store.finish_build(work.build_key, "b", data=b"x")
     assert store.artifact(work.build_key).state == "building"
 
