@@ -24,8 +24,9 @@ from typing import Any
 
 from fleet.bundle import pack, read_files
 from fleet.errors import SpecError
-from fleet.search import WAIT, Proposals, Run, make_searcher
+from fleet.search import WAIT, Proposals, Run, Searcher, make_searcher
 from fleet.space import Config, Space, check_value, digest
+from fleet.space_files import load_space_file
 from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
 from fleet.workers.gpus import cpu_target
 from fleet.workers.workloads import load_workload
@@ -84,6 +85,7 @@ class CampaignSpec:
     files: dict[str, bytes] = field(default_factory=dict)
     baseline: Config | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    searcher_factory: Callable[[Space], Searcher] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -101,9 +103,7 @@ class CampaignSpec:
         seed = strategy.get("seed", 0)
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise SpecError("strategy 'seed' must be an integer")
-        make_searcher(
-            strategy.get("name", "grid"), self.space, budget=budget, seed=seed, options=strategy.get("options")
-        )
+        new_searcher(strategy, self.space, factory=self.searcher_factory)
         if self.baseline is not None:
             if not isinstance(self.baseline, Mapping):
                 raise SpecError("'baseline' must be an object of knob values")
@@ -173,16 +173,66 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
     options = data.get("options", {})
     if not isinstance(options, Mapping):
         raise SpecError("'options' must be an object")
+    options = dict(options)
+    space, factory = _space(data.get("space"), base, options)
     return CampaignSpec(
         name=name or data.get("name") or "",
         problems=_problems(data.get("problems")),
         target=target or data.get("target") or cpu_target(),
-        space=Space.from_dict(data.get("space")),
+        space=space,
         strategy={"name": "grid", **strategy},
         workload=workload,
         files=files,
         baseline=data.get("baseline"),
-        options=dict(options),
+        options=options,
+        searcher_factory=factory,
+    )
+
+
+def _space(raw: Any, base: Path, options: dict[str, Any]) -> tuple[Space, Callable[[Space], Searcher] | None]:
+    """The spec's space: inline, or a space file (recorded in ``options`` so a resumed driver reloads it)."""
+    if isinstance(raw, str):
+        raw = {"file": raw}
+    if not (isinstance(raw, Mapping) and "file" in raw):
+        return Space.from_dict(raw), None
+    extra = set(raw) - {"file", "base"}
+    if extra or not isinstance(raw["file"], str) or not isinstance(raw.get("base", {}), Mapping):
+        raise SpecError('a space file is named as "space": "grid.py" or {"file": "grid.py", "base": {...}}')
+    path = (base / raw["file"]).resolve()
+    loaded = load_space_file(path, raw.get("base"))
+    options["space_file"] = {"path": str(path), "digest": loaded.digest, "base": dict(raw.get("base", {}))}
+    return loaded.space, loaded.searcher
+
+
+def campaign_space(campaign: Campaign) -> tuple[Space, Callable[[Space], Searcher] | None]:
+    """A stored campaign's space, with the predicate and searcher of its space file when it has one."""
+    source = campaign.options.get("space_file")
+    if not source:
+        return Space.from_dict(campaign.space), None
+    loaded = load_space_file(Path(source["path"]), source.get("base"))
+    if loaded.digest != source["digest"]:
+        raise SpecError(f"space file {source['path']} changed since campaign {campaign.name!r} started")
+    return loaded.space, loaded.searcher
+
+
+def new_searcher(
+    strategy: Mapping[str, Any],
+    space: Space,
+    *,
+    maximize: bool = False,
+    index: int = 0,
+    factory: Callable[[Space], Searcher] | None = None,
+) -> Searcher:
+    """The searcher of one problem: the space file's own, or the strategy's (seeded per problem)."""
+    if factory is not None:
+        return factory(space)
+    return make_searcher(
+        strategy.get("name", "grid"),
+        space,
+        budget=strategy.get("budget"),
+        maximize=maximize,
+        seed=int(strategy.get("seed", 0)) + index,
+        options=strategy.get("options"),
     )
 
 
@@ -353,8 +403,7 @@ class Driver:
     @property
     def dynamic(self) -> bool:
         """Whether the searchers use past runs; static ones need no bounded window."""
-        strategy = self.campaign.strategy
-        return make_searcher(strategy["name"], self.space, options=strategy.get("options")).is_dynamic
+        return any(searcher.is_dynamic for searcher in self.searchers)
 
     def __init__(
         self,
@@ -380,23 +429,14 @@ class Driver:
         self.max_attempts = max_attempts
         self.heartbeat_seconds = heartbeat_seconds
         self.requeue_seconds = requeue_seconds
-        self.space = Space.from_dict(campaign.space)
+        self.space, factory = campaign_space(campaign)
         self.maximize = load_workload(campaign.workload).maximize
         self.problems = [p.id for p in store.campaign_problems(campaign.id)]
-        strategy = campaign.strategy
-        self.feeds = [
-            _Feed(
-                make_searcher(
-                    strategy["name"],
-                    self.space,
-                    budget=strategy.get("budget"),
-                    maximize=self.maximize,
-                    seed=int(strategy.get("seed", 0)) + index,
-                    options=strategy.get("options"),
-                ).generate()
-            )
+        self.searchers = [
+            new_searcher(campaign.strategy, self.space, maximize=self.maximize, index=index, factory=factory)
             for index in range(len(self.problems))
         ]
+        self.feeds = [_Feed(searcher.generate()) for searcher in self.searchers]
         self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
         self.results: list[TrialResult] = []
         self.best: dict[int, TrialResult] = {}
