@@ -21,14 +21,24 @@ def write(directory: Path, name: str, text: str) -> Path:
 
 
 def test_a_flat_json_grid_with_fleet_additions(tmp_path: Path) -> None:
-    grid = {"batch": [1, 2, 4], "qps": [100, 200], "fleet:run_time": ["qps"], "fleet:constraints": ["batch * qps <= 400"],
-            "fleet:base": {"scenario": "Server"}}  # fmt: skip
+    grid = {
+        "batch": [1, 2, 4],
+        "qps": [100, 200],
+        "fleet:run_time": ["qps"],
+        "fleet:constraints": ["batch * qps <= 400"],
+        "fleet:base": {"scenario": "Server"},
+    }
     loaded = load_space_file(write(tmp_path, "grid.json", json.dumps(grid)))
 
     assert loaded.space.build_knobs == ["batch"] and loaded.space.run_knobs == ["qps"]
     assert loaded.space.base == {"scenario": "Server"}
-    assert list(loaded.space) == [{"batch": 1, "qps": 100}, {"batch": 1, "qps": 200}, {"batch": 2, "qps": 100},
-                                  {"batch": 2, "qps": 200}, {"batch": 4, "qps": 100}]  # fmt: skip
+    assert list(loaded.space) == [
+        {"batch": 1, "qps": 100},
+        {"batch": 1, "qps": 200},
+        {"batch": 2, "qps": 100},
+        {"batch": 2, "qps": 200},
+        {"batch": 4, "qps": 100},
+    ]
     assert loaded.searcher is None
 
 
@@ -126,7 +136,7 @@ def test_a_campaign_spec_names_a_space_file_and_records_it_for_resuming(tmp_path
                 "run": ["./run", "{batch_size}", "{target_qps}"],
                 "objective": {"json": "qps", "goal": "max"},
             },
-        },  # fmt: skip
+        },
         tmp_path,
     )
     assert spec.space.run_knobs == ["target_qps"]
