@@ -14,8 +14,9 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
-from fleet.campaign import CampaignSpec, Driver, Summary
+from fleet.campaign import CampaignSpec, Driver, Summary, chains_on_fleet
 from fleet.campaign import submit as _submit
+from fleet.chains import ChainDriver
 from fleet.settings import get_settings
 from fleet.store import Campaign, Measurement, Store, TrialResult
 
@@ -77,11 +78,20 @@ def driver(
     window: int | None = None,
     on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
-) -> Driver:
+) -> Driver | ChainDriver:
     """A driver for ``campaign`` with the environment's settings and a window that fits the fleet."""
-    from fleet.tasks import send
+    from fleet.tasks import send, send_steps
 
     settings = get_settings()
+    if chains_on_fleet(campaign.strategy):
+        return ChainDriver(
+            store,
+            campaign,
+            send_steps,
+            on_progress=on_progress,
+            on_warning=on_warning,
+            requeue_seconds=settings.requeue_seconds,
+        )
     result = Driver(
         store,
         campaign,

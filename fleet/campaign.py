@@ -103,7 +103,10 @@ class CampaignSpec:
         seed = strategy.get("seed", 0)
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise SpecError("strategy 'seed' must be an integer")
-        new_searcher(strategy, self.space, factory=self.searcher_factory)
+        if chains_on_fleet(strategy):
+            _check_chain_options(strategy, self.space)
+        else:
+            new_searcher(strategy, self.space, factory=self.searcher_factory)
         if self.baseline is not None:
             if not isinstance(self.baseline, Mapping):
                 raise SpecError("'baseline' must be an object of knob values")
@@ -118,6 +121,24 @@ class CampaignSpec:
     @property
     def maximize(self) -> bool:
         return load_workload(self.workload).maximize
+
+
+def chains_on_fleet(strategy: Mapping[str, Any]) -> bool:
+    """Whether a strategy runs as annealing chains on the fleet (see :mod:`fleet.chains`)."""
+    return strategy.get("name") == "anneal" and bool((strategy.get("options") or {}).get("on_fleet"))
+
+
+def _check_chain_options(strategy: Mapping[str, Any], space: Space) -> None:
+    options = strategy.get("options") or {}
+    unknown = set(options) - {"on_fleet", "chains", "temperature", "cooling"}
+    if unknown:
+        raise SpecError(f"annealing on the fleet has no option {sorted(unknown)[0]!r}")
+    for name, low in (("chains", 1), ("temperature", 0), ("cooling", 0)):
+        value = options.get(name, 1)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < low:
+            raise SpecError(f"annealing option {name!r} must be a number >= {low}")
+    if space.predicate is not None:
+        raise SpecError("annealing on the fleet needs constraints as expressions: META_is_config_valid runs only here")
 
 
 def _problems(raw: Any) -> list[ProblemSpec]:

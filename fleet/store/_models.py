@@ -212,3 +212,45 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     stopped_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class Chain(Base):
+    """One simulated-annealing chain that runs on the fleet by itself, one ``anneal_step`` task at a time."""
+
+    __tablename__ = "chains"
+    __table_args__ = (UniqueConstraint("campaign_id", "problem_id", "index", name="uq_chain"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    index: Mapped[int] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(Integer)
+    steps: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    config: Mapped[dict[str, Any]]
+    objective: Mapped[float | None] = mapped_column(Float, nullable=True)
+    best_config: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    best_objective: Mapped[float | None] = mapped_column(Float, nullable=True)
+    temperature: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(16), default="running")
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class ChainStep(Base):
+    """One step of a chain: the neighbour it measured, and whether the chain moved there."""
+
+    __tablename__ = "chain_steps"
+    __table_args__ = (UniqueConstraint("chain_id", "step", name="uq_chain_step"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    chain_id: Mapped[int] = mapped_column(ForeignKey("chains.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"))
+    config: Mapped[dict[str, Any]]
+    objective: Mapped[float | None] = mapped_column(Float, nullable=True)
+    accepted: Mapped[bool] = mapped_column(Boolean)
+    temperature: Mapped[float] = mapped_column(Float)
+    worker: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

@@ -13,7 +13,7 @@ from kombu import Queue
 
 from fleet.settings import Settings, get_settings
 
-TASK_QUEUES = {"fleet.compile": "build", "fleet.evaluate": "eval"}
+TASK_QUEUES = {"fleet.compile": "build", "fleet.evaluate": "eval", "fleet.anneal_step": "eval"}
 
 
 def queue_names(target: str) -> tuple[str, str]:
@@ -70,6 +70,8 @@ app = configure(Celery("fleet", set_as_current=True), get_settings())
 
 # The task modules register themselves on the app; importing them here lets `celery -A fleet.tasks` find them.
 from fleet.tasks import lifecycle as _lifecycle  # noqa: E402, F401
-from fleet.tasks.trials import compile, evaluate, send  # noqa: E402
+from fleet.tasks.trials import anneal_step, compile, evaluate, send, send_steps  # noqa: E402
 
-__all__ = ["app", "compile", "configure", "evaluate", "queue_names", "queues", "route", "send"]
+__all__ = [
+    "anneal_step", "app", "compile", "configure", "evaluate", "queue_names", "queues", "route", "send", "send_steps",
+]  # fmt: skip

@@ -71,7 +71,7 @@ def _register(sender: Any = None, **_: Any) -> None:
 
 
 def _heartbeat(ctx: WorkerContext) -> None:
-    from fleet.tasks.trials import send
+    from fleet.tasks.trials import send, send_steps
 
     requeue_after = ctx.settings.requeue_seconds
     beats = 0
@@ -83,6 +83,7 @@ def _heartbeat(ctx: WorkerContext) -> None:
             if beats * ctx.settings.heartbeat_seconds >= requeue_after / 4:
                 beats = 0
                 reaped += ctx.store.stale(requeue_after)
+                send_steps(ctx.store.stale_chains(requeue_after))
             if reaped:
                 log.warning("gave back %d trials whose worker went away", send(reaped))
         except Exception:  # the database or broker may be down for a while; the next beat tries again

@@ -30,6 +30,28 @@ def evaluate(self: Task, trial_id: int, target: str) -> str:
     return evaluate_trial(context(self.request.hostname), trial_id)
 
 
+@app.task(name="fleet.anneal_step", bind=True)
+def anneal_step(self: Task, chain_id: int, step: int, target: str) -> int | None:
+    """One step of an annealing chain: propose, build, measure, accept or reject, record, send the next."""
+    from fleet.workers.anneal import anneal_step as run_step
+
+    following = run_step(context(self.request.hostname), chain_id, step)
+    if following is not None:
+        anneal_step.apply_async(kwargs={"chain_id": chain_id, "step": following, "target": target})
+    return following
+
+
+def send_steps(steps: Iterable[tuple[int, int, str]]) -> int:
+    """Send ``anneal_step`` for each (chain id, step, target); return how many were sent."""
+    sent = 0
+    with app.producer_or_acquire() as producer:
+        for chain_id, step, target in steps:
+            kwargs = {"chain_id": chain_id, "step": step, "target": target}
+            anneal_step.apply_async(kwargs=kwargs, producer=producer)
+            sent += 1
+    return sent
+
+
 def send(work: Iterable[Requeue]) -> int:
     """Send a task for each piece of work; return how many were sent."""
     sent = 0

@@ -1,0 +1,108 @@
+"""Annealing chains on the fleet: start them, then watch. The chains drive themselves.
+
+With ``"strategy": {"name": "anneal", "budget": B, "options": {"on_fleet": true, "chains": C}}`` each problem
+gets C chains of B / C steps. Each step is one ``anneal_step`` task on the target's evaluation queue that
+sends the next step itself, so no driver has to stay alive; a chain whose message was lost is found by its
+age in the database and sent again (by this watcher or by any worker's heartbeat).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fleet.campaign import Summary, campaign_space, summarize
+from fleet.search import RandomSearch
+from fleet.store import Campaign, Store, TrialResult
+from fleet.workers.workloads import load_workload
+
+DEFAULT_CHAINS = 4
+DEFAULT_BUDGET = 100
+
+
+class ChainDriver:
+    """Starts a campaign's chains and follows them to their end.
+
+    Parameters
+    ----------
+    send_steps:
+        Sends ``anneal_step`` tasks: (chain id, step, target) each.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        campaign: Campaign,
+        send_steps: Callable[[Iterable[tuple[int, int, str]]], int],
+        *,
+        on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
+        on_warning: Callable[[str], None] | None = None,
+        requeue_seconds: float = 300.0,
+        poll_seconds: float = 0.5,
+    ) -> None:
+        self.store = store
+        self.campaign = campaign
+        self.send_steps = send_steps
+        self.on_progress = on_progress or (lambda *_: None)
+        self.on_warning = on_warning or (lambda _: None)
+        self.requeue_seconds = requeue_seconds
+        self.poll_seconds = poll_seconds
+        self.in_flight: list[int] = []
+
+    def submit_all(self) -> None:
+        """Create the chains (or find them) and send each running chain's current step."""
+        options = self.campaign.strategy.get("options") or {}
+        count = int(options.get("chains", DEFAULT_CHAINS))
+        budget = int(self.campaign.strategy.get("budget") or DEFAULT_BUDGET)
+        space, _ = campaign_space(self.campaign)
+        seed = int(self.campaign.strategy.get("seed", 0))
+        for index, problem in enumerate(self.store.campaign_problems(self.campaign.id)):
+            starts = list(RandomSearch(space, budget=count, seed=seed + index).generate())
+            self.store.create_chains(
+                self.campaign.id,
+                problem.id,
+                starts,
+                seed=seed * 1000 + index * 100,
+                steps=math.ceil(budget / len(starts)),
+                temperature=float(options.get("temperature", 1.0)),
+            )
+        running = [c for c in self.store.chains(self.campaign.id) if c.state == "running"]
+        self.in_flight = [c.id for c in running]
+        self.send_steps((c.id, c.step, self.campaign.target) for c in running)
+
+    def run(self) -> list[Summary]:
+        """Start the chains, wait until every one is done, and return what they found."""
+        self.submit_all()
+        total = sum(c.steps for c in self.store.chains(self.campaign.id))
+        maximize = load_workload(self.campaign.workload).maximize
+        last_check = time.monotonic()
+        while True:
+            chains = self.store.chains(self.campaign.id)
+            done = sum(c.step for c in chains)
+            bests = [c for c in chains if c.best_objective is not None]
+            best = (max if maximize else min)(bests, key=lambda c: c.best_objective) if bests else None
+            self.on_progress(done, total, _as_result(best))
+            if all(c.state == "done" for c in chains):
+                break
+            if time.monotonic() - last_check > self.requeue_seconds / 4:
+                last_check = time.monotonic()
+                self.send_steps(self.store.stale_chains(self.requeue_seconds, self.campaign.id))
+            time.sleep(self.poll_seconds)
+        self.store.set_campaign_status(self.campaign.id, "done")
+        return summarize(self.store, self.campaign)
+
+
+def _as_result(chain: Any) -> TrialResult | None:
+    if chain is None:
+        return None
+    return TrialResult(
+        trial_id=0,
+        problem_id=chain.problem_id,
+        config=chain.best_config,
+        state="evaluated",
+        reason=None,
+        objective=chain.best_objective,
+        valid=True,
+    )
