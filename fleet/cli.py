@@ -444,6 +444,27 @@ def db_revision() -> None:
 
 
 @cli.group()
+def export() -> None:
+    """Export what campaigns did."""
+
+
+@export.command("steps")
+@click.argument("campaign")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="The CSV file to write.")
+def export_steps(campaign: str, output: Path) -> None:
+    """Every trial of CAMPAIGN (every step of its annealing chains) with its execution statistics, as CSV."""
+    from fleet.export import steps_csv
+
+    store = _store()
+    found = store.campaign(campaign)
+    partial = output.with_name(output.name + ".partial")
+    with partial.open("w", newline="") as out:
+        rows = steps_csv(store, found, out)
+    partial.replace(output)  # all or nothing: a failure leaves no half-written file behind
+    click.echo(f"{rows} steps of campaign {found.name} written to {output}")
+
+
+@cli.group()
 def bench() -> None:
     """Benchmarks, each against a baseline measured in the same run (`make bench` runs them all)."""
 

@@ -74,3 +74,24 @@ def test_measured_configurations_are_not_measured_again(fleet: Fleet) -> None:
         assert session.scalar(select(func.count()).select_from(Measurement)) == 8
         reused = session.scalar(select(func.count()).select_from(Trial).where(Trial.source_trial_id.is_not(None)))
         assert reused == 8
+
+
+def test_export_steps_writes_every_trial_with_its_statistics(fleet: Fleet) -> None:
+    import csv
+
+    fleet.start_worker()
+    spec = write_spec(fleet.home, kernel_spec(fleet))
+    fleet.cli("tune", str(spec), check=True)
+    out = fleet.home / "steps.csv"
+
+    done = fleet.cli("export", "steps", "kernel", "-o", str(out), check=True)
+
+    assert "8 steps of campaign kernel" in done.stdout
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 8
+    assert {"size", "scale", "objective", "samples", "best_so_far", "build_seconds", "worker"} <= set(rows[0])
+    assert all(len(r["samples"].split(";")) == 3 for r in rows)
+    assert max(float(r["best_so_far"]) for r in rows) == 40.0
+    missing = fleet.cli("export", "steps", "nope", "-o", str(fleet.home / "x.csv"))
+    assert missing.returncode == 1 and "no campaign 'nope'" in missing.stderr
+    assert not (fleet.home / "x.csv").exists()

@@ -1,0 +1,106 @@
+"""Exports of what a campaign did, for people and other tools.
+
+``steps_csv`` writes one row per trial (per chain step, for annealing chains on the fleet) with its
+execution statistics: configuration, objective and every sample, build and step times, where it ran.
+"""
+
+from __future__ import annotations
+
+import csv
+from typing import Any, TextIO
+
+from sqlalchemy import func, select
+
+from fleet.space import Space
+from fleet.store import Artifact, Campaign, Measurement, Store, Trial
+
+COLUMNS = [
+    "problem",
+    "chain",
+    "step",
+    "trial",
+    "state",
+    "accepted",
+    "temperature",
+    "objective_name",
+    "objective",
+    "samples",
+    "best_so_far",
+    "build_seconds",
+    "step_seconds",
+    "worker",
+    "node",
+    "started_at",
+    "finished_at",
+    "reason",
+]
+
+
+def _trials(store: Store, campaign: Campaign) -> dict[int, dict[str, Any]]:
+    # A trial that reused an earlier measurement reports that measurement.
+    measured = func.coalesce(Trial.source_trial_id, Trial.id)
+    with store.session() as session:
+        rows = session.execute(
+            select(Trial, Measurement, Artifact.build_seconds)
+            .outerjoin(Measurement, Measurement.trial_id == measured)
+            .outerjoin(Artifact, Artifact.build_key == Trial.build_key)
+            .where(Trial.campaign_id == campaign.id)
+            .order_by(Trial.id)
+        ).all()
+    return {
+        t.id: {
+            "trial": t.id,
+            "problem": t.problem_id,
+            "state": t.state,
+            "config": t.config,
+            "reason": t.reason or "",
+            "objective_name": m.objective_name if m else "",
+            "objective": m.objective if m else None,
+            "samples": ";".join(f"{x:.6g}" for x in m.samples) if m else "",
+            "worker": m.worker if m else "",
+            "node": m.node if m else "",
+            "build_seconds": build,
+            "started_at": t.started_at,
+            "finished_at": t.finished_at,
+            "step_seconds": (t.finished_at - t.started_at).total_seconds() if t.finished_at and t.started_at else None,
+        }
+        for t, m, build in rows
+    }
+
+
+def steps_csv(store: Store, campaign: Campaign, out: TextIO) -> int:
+    """Write the campaign's steps as CSV to ``out``; return the number of rows."""
+    from fleet.workers.workloads import load_workload
+
+    knobs = Space.from_dict(campaign.space).names
+    maximize = load_workload(campaign.workload).maximize
+    trials = _trials(store, campaign)
+    chain_steps = store.chain_steps(campaign.id)
+    rows: list[dict[str, Any]] = []
+    if chain_steps:
+        for chain, step in chain_steps:
+            row = dict(trials[step.trial_id])
+            row |= {
+                "problem": chain.problem_id,
+                "chain": chain.index,
+                "step": step.step,
+                "config": step.config,
+                "accepted": step.accepted,
+                "temperature": step.temperature,
+                "step_seconds": step.seconds,
+                "worker": step.worker,
+            }
+            rows.append(row)
+    else:
+        for number, row in enumerate(trials.values()):
+            rows.append({**row, "chain": "", "step": number, "accepted": "", "temperature": ""})
+    best: dict[tuple[Any, Any], float] = {}
+    writer = csv.DictWriter(out, fieldnames=[*COLUMNS[:10], *knobs, *COLUMNS[10:]], extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        key = (row["problem"], row["chain"])
+        value = row["objective"] if row["state"] == "evaluated" else None
+        if value is not None and (key not in best or (value > best[key] if maximize else value < best[key])):
+            best[key] = value
+        writer.writerow({**row, **row["config"], "best_so_far": best.get(key, "")})
+    return len(rows)
