@@ -10,7 +10,6 @@ import hashlib
 import os
 import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,14 +62,21 @@ class WorkerContext:
 
     @contextmanager
     def scratch(self) -> Iterator[Path]:
-        """A private, empty directory for one build or run, removed afterwards."""
-        root = self.settings.cache_dir / "scratch"
-        root.mkdir(parents=True, exist_ok=True)
-        path = Path(tempfile.mkdtemp(dir=root, prefix=f"{os.getpid()}-"))
+        """A private, empty directory for one build or run, emptied afterwards.
+
+        One directory per process, reused: creating and removing a fresh one for every trial costs more
+        than a no-op trial's whole bookkeeping on a slow filesystem.
+        """
+        path = self.settings.cache_dir / "scratch" / f"{socket.gethostname()}-{os.getpid()}"
+        path.mkdir(parents=True, exist_ok=True)
         try:
             yield path
         finally:
-            shutil.rmtree(path, ignore_errors=True)
+            for entry in os.scandir(path):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
 
     def workload(self, campaign_id: int, definition: dict) -> Workload:
         """The campaign's workload, validated once per process."""
