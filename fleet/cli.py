@@ -244,6 +244,19 @@ def status(campaign: str | None, as_json: bool) -> None:
             for t in errored:
                 reasons[t.reason or "?"] = reasons.get(t.reason or "?", 0) + 1
             entry["errors"] = reasons
+        chains = store.chains(c.id)
+        if chains:
+            entry["chains"] = [
+                {
+                    "problem": ch.problem_id,
+                    "chain": ch.index,
+                    "step": ch.step,
+                    "steps": ch.steps,
+                    "state": ch.state,
+                    "best": ch.best_objective,
+                }
+                for ch in chains
+            ]
         report.append(entry)
     workers = [
         {
@@ -271,6 +284,12 @@ def status(campaign: str | None, as_json: bool) -> None:
             )
         for reason, n in sorted(entry.get("errors", {}).items(), key=lambda kv: -kv[1])[:10]:
             click.echo(f"      errored x{n}: {reason}")
+        for ch in entry.get("chains", []):
+            best = "-" if ch["best"] is None else f"{ch['best']:.4g}"
+            click.echo(
+                f"      chain {ch['chain']} of problem {ch['problem']}: step {ch['step']}/{ch['steps']}, "
+                f"{ch['state']}, best {best}"
+            )
     click.echo(f"\nworkers listening: {len(workers)}")
     for w in workers:
         click.echo(f"  {w['name']:<36} {w['role']:<6} {w['target']:<14} {w['gpu'] or ''}")
