@@ -514,7 +514,13 @@ class Driver:
     def submit_all(self) -> None:
         """Write and send every proposal a static strategy has, then leave: the workers need no driver."""
         self.window = 1 << 30
+        self._submit_baselines()
         self._fill()
+
+    def _submit_baselines(self) -> None:
+        if self.campaign.baseline:
+            configs = baseline_configs(self.space, self.campaign.baseline)
+            self._submit([(index, config, True) for index in range(len(self.problems)) for config in configs])
 
     def _fill(self) -> None:
         proposals: list[tuple[int, Config, bool]] = []
@@ -566,14 +572,7 @@ class Driver:
 
     def run(self) -> list[Summary]:
         """Drive the campaign to its end and return what it found per problem."""
-        if self.campaign.baseline:
-            self._submit(
-                [
-                    (index, config, True)
-                    for index in range(len(self.problems))
-                    for config in baseline_configs(self.space, self.campaign.baseline)
-                ]
-            )
+        self._submit_baselines()
         total = self.total()
         started = time.monotonic()
         last_check = 0.0

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from fleet.errors import BrokerError, FleetError, NotFound
+from fleet.report import report_command
 from fleet.settings import Settings, get_settings, redact
 
 
@@ -505,6 +506,9 @@ def bench_dispatch(trials: int, as_json: bool) -> None:
     click.echo(f"fleet  {result['fleet_trials_per_s']:>8.1f} trials/s  (build + evaluate + all bookkeeping)")
     click.echo(f"celery {result['celery_trials_per_s']:>8.1f} trials/s  (bare two-task chain, same broker)")
     click.echo(f"ratio  {result['ratio']:>8.3f}")
+
+
+cli.add_command(report_command, "report")
 
 
 def main(argv: list[str] | None = None) -> int:

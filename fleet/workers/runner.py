@@ -72,7 +72,10 @@ class Completed:
             return f"{what} timed out after {self.seconds:.1f} s"
         if self.returncode is not None and self.returncode < 0:
             return f"{what} was killed by signal {-self.returncode}"
-        last = next((line for line in reversed(self.stderr.splitlines()) if line.strip()), "")
+        lines = [line for line in self.stderr.splitlines() if line.strip()]
+        # Compilers end with context (a caret line, a summary); the last line naming an error says more.
+        errors = [line for line in lines if "error" in line.lower()]
+        last = (errors or lines or [""])[-1]
         return f"{what} exited with status {self.returncode}" + (f": {last.strip()[:300]}" if last else "")
 
 

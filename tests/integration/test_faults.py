@@ -193,3 +193,22 @@ def test_driver_and_status_say_when_no_worker_listens(fleet: Fleet) -> None:
     finally:
         os.killpg(tune.pid, signal.SIGKILL)
         tune.wait()
+
+
+def test_a_dynamic_campaign_survives_its_driver_and_measures_nothing_twice(fleet: Fleet) -> None:
+    fleet.start_worker()
+    spec = script_spec(fleet, [f"sleep0.{i}" for i in range(1, 10)] + ["a", "bb", "ccc"])
+    spec["strategy"] = {"name": "local", "budget": 10, "seed": 5}
+    path = write_spec(fleet.home, spec)
+    tune = start_tune(fleet, path)
+    fleet.wait_for(lambda: sum(t.state == "evaluated" for t in trials(fleet)) >= 3, what="three evaluations")
+    os.killpg(tune.pid, signal.SIGKILL)
+    tune.wait()
+    before = {t.id for t in trials(fleet) if t.state == "evaluated"}
+
+    done = fleet.cli("resume", "faults", "--json", check=True, timeout=180)
+
+    result = json.loads(done.stdout)["problems"][0]
+    assert sum(result["trials"].values()) <= 10
+    assert before <= {t.id for t in trials(fleet) if t.state == "evaluated"}
+    assert_each_recorded_once(fleet)

@@ -1,0 +1,1231 @@
+"""``fleet report``: one self-contained HTML page of what a campaign found.
+
+The page needs nothing at view time: no network, no JavaScript, no fonts. Its plots are inline SVG drawn
+here, so Fleet needs no plotting library. It shows, per problem of the campaign:
+
+- the convergence of the search: the best objective so far against trials and against wall time since the
+  campaign's first trial started, one line per series (the campaign's strategy, or each annealing chain when
+  trials carry a ``chain`` in their measurement's metrics or their configuration), with every measurement
+  as a faint dot, errored and invalid trials as grey ticks on the x axis, and the baseline as a dashed line;
+- the effect of each knob: per value, the median and the best objective over valid measurements, knobs
+  ordered by how far apart their values' medians lie;
+- the best configurations, with the speedup over the baseline, extra metrics, samples and where they ran;
+
+and, for the whole campaign, trials by state, errors grouped by reason, the strategy, space, workload and
+provenance. Everything that comes from users (knob names and values, reasons, output) is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import statistics
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from sqlalchemy import func, select
+
+from fleet.errors import FleetError
+from fleet.store import TRIAL_STATES, Artifact, Campaign, Measurement, Problem, Store, Trial, utcnow
+
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#59a14f",
+    "#b07aa1",
+    "#76b7b2",
+    "#edc948",
+    "#ff9da7",
+    "#9c755f",
+    "#5f6b7a",
+)
+FAILED_STATES = ("errored", "invalid")
+DASH = "\u2013"  # what a missing value shows
+TIMES = "\u00d7"  # the x of a speedup
+TOP = 10
+
+
+def esc(value: Any) -> str:
+    """``value`` as HTML text, quotes included, so it is safe in element content and in attributes."""
+    return html.escape(value if isinstance(value, str) else str(value), quote=True)
+
+
+def fmt(value: Any) -> str:
+    """A number as a person reads it: 4 significant digits, no exponent for everyday magnitudes."""
+    if value is None:
+        return DASH
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if 1e-3 <= magnitude < 1e4:
+        text = f"{value:.4g}"
+        return text if "e" not in text else f"{value:.4f}".rstrip("0").rstrip(".")
+    if 1e4 <= magnitude < 1e9:
+        return f"{value:,.0f}"
+    return f"{value:.3e}"
+
+
+def value_text(value: Any) -> str:
+    """A knob value as text: strings as they are, booleans as true/false, numbers via JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def config_text(config: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={value_text(v)}" for k, v in config.items())
+
+
+# -- the campaign's data ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One trial with its measurement (its own, or the earlier one it reused)."""
+
+    trial_id: int
+    problem_id: int
+    config: dict[str, Any]
+    state: str
+    reason: str | None
+    baseline: bool
+    seq: int
+    build_key: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    created_at: datetime
+    reused_from: int | None
+    stdout_tail: str | None
+    stderr_tail: str | None
+    objective: float | None = None
+    valid: bool = False
+    metrics: dict[str, Any] = field(default_factory=dict)
+    samples: list[Any] = field(default_factory=list)
+    node: str | None = None
+    gpu: str | None = None
+    worker: str | None = None
+    objective_name: str | None = None
+    maximize: bool | None = None
+    series: str = ""
+    t: float | None = None  # seconds from the campaign's first start to this trial's end
+
+    @property
+    def measured(self) -> bool:
+        return self.valid and self.state == "evaluated" and self.objective is not None and math.isfinite(self.objective)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("evaluated", "errored", "invalid")
+
+
+@dataclass
+class Data:
+    campaign: Campaign
+    problems: list[Problem]
+    rows: list[Row]
+    objective_name: str
+    maximize: bool
+    knobs: dict[str, dict[str, Any]]  # name -> {"values": [...], "build": bool}
+    build_logs: dict[str, str]
+    t0: datetime | None
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.maximize else a < b
+
+    def best_of(self, rows: Iterable[Row]) -> Row | None:
+        best: Row | None = None
+        for row in rows:
+            if row.measured and (best is None or self.better(row.objective, best.objective)):  # type: ignore[arg-type]
+                best = row
+        return best
+
+
+def _knobs(space: Mapping[str, Any], rows: Sequence[Row]) -> dict[str, dict[str, Any]]:
+    """Each knob's values (the space's, then any others the trials used) and whether it is build-time."""
+    knobs: dict[str, dict[str, Any]] = {}
+    raw = space.get("knobs", {}) if isinstance(space, Mapping) else {}
+    run_time = set(space.get("run_time", []) if isinstance(space, Mapping) else [])
+    for name, knob in raw.items():
+        if isinstance(knob, Mapping):
+            values, build = list(knob.get("values", [])), bool(knob.get("build", True))
+        else:
+            values, build = list(knob) if isinstance(knob, list) else [knob], True
+        knobs[str(name)] = {"values": values, "build": build and name not in run_time}
+    for row in rows:
+        if row.baseline:  # a baseline's values may lie outside the space: they are not the space's
+            continue
+        for name, value in row.config.items():
+            knob = knobs.setdefault(name, {"values": [], "build": True})
+            if not any(_same(value, v) for v in knob["values"]):
+                knob["values"].append(value)
+    return knobs
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _series(row: Row, strategy: str) -> str:
+    chain = row.metrics.get("chain")
+    if chain is None:
+        chain = row.config.get("chain")
+    if chain is None:
+        return strategy
+    if isinstance(chain, float) and chain.is_integer():
+        chain = int(chain)
+    return f"chain {value_text(chain)}"
+
+
+def collect(store: Store, campaign: Campaign) -> Data:
+    """Everything the page shows, read from the store in a few queries."""
+    measured = func.coalesce(Trial.source_trial_id, Trial.id)
+    with store.session() as session:
+        pairs = session.execute(
+            select(Trial, Measurement)
+            .outerjoin(Measurement, Measurement.trial_id == measured)
+            .where(Trial.campaign_id == campaign.id)
+            .order_by(Trial.id)
+        ).all()
+        failed_keys = {t.build_key for t, _ in pairs if t.state == "errored"}
+        logs = {}
+        if failed_keys:
+            logs = {
+                a.build_key: a.log_tail or ""
+                for a in session.execute(
+                    select(Artifact.build_key, Artifact.log_tail).where(
+                        Artifact.build_key.in_(failed_keys), Artifact.state == "failed"
+                    )
+                )
+            }
+    problems = store.campaign_problems(campaign.id)
+    rows = []
+    for trial, m in pairs:
+        row = Row(
+            trial_id=trial.id,
+            problem_id=trial.problem_id,
+            config=dict(trial.config or {}),
+            state=trial.state,
+            reason=trial.reason,
+            baseline=bool(trial.baseline),
+            seq=trial.seq or 0,
+            build_key=trial.build_key,
+            started_at=trial.started_at,
+            finished_at=trial.finished_at,
+            created_at=trial.created_at,
+            reused_from=trial.source_trial_id,
+            stdout_tail=trial.stdout_tail,
+            stderr_tail=trial.stderr_tail,
+        )
+        if m is not None:
+            row.objective = m.objective
+            row.valid = bool(m.valid)
+            row.metrics = dict(m.metrics or {})
+            row.samples = list(m.samples or [])
+            row.node, row.gpu, row.worker = m.node, m.gpu, m.worker
+            row.objective_name, row.maximize = m.objective_name, m.maximize
+        rows.append(row)
+    objective_name, maximize = _objective(campaign, rows)
+    strategy = str((campaign.strategy or {}).get("name", "strategy"))
+    starts = [r.started_at for r in rows if r.started_at is not None] or [r.created_at for r in rows]
+    t0 = min(starts) if starts else None
+    # Annealing chains on the fleet keep their steps apart from the trials: a trial is in its first visitor's series.
+    chain_of: dict[int, int] = {}
+    for chain, step in store.chain_steps(campaign.id):
+        chain_of.setdefault(step.trial_id, chain.index)
+    for row in rows:
+        row.series = f"chain {chain_of[row.trial_id]}" if row.trial_id in chain_of else _series(row, strategy)
+        if t0 is not None and row.finished_at is not None:
+            row.t = max(0.0, (row.finished_at - t0).total_seconds())
+    # Finishing order: the first trial to reach the best value is the one the search found it with.
+    rows.sort(key=lambda r: (r.t is None, r.t or 0.0, r.trial_id))
+    return Data(
+        campaign=campaign,
+        problems=problems,
+        rows=rows,
+        objective_name=objective_name,
+        maximize=maximize,
+        knobs=_knobs(campaign.space or {}, rows),
+        build_logs=logs,
+        t0=t0,
+    )
+
+
+def _objective(campaign: Campaign, rows: Sequence[Row]) -> tuple[str, bool]:
+    """The objective's name and direction: as the measurements recorded them, else as the workload says."""
+    for row in reversed(rows):
+        if row.objective_name is not None and row.maximize is not None:
+            return row.objective_name, bool(row.maximize)
+    objective = (campaign.workload or {}).get("objective")
+    if not isinstance(objective, Mapping):
+        return "objective", False
+    return str(objective.get("name") or objective.get("json") or "objective"), objective.get("goal") == "max"
+
+
+# -- SVG charts ------------------------------------------------------------------------------------------
+
+
+class Scale:
+    """A linear or logarithmic map from data to pixels, with nice ticks."""
+
+    def __init__(self, lo: float, hi: float, r0: float, r1: float, *, log: bool = False, integer: bool = False):
+        self.log, self.integer = log, integer
+        if log:
+            lo, hi = math.log10(lo), math.log10(hi)
+        if hi - lo < 1e-12:
+            pad = abs(lo) * 0.05 or (0.5 if integer or log else 1.0)
+            lo, hi = lo - pad, hi + pad
+        self.lo, self.hi, self.r0, self.r1 = lo, hi, r0, r1
+
+    def __call__(self, value: float) -> float:
+        v = math.log10(value) if self.log else value
+        return self.r0 + (v - self.lo) / (self.hi - self.lo) * (self.r1 - self.r0)
+
+    def ticks(self, count: int = 6) -> list[float]:
+        if self.log:
+            return _log_ticks(10**self.lo, 10**self.hi)
+        step = nice_step(self.hi - self.lo, count)
+        if self.integer:
+            step = max(1.0, math.ceil(step))
+        first = math.ceil(self.lo / step - 1e-9) * step
+        ticks = []
+        value = first
+        while value <= self.hi + step * 1e-9:
+            ticks.append(round(value, 12))
+            value += step
+        return ticks
+
+    def step(self, count: int = 6) -> float:
+        ticks = self.ticks(count)
+        return ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+
+
+def nice_step(span: float, count: int = 6) -> float:
+    """A step of 1, 2, 2.5 or 5 times a power of ten that cuts ``span`` into about ``count`` parts."""
+    raw = max(span, 1e-12) / max(count, 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    for multiple in (1, 2, 2.5, 5, 10):
+        if raw <= multiple * magnitude * (1 + 1e-9):
+            return multiple * magnitude
+    return 10 * magnitude
+
+
+def nice_range(lo: float, hi: float, count: int = 6) -> tuple[float, float]:
+    """``lo`` and ``hi`` widened to the nearest multiples of a nice step."""
+    if hi - lo < 1e-12:
+        pad = abs(lo) * 0.1 or 1.0
+        lo, hi = lo - pad, hi + pad
+    step = nice_step(hi - lo, count)
+    return math.floor(lo / step + 1e-9) * step, math.ceil(hi / step - 1e-9) * step
+
+
+_LOG_MULTIPLES = ((1,), (1, 3), (1, 2, 5), (1, 2, 3, 5, 7), tuple(range(1, 10)))
+
+
+def log_range(lo: float, hi: float) -> tuple[float, float]:
+    """``lo`` and ``hi`` (both positive) widened to the ticks around them, with at least 4 ticks in all."""
+    first, last = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+    for multiples in _LOG_MULTIPLES:
+        candidates = [m * 10.0**e for e in range(first, last + 1) for m in multiples]
+        below = max(x for x in candidates if x <= lo * (1 + 1e-9))
+        above = min(x for x in candidates if x >= hi * (1 - 1e-9))
+        if sum(1 for x in candidates if below <= x <= above) >= 4:
+            return below, above
+    return lo, hi
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    for multiples in _LOG_MULTIPLES:
+        ticks = [
+            m * 10.0**e
+            for e in range(first, last + 1)
+            for m in multiples
+            if lo * (1 - 1e-9) <= m * 10.0**e <= hi * (1 + 1e-9)
+        ]
+        if len(ticks) >= 4 or multiples == tuple(range(1, 10)):
+            if len(ticks) > 10:
+                ticks = [t for t in ticks if _mantissa(t) in (1, 2, 5)] or ticks
+            return ticks
+    return []
+
+
+def _mantissa(value: float) -> int:
+    return round(value / 10 ** math.floor(math.log10(value) + 1e-9))
+
+
+def tick_label(value: float, step: float | None = None, log: bool = False) -> str:
+    """A tick's label: as many decimals as the step needs, thousands separated."""
+    if log or step is None:
+        return fmt(value)
+    if abs(value) < step * 1e-6:
+        return "0"
+    if abs(value) >= 1e9 or step < 1e-6:
+        return f"{value:.3g}"
+    decimals = 0
+    while decimals < 8 and abs(step * 10**decimals - round(step * 10**decimals)) > 1e-6 * 10**decimals:
+        decimals += 1
+    return f"{value:,.{decimals}f}"
+
+
+@dataclass
+class Line:
+    """One series of a convergence chart: best-so-far steps and the measurements behind them."""
+
+    label: str
+    color: str
+    steps: list[tuple[float, float]]  # (x, best so far), at each x where it improved
+    end: float  # the x of the series' last finished trial; the line runs on to it
+    dots: list[tuple[float, float]] = field(default_factory=list)
+    width: float = 2.0
+    dash: str = ""
+    opacity: float = 1.0  # below 1: an envelope drawn under the other lines
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _text_width(text: str, size: float = 12) -> float:
+    return len(text) * size * 0.6
+
+
+def chart(
+    lines: Sequence[Line],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    y_note: str = "",
+    x_integer: bool,
+    x_min: float,
+    x_max: float,
+    reference: tuple[str, float] | None = None,
+    marks: Sequence[tuple[float, str]] = (),
+    best: tuple[float, float] | None = None,
+    css_class: str = "chart",
+    width: int = 560,
+    height: int = 330,
+) -> str:
+    """A line chart of best-so-far steps as inline SVG, with axes, ticks, labels and its legend on top."""
+    values = [y for line in lines for _, y in line.steps + line.dots]
+    if reference is not None:
+        values.append(reference[1])
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    log = lo > 0 and hi / lo >= 30
+    lo, hi = log_range(lo, hi) if log else nice_range(lo, hi)
+
+    legend = [(_clip(line.label), line.color, line.dash, line.width, "line", line.opacity) for line in lines]
+    if reference is not None:
+        legend.append((reference[0], "#555", "6 4", 1.5, "line", 1.0))
+    states = sorted({state for _, state in marks})
+    for state in states:
+        legend.append((f"{state} trial", _MARK_COLOR.get(state, "#999"), "", 1.5, "tick", 1.0))
+    if best is not None:
+        legend.append(("best found", "#222", "", 1.5, "ring", 1.0))
+
+    # The legend wraps in rows above the plot, so it never covers a line.
+    rows: list[list[tuple[float, tuple[Any, ...]]]] = [[]]
+    cursor, left_edge, right_edge = 0.0, 12.0, width - 12.0
+    for item in legend:
+        item_width = 30 + _text_width(item[0]) + 18
+        if rows[-1] and left_edge + cursor + item_width > right_edge:
+            rows.append([])
+            cursor = 0.0
+        rows[-1].append((left_edge + cursor, item))
+        cursor += item_width
+    legend_height = 20 * len(rows) + 8
+
+    y_scale_probe = Scale(lo, hi, 0, 1, log=log)
+    y_ticks = y_scale_probe.ticks(6)
+    y_step = None if log else y_scale_probe.step(6)
+    y_labels = [tick_label(t, y_step, log) for t in y_ticks]
+    margin_left = max(52.0, max((_text_width(s, 11) for s in y_labels), default=0) + 34)
+    top, bottom, right = 28 + legend_height, height - 46, width - 18
+    height_total = height + legend_height
+    bottom += legend_height
+    x_scale = Scale(x_min, x_max, margin_left, right, integer=x_integer)
+    y_scale = Scale(lo, hi, bottom, top, log=log)
+
+    out = [
+        f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height_total}" '
+        f'width="{width}" height="{height_total}" role="img" aria-label="{esc(title)}">',
+        f"<title>{esc(title)}</title>",
+        f'<text class="chart-title" x="{width / 2:.1f}" y="18" text-anchor="middle">{esc(title)}</text>',
+    ]
+    # Legend.
+    for index, row in enumerate(rows):
+        y = 28 + 20 * index + 10
+        for x, (label, color, dash, line_width, kind, opacity) in row:
+            if kind == "line":
+                dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+                out.append(
+                    f'<line x1="{x:.1f}" y1="{y}" x2="{x + 24:.1f}" y2="{y}" stroke="{color}" '
+                    f'stroke-width="{min(line_width + 0.5, 7)}" stroke-opacity="{opacity}"{dash_attr}/>'
+                )
+            elif kind == "tick":
+                out.append(
+                    f'<line x1="{x + 12:.1f}" y1="{y - 6}" x2="{x + 12:.1f}" y2="{y + 6}" stroke="{color}" '
+                    'stroke-width="2"/>'
+                )
+            else:
+                out.append(
+                    f'<circle cx="{x + 12:.1f}" cy="{y}" r="5" fill="none" stroke="{color}" stroke-width="1.5"/>'
+                )
+            out.append(f'<text class="legend" x="{x + 30:.1f}" y="{y + 4}">{esc(label)}</text>')
+    # Grid and y axis.
+    out.append('<g class="axis y-axis">')
+    for tick, label in zip(y_ticks, y_labels, strict=True):
+        y = y_scale(tick)
+        out.append(f'<line class="grid" x1="{margin_left:.1f}" y1="{y:.1f}" x2="{right:.1f}" y2="{y:.1f}"/>')
+        out.append(f'<line x1="{margin_left - 5:.1f}" y1="{y:.1f}" x2="{margin_left:.1f}" y2="{y:.1f}"/>')
+        out.append(f'<text x="{margin_left - 8:.1f}" y="{y + 4:.1f}" text-anchor="end">{esc(label)}</text>')
+    out.append(f'<line x1="{margin_left:.1f}" y1="{top}" x2="{margin_left:.1f}" y2="{bottom}"/>')
+    middle = (top + bottom) / 2
+    y_title = f"{y_label}{', log scale' if log else ''}" + (f" ({y_note})" if y_note else "")
+    out.append(
+        f'<text class="axis-label" transform="translate(14 {middle:.1f}) rotate(-90)" '
+        f'text-anchor="middle">{esc(y_title)}</text>'
+    )
+    out.append("</g>")
+    # X axis.
+    x_ticks = x_scale.ticks(7)
+    x_step = x_scale.step(7)
+    out.append('<g class="axis x-axis">')
+    out.append(f'<line x1="{margin_left:.1f}" y1="{bottom}" x2="{right:.1f}" y2="{bottom}"/>')
+    for tick in x_ticks:
+        x = x_scale(tick)
+        out.append(f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 5}"/>')
+        out.append(f'<text x="{x:.1f}" y="{bottom + 19}" text-anchor="middle">{esc(tick_label(tick, x_step))}</text>')
+    out.append(
+        f'<text class="axis-label" x="{(margin_left + right) / 2:.1f}" y="{height_total - 8}" '
+        f'text-anchor="middle">{esc(x_label)}</text>'
+    )
+    out.append("</g>")
+    # Reference (baseline).
+    if reference is not None:
+        y = y_scale(reference[1])
+        out.append(
+            f'<line class="baseline" x1="{margin_left:.1f}" y1="{y:.1f}" x2="{right:.1f}" y2="{y:.1f}" '
+            'stroke="#555" stroke-width="1.5" stroke-dasharray="6 4"/>'
+        )
+    # Failed trials: ticks on the x axis.
+    for x_value, state in marks:
+        x = x_scale(x_value)
+        out.append(
+            f'<line class="mark mark-{esc(state)}" x1="{x:.1f}" y1="{bottom - 9}" x2="{x:.1f}" y2="{bottom - 1}" '
+            f'stroke="{_MARK_COLOR.get(state, "#999")}" stroke-width="2"/>'
+        )
+    # Measurements, then the best-so-far lines on top.
+    for line in lines:
+        if not line.dots:
+            continue
+        out.append(f'<g class="dots" fill="{line.color}" fill-opacity="0.35">')
+        for x_value, y_value in line.dots:
+            out.append(f'<circle cx="{x_scale(x_value):.1f}" cy="{y_scale(y_value):.1f}" r="2.6"/>')
+        out.append("</g>")
+    for line in sorted(lines, key=lambda line: line.opacity == 1.0):  # envelopes first, under the rest
+        if not line.steps:
+            continue
+        x0, y0 = line.steps[0]
+        path = [f"M{x_scale(x0):.1f},{y_scale(y0):.1f}"]
+        for x_value, y_value in line.steps[1:]:
+            path.append(f"H{x_scale(x_value):.1f}V{y_scale(y_value):.1f}")
+        path.append(f"H{x_scale(max(line.end, line.steps[-1][0])):.1f}")
+        dash_attr = f' stroke-dasharray="{line.dash}"' if line.dash else ""
+        out.append(
+            f'<path class="series" data-series="{esc(line.label)}" d="{"".join(path)}" fill="none" '
+            f'stroke="{line.color}" stroke-width="{line.width}" stroke-opacity="{line.opacity}" '
+            f'stroke-linejoin="round"{dash_attr}/>'
+        )
+    if best is not None:
+        out.append(
+            f'<circle class="best" cx="{x_scale(best[0]):.1f}" cy="{y_scale(best[1]):.1f}" r="6" fill="none" '
+            'stroke="#222" stroke-width="1.5"/>'
+        )
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+_MARK_COLOR = {"errored": "#8a8a8a", "invalid": "#c4c4c4"}
+
+
+# -- the page's sections ---------------------------------------------------------------------------------
+
+
+def _time_unit(seconds: float) -> tuple[float, str]:
+    if seconds <= 180:
+        return 1.0, "s"
+    if seconds <= 3 * 3600:
+        return 60.0, "min"
+    return 3600.0, "h"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return DASH
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _baseline_for(data: Data, rows: Sequence[Row], config: Mapping[str, Any]) -> Row | None:
+    """The valid baseline run with the same run-time knob values as ``config``: a like-for-like speedup."""
+    run_knobs = [name for name, knob in data.knobs.items() if not knob["build"]]
+    for row in rows:
+        if row.baseline and row.measured and all(_same(row.config.get(n), config.get(n)) for n in run_knobs):
+            return row
+    return None
+
+
+def speedup(data: Data, best: Row | None, baseline: Row | None) -> float | None:
+    if best is None or baseline is None or not best.objective or not baseline.objective:
+        return None
+    ratio = best.objective / baseline.objective
+    return ratio if data.maximize else 1 / ratio
+
+
+def _series_order(label: str) -> tuple[int, float, str]:
+    """The strategy's series first, then chains by number (chain 2 before chain 10), then by name."""
+    if not label.startswith("chain "):
+        return (0, 0.0, label)
+    try:
+        return (1, float(label[6:]), label)
+    except ValueError:
+        return (2, 0.0, label)
+
+
+def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
+    """Both convergence charts for one problem's trials, or a line saying there is nothing to plot yet."""
+    searched = [r for r in rows if r.finished and not r.baseline]
+    if not any(r.measured for r in searched):
+        return '<p class="empty">No valid measurement yet: nothing to plot.</p>'
+    best_row = data.best_of(searched)
+    assert best_row is not None
+    span = max((r.t or 0.0) for r in searched)
+    scale, unit = _time_unit(span)
+    # Both x axes are the campaign's: the trials it had finished, and the time it had run, when each trial ended.
+    numbered = [(number, (row.t or 0.0) / scale, row) for number, row in enumerate(searched, start=1)]
+    marks_n = [(n, row.state) for n, _, row in numbered if row.state in FAILED_STATES]
+    marks_t = [(t, row.state) for _, t, row in numbered if row.state in FAILED_STATES]
+    labels = sorted({r.series for r in searched if r.measured}, key=_series_order)
+    several = len(labels) > 1
+    groups = [(label, [x for x in numbered if x[2].series == label]) for label in labels]
+    every = "best of all chains" if all(label.startswith("chain ") for label in labels) else "best of all series"
+    if several:
+        groups.append((every, numbered))
+    by_trial: list[Line] = []
+    by_time: list[Line] = []
+    for index, (label, members) in enumerate(groups):
+        everything = several and index == len(groups) - 1
+        color = "#1f2328" if everything else PALETTE[index % len(PALETTE)]
+        dash = "" if everything or index < len(PALETTE) else "5 3"
+        width, opacity = (7.0, 0.18) if everything else (2.0, 1.0)
+        line_n = Line(label, color, [], members[-1][0], width=width, dash=dash, opacity=opacity)
+        line_t = Line(label, color, [], members[-1][1], width=width, dash=dash, opacity=opacity)
+        current: float | None = None
+        for number, t, row in members:
+            if not row.measured:
+                continue
+            value = float(row.objective)  # type: ignore[arg-type]
+            if not everything:
+                line_n.dots.append((number, value))
+                line_t.dots.append((t, value))
+            if current is None or data.better(value, current):
+                current = value
+                line_n.steps.append((number, value))
+                line_t.steps.append((t, value))
+        by_trial.append(line_n)
+        by_time.append(line_t)
+    found = next((number, t) for number, t, row in numbered if row is best_row)
+    best_value = float(best_row.objective)  # type: ignore[arg-type]
+    baseline = _baseline_for(data, rows, best_row.config)
+    reference = None
+    if baseline is not None and baseline.objective is not None:
+        run_knobs = [n for n, k in data.knobs.items() if not k["build"]]
+        shown = ", ".join(f"{n}={value_text(baseline.config.get(n))}" for n in run_knobs)
+        reference = ("baseline" + (f" ({shown})" if shown else ""), float(baseline.objective))
+    direction = "higher is better" if data.maximize else "lower is better"
+    y_label = f"best {data.objective_name} so far"
+    n_trials = len(searched)
+    trials_chart = chart(
+        by_trial,
+        title=f"Best {data.objective_name} so far, by trial",
+        x_label="trials finished",
+        y_label=y_label,
+        y_note=direction,
+        x_integer=True,
+        x_min=0,
+        x_max=max(n_trials, 1),
+        reference=reference,
+        marks=marks_n,
+        best=(found[0], best_value),
+        css_class="chart chart-trials",
+    )
+    time_chart = chart(
+        by_time,
+        title=f"Best {data.objective_name} so far, by wall time",
+        x_label=f"time since the first trial started ({unit})",
+        y_label=y_label,
+        y_note=direction,
+        x_integer=False,
+        x_min=0.0,
+        x_max=span / scale if span > 0 else 1.0,
+        reference=reference,
+        marks=marks_t,
+        best=(found[1], best_value),
+        css_class="chart chart-time",
+    )
+    return f'<div class="charts" id="convergence-{esc(problem_key)}">{trials_chart}\n{time_chart}</div>'
+
+
+@dataclass
+class KnobEffect:
+    name: str
+    build: bool
+    values: list[tuple[Any, int, float | None, float | None]]  # value, valid count, median, best
+    spread: float
+    ratio: float | None
+
+
+def knob_effects(data: Data, rows: Sequence[Row]) -> list[KnobEffect]:
+    """Per knob, per value: count, median and best over valid measurements; ordered by spread of medians."""
+    valid = [r for r in rows if r.measured and not r.baseline]
+    overall = statistics.median([r.objective for r in valid]) if valid else 0.0  # type: ignore[type-var]
+    pick = max if data.maximize else min
+    effects = []
+    for name, knob in data.knobs.items():
+        entries = []
+        for value in knob["values"]:
+            objectives = [float(r.objective) for r in valid if _same(r.config.get(name), value)]  # type: ignore[arg-type]
+            if not objectives and not any(_same(r.config.get(name), value) for r in rows if not r.baseline):
+                continue
+            median = statistics.median(objectives) if objectives else None
+            entries.append((value, len(objectives), median, pick(objectives) if objectives else None))
+        medians = [m for _, _, m, _ in entries if m is not None]
+        spread = (max(medians) - min(medians)) / (abs(overall) or 1.0) if len(medians) > 1 else 0.0
+        ratio = max(medians) / min(medians) if len(medians) > 1 and min(medians) > 0 else None
+        effects.append(KnobEffect(name, knob["build"], entries, spread, ratio))
+    # By the ratio of the extreme medians when every knob has one (positive objectives), else by their spread.
+    if all(e.ratio is not None for e in effects if sum(m is not None for _, _, m, _ in e.values) > 1):
+        effects.sort(key=lambda e: (-(e.ratio or 1.0), e.name))
+    else:
+        effects.sort(key=lambda e: (-e.spread, e.name))
+    return effects
+
+
+_EFFECT_HEAD = (
+    '<table class="effect"><colgroup><col class="c-value"><col class="c-n"><col class="c-num"><col class="c-num">'
+    '<col class="c-bar"></colgroup><thead><tr><th>value</th><th class="num">valid</th><th class="num">median</th>'
+    '<th class="num">best</th><th class="barcell"></th></tr>'
+)
+
+
+def _share(data: Data, numbers: Sequence[float]) -> Callable[[float | None], float]:
+    """How good a value is as a share of the best of ``numbers``, in [0, 1]: longer bars are better.
+
+    For a minimised objective (times) that is best / value, the speed relative to the best. With numbers
+    that are not all positive, bars fall back to the value itself, scaled by the largest.
+    """
+    if numbers and min(numbers) > 0:
+        best = (max if data.maximize else min)(numbers)
+        if data.maximize:
+            return lambda v: 0.0 if v is None else min(1.0, v / best)
+        return lambda v: 0.0 if v is None else min(1.0, best / v)
+    top = max((abs(x) for x in numbers), default=1.0) or 1.0
+    return lambda v: 0.0 if v is None else max(0.0, min(1.0, v / top))
+
+
+def knob_section(data: Data, rows: Sequence[Row], best: Row | None, problem_key: str) -> str:
+    effects = knob_effects(data, rows)
+    if not any(count for effect in effects for _, count, _, _ in effect.values):
+        return '<p class="empty">No valid measurement yet: no knob effects to show.</p>'
+    direction = "higher is better" if data.maximize else "lower is better"
+    cards = []
+    for rank, effect in enumerate(effects, start=1):
+        share_median = _share(data, [m for _, _, m, _ in effect.values if m is not None])
+        share_best = _share(data, [b for _, _, _, b in effect.values if b is not None])
+        medians = [m for _, _, m, _ in effect.values if m is not None]
+        best_median = (max if data.maximize else min)(medians) if medians else None
+        body = []
+        for value, count, median, best_value in effect.values:
+            in_best = best is not None and _same(best.config.get(effect.name), value)
+            classes = []
+            if median is not None and median == best_median and len(set(medians)) > 1:
+                classes.append("top")
+            bar = ""
+            if median is not None:
+                width, best_x = share_median(median) * 100, share_best(best_value) * 100
+                bar = (
+                    f'<div class="bar" title="median {esc(fmt(median))}, best {esc(fmt(best_value))}">'
+                    f'<div class="fill" style="width:{width:.1f}%"></div>'
+                    f'<div class="tick" style="left:{best_x:.1f}%"></div></div>'
+                )
+            star = ' <span class="star" title="the best configuration uses this value">★</span>' if in_best else ""
+            body.append(
+                f'<tr class="{" ".join(classes)}"><td class="value"><span class="v" title="{esc(value_text(value))}">'
+                f"{esc(value_text(value))}</span>{star}</td>"
+                f'<td class="num">{count}</td><td class="num">{esc(fmt(median))}</td>'
+                f'<td class="num">{esc(fmt(best_value))}</td><td class="barcell">{bar}</td></tr>'
+            )
+        if effect.ratio is not None and effect.ratio < 1.005:
+            spread = "the values' medians are the same"
+        elif effect.ratio is not None:
+            spread = f"medians differ up to {effect.ratio:.2f}{TIMES}"
+        elif len(medians) > 1:
+            spread = f"spread of medians {effect.spread * 100:.0f}% of the overall median"
+        else:
+            spread = "one value measured"
+        kind = "build-time" if effect.build else "run-time"
+        cards.append(
+            f'<div class="knob card" id="knob-{esc(problem_key)}-{esc(effect.name)}" data-knob="{esc(effect.name)}">'
+            f'<h4><span class="rank">{rank}</span> {esc(effect.name)} <span class="badge">{kind}</span></h4>'
+            f'<p class="spread">{esc(spread)}</p>'
+            f"{_EFFECT_HEAD}"
+            f"</thead><tbody>{''.join(body)}</tbody></table></div>"
+        )
+    return (
+        f'<p class="hint">Median and best {esc(data.objective_name)} ({direction}) over valid measurements for each '
+        "value of each knob, the knobs that matter most first (by how far apart their values' medians are). "
+        "Bars compare the values' medians: the best median is a full bar, a value half as good a half bar; "
+        '<span class="legend-tick"></span> compares their bests the same way. '
+        "★ marks the values of the best configuration.</p>"
+        f'<div class="knobs">{"".join(cards)}</div>'
+    )
+
+
+def best_table(data: Data, rows: Sequence[Row]) -> str:
+    valid = [r for r in rows if r.measured and not r.baseline]
+    if not valid:
+        return '<p class="empty">No valid measurement yet.</p>'
+    ranked = sorted(valid, key=lambda r: -r.objective if data.maximize else r.objective)[:TOP]  # type: ignore[operator]
+    knob_names = list(data.knobs)
+    hidden = {data.objective_name, str((data.campaign.workload or {}).get("objective", {}).get("json", ""))}
+    hidden |= set(knob_names)
+    several_series = len({r.series for r in rows if not r.baseline}) > 1
+    if several_series:
+        hidden.add("chain")
+    metric_names = sorted(
+        {
+            k
+            for r in ranked
+            for k, v in r.metrics.items()
+            if k not in hidden and isinstance(v, int | float) and not isinstance(v, bool)
+        }
+    )[:8]
+    head = ["#", *knob_names, data.objective_name, "speedup"]
+    if several_series:
+        head.append("series")
+    head += [*metric_names, "samples", "trial id", "ran on"]
+    out = ['<table class="best"><thead><tr>']
+    numeric = {data.objective_name, "speedup", "samples", "#", *metric_names}
+    for name in head:
+        out.append(f'<th class="{"num" if name in numeric else ""}">{esc(name)}</th>')
+    out.append("</tr></thead><tbody>")
+    for rank, row in enumerate(ranked, start=1):
+        baseline = _baseline_for(data, rows, row.config)
+        gain = speedup(data, row, baseline)
+        cells = [f'<td class="num">{rank}</td>']
+        cells += [f"<td>{esc(value_text(row.config.get(n, DASH)))}</td>" for n in knob_names]
+        cells.append(f'<td class="num objective">{esc(fmt(row.objective))}</td>')
+        cells.append(f'<td class="num">{esc(f"{gain:.2f}{TIMES}") if gain is not None else DASH}</td>')
+        if several_series:
+            cells.append(f"<td>{esc(row.series)}</td>")
+        cells += [f'<td class="num">{esc(fmt(row.metrics.get(n)))}</td>' for n in metric_names]
+        samples = ", ".join(fmt(s) for s in row.samples)
+        cells.append(f'<td class="num" title="{esc(samples)}">{len(row.samples)}</td>')
+        reused = f' <span class="muted">(measured in {row.reused_from})</span>' if row.reused_from else ""
+        cells.append(f"<td>{row.trial_id}{reused}</td>")
+        where = " · ".join(esc(x) for x in (row.node, row.gpu, row.worker) if x)
+        cells.append(f"<td>{where or DASH}</td>")
+        out.append(f'<tr class="{"first" if rank == 1 else ""}">{"".join(cells)}</tr>')
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def baseline_table(data: Data, rows: Sequence[Row]) -> str:
+    baselines = [r for r in rows if r.baseline]
+    if not baselines:
+        return ""
+    knob_names = list(data.knobs)
+    out = [
+        '<h4 class="baseline">Baseline</h4>',
+        '<table class="baseline"><thead><tr>',
+        *(f"<th>{esc(n)}</th>" for n in knob_names),
+        f'<th>state</th><th class="num">{esc(data.objective_name)}</th><th class="num">samples</th><th>trial id</th>',
+        "</tr></thead><tbody>",
+    ]
+    for row in baselines:
+        cells = [f"<td>{esc(value_text(row.config.get(n, DASH)))}</td>" for n in knob_names]
+        objective = fmt(row.objective) if row.measured else DASH
+        cells.append(f'<td><span class="state state-{esc(row.state)}">{esc(row.state)}</span></td>')
+        cells.append(f'<td class="num">{esc(objective)}</td><td class="num">{len(row.samples)}</td>')
+        cells.append(f"<td>{row.trial_id}</td>")
+        out.append(f"<tr>{''.join(cells)}</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _glance(data: Data, rows: Sequence[Row]) -> str:
+    """The headline of one problem: its best, the speedup, when it was found."""
+    best = data.best_of(r for r in rows if not r.baseline) or data.best_of(rows)
+    finished = [r for r in rows if r.finished]
+    valid = [r for r in rows if r.measured]
+    if best is None:
+        states = ", ".join(f"{n} {s}" for s, n in _counts(rows).items()) or "no trials"
+        return f'<p class="empty glance">No measurements yet ({esc(states)}).</p>'
+    baseline = _baseline_for(data, rows, best.config)
+    gain = speedup(data, best, baseline)
+    searched = [r for r in rows if r.finished and not r.baseline]
+    found = next((i for i, r in enumerate(searched, start=1) if r is best), None)
+    parts = [
+        '<div class="glance">',
+        f'<div class="big"><span class="label">best {esc(data.objective_name)}</span>'
+        f'<span class="value">{esc(fmt(best.objective))}</span></div>',
+    ]
+    if gain is not None:
+        parts.append(
+            f'<div class="big"><span class="label">speedup over the baseline</span>'
+            f'<span class="value">{gain:.2f}{TIMES}</span></div>'
+        )
+    parts.append(
+        f'<div class="big"><span class="label">valid / finished trials</span>'
+        f'<span class="value">{len(valid)} / {len(finished)}</span></div>'
+    )
+    if found is not None:
+        trials = f"{found} trial{'s' if found != 1 else ''}"
+        parts.append(
+            f'<div class="big"><span class="label">found after</span>'
+            f'<span class="value">{trials}</span><span class="sub">and {esc(_duration(best.t))}</span></div>'
+        )
+    parts.append("</div>")
+    parts.append(f'<p class="bestconfig">best configuration: <code>{esc(config_text(best.config))}</code>')
+    if baseline is not None:
+        parts.append(
+            f"<br>baseline: <code>{esc(config_text(baseline.config))}</code> → "
+            f"{esc(fmt(baseline.objective))} {esc(data.objective_name)}"
+        )
+    parts.append("</p>")
+    return "".join(parts)
+
+
+def _counts(rows: Iterable[Row]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.state] = counts.get(row.state, 0) + 1
+    order = {s: i for i, s in enumerate(TRIAL_STATES)}
+    return dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)))
+
+
+def states_section(data: Data) -> str:
+    counts = _counts(data.rows)
+    if not counts:
+        return '<p class="empty">No trials yet.</p>'
+    cells = "".join(
+        f'<div class="count state-{esc(state)}"><span class="n">{n}</span><span class="label">{esc(state)}</span></div>'
+        for state, n in counts.items()
+    )
+    reused = sum(1 for r in data.rows if r.reused_from)
+    note = f'<p class="hint">{reused} trials reused a measurement made before.</p>' if reused else ""
+    return f'<div class="counts">{cells}</div>{note}'
+
+
+def errors_section(data: Data) -> str:
+    failed = [r for r in data.rows if r.state in FAILED_STATES]
+    if not failed:
+        return '<p class="empty">No errored or invalid trials.</p>'
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for row in failed:
+        groups.setdefault((row.state, row.reason or "(no reason recorded)"), []).append(row)
+    out = [
+        '<table class="errors"><thead><tr><th class="num">trials</th><th>state</th><th>reason</th>'
+        "<th>example</th></tr></thead><tbody>"
+    ]
+    for (state, reason), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        example = members[0]
+        numbers = sorted(r.trial_id for r in members)
+        ids = ", ".join(str(n) for n in numbers[:8]) + (" \u2026" if len(numbers) > 8 else "")
+        output = []
+        for label, text in (
+            ("stdout", example.stdout_tail),
+            ("stderr", example.stderr_tail),
+            ("build log", data.build_logs.get(example.build_key)),
+        ):
+            if text:
+                output.append(f'<div class="out-label">{label}</div><pre>{esc(text[-3000:])}</pre>')
+        details = (
+            f"<details><summary>trial {example.trial_id}: <code>{esc(config_text(example.config))}</code></summary>"
+            f"{''.join(output) or '<p class=muted>no output recorded</p>'}</details>"
+        )
+        out.append(
+            f'<tr><td class="num">{len(members)}</td><td><span class="state state-{esc(state)}">{esc(state)}</span>'
+            f'</td><td class="reason">{esc(reason)}<div class="muted">trials {esc(ids)}</div></td>'
+            f"<td>{details}</td></tr>"
+        )
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _kv_table(items: Mapping[str, Any], first: Sequence[str] = (), css_class: str = "kv") -> str:
+    """A two-column table of ``items``: the keys in ``first`` in that order, then the others sorted."""
+    keys = [k for k in first if k in items] + sorted(k for k in items if k not in first)
+    rows = []
+    for key, value in ((k, items[k]) for k in keys):
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        rows.append(f"<tr><th>{esc(key)}</th><td><code>{esc(text)}</code></td></tr>")
+    return f'<table class="{css_class}"><tbody>{"".join(rows)}</tbody></table>'
+
+
+_WORKLOAD_ORDER = (
+    "kind",
+    "build",
+    "artifacts",
+    "run",
+    "objective",
+    "warmup",
+    "repeats",
+    "build_timeout",
+    "run_timeout",
+)
+
+
+_PROVENANCE_ORDER = ("toolchain", "fleet", "python", "celery", "host", "platform", "argv")
+
+
+def campaign_section(data: Data) -> str:
+    c = data.campaign
+    strategy = dict(c.strategy or {})
+    knob_rows = "".join(
+        f"<tr><th>{esc(name)}</th><td>{'build-time' if knob['build'] else 'run-time'}</td>"
+        f"<td>{esc(', '.join(value_text(v) for v in knob['values']))}</td></tr>"
+        for name, knob in data.knobs.items()
+    )
+    constraints = (c.space or {}).get("constraints") or []
+    constraint_list = "".join(f"<li><code>{esc(x)}</code></li>" for x in constraints)
+    workload = dict(c.workload or {})
+    workload.pop("bundle", None)
+    provenance = dict(c.provenance or {})
+    workers: dict[str, int] = {}
+    for row in data.rows:
+        if row.measured or (row.objective is not None and row.state == "invalid"):
+            where = " · ".join(x for x in (row.node, row.gpu, row.worker) if x) or "?"
+            workers[where] = workers.get(where, 0) + 1
+    worker_rows = "".join(
+        f'<tr><th>{esc(w)}</th><td class="num">{n}</td></tr>' for w, n in sorted(workers.items(), key=lambda kv: -kv[1])
+    )
+    return (
+        '<div class="grid2">'
+        f'<div class="card"><h3>Strategy</h3>{_kv_table(strategy, ("name", "budget", "seed", "options"))}'
+        f"<h3>Space</h3><table class='kv'><tbody>{knob_rows}</tbody></table>"
+        + (f"<p>constraints:</p><ul>{constraint_list}</ul>" if constraint_list else "")
+        + f"<h3>Workload</h3>{_kv_table(workload, _WORKLOAD_ORDER)}</div>"
+        f'<div class="card"><h3>Provenance</h3>{_kv_table(provenance, _PROVENANCE_ORDER)}'
+        + (
+            f"<h3>Where it ran</h3><table class='kv'><thead><tr><th>node · gpu · worker</th>"
+            f"<th class='num'>measurements</th></tr></thead><tbody>{worker_rows}</tbody></table>"
+            if worker_rows
+            else ""
+        )
+        + "</div></div>"
+    )
+
+
+STYLE = """
+:root { --ink: #1f2328; --muted: #656d76; --line: #d8dee4; --bg: #f6f8fa; --accent: #4e79a7; }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--ink);
+  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
+main { max-width: 1240px; margin: 0 auto; padding: 20px 24px 48px; }
+header h1 { margin: 0 0 4px; font-size: 24px; }
+header .meta { color: var(--muted); }
+h2 { font-size: 19px; margin: 28px 0 10px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+h3 { font-size: 15px; margin: 14px 0 6px; }
+.card > h3:first-child { margin-top: 2px; }
+h4 { font-size: 14px; margin: 0 0 2px; }
+h4.baseline { margin-top: 14px; }
+code, pre { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12.5px; }
+pre { background: #f3f4f6; padding: 8px; border-radius: 4px; white-space: pre-wrap; word-break: break-all;
+  max-height: 240px; overflow: auto; margin: 4px 0; }
+.card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 14px; }
+.problem { background: #fff; border: 1px solid var(--line); border-radius: 10px; padding: 4px 18px 18px;
+  margin-top: 18px; }
+.problem > h2 { border: none; }
+.glance { display: flex; flex-wrap: wrap; gap: 12px; margin: 6px 0 8px; }
+.glance .big { background: var(--bg); border: 1px solid var(--line); border-radius: 8px; padding: 8px 16px;
+  min-width: 170px; }
+.glance .label { display: block; color: var(--muted); font-size: 12px; }
+.glance .value { display: block; font-size: 26px; font-weight: 650; font-variant-numeric: tabular-nums; }
+.glance .sub { color: var(--muted); font-size: 12px; }
+.bestconfig { margin: 6px 0 0; }
+.charts { display: flex; flex-wrap: wrap; gap: 14px; margin: 10px 0; }
+svg.chart { background: #fff; border: 1px solid var(--line); border-radius: 8px; max-width: 100%; height: auto;
+  font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
+svg .chart-title { font-size: 14px; font-weight: 600; fill: var(--ink); }
+svg .legend { font-size: 12px; fill: var(--ink); }
+svg .axis line { stroke: #6e7781; stroke-width: 1; }
+svg .axis line.grid { stroke: #eaeef2; }
+svg .axis text { font-size: 11px; fill: #57606a; font-variant-numeric: tabular-nums; }
+svg .axis text.axis-label { font-size: 12px; fill: var(--ink); }
+table { border-collapse: collapse; }
+th, td { padding: 4px 8px; text-align: left; vertical-align: top; }
+thead th { border-bottom: 1px solid var(--line); color: var(--muted); font-weight: 600; font-size: 12.5px; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.best, table.baseline, table.errors { width: 100%; background: #fff; }
+table.best tbody tr:nth-child(even), table.errors tbody tr:nth-child(even) { background: #f8fafc; }
+table.best tr.first td { background: #eef6ee; font-weight: 600; }
+table.best td.objective { font-weight: 600; }
+.knobs { display: grid; grid-template-columns: repeat(auto-fill, minmax(440px, 1fr)); gap: 12px; }
+.knob .rank { display: inline-block; min-width: 20px; height: 20px; border-radius: 10px; background: var(--accent);
+  color: #fff; text-align: center; font-size: 12px; line-height: 20px; margin-right: 4px; }
+.badge { font-size: 11px; font-weight: 500; color: var(--muted); border: 1px solid var(--line); border-radius: 9px;
+  padding: 0 6px; margin-left: 4px; }
+.spread { color: var(--muted); margin: 0 0 6px; font-size: 12.5px; }
+table.effect { width: 100%; table-layout: fixed; }
+col.c-value { width: 27%; } col.c-n { width: 10%; } col.c-num { width: 17%; } col.c-bar { width: 29%; }
+table.effect td.num { white-space: nowrap; }
+table.effect td { padding: 2px 6px; }
+table.effect td.value { white-space: nowrap; }
+table.effect .v { display: inline-block; max-width: calc(100% - 16px); overflow: hidden; text-overflow: ellipsis;
+  vertical-align: bottom; }
+table.effect tr.top td { font-weight: 650; }
+.bar { position: relative; height: 12px; background: #eef1f4; border-radius: 3px; margin-top: 4px; }
+.bar .fill { position: absolute; left: 0; top: 0; bottom: 0; background: #9db8d3; border-radius: 3px; }
+tr.top .bar .fill { background: var(--accent); }
+.bar .tick { position: absolute; top: -3px; bottom: -3px; width: 2px; margin-left: -1px; background: #1f2328; }
+.legend-tick { display: inline-block; width: 2px; height: 11px; background: #1f2328; vertical-align: middle; }
+.star { color: #d4a017; }
+.counts { display: flex; flex-wrap: wrap; gap: 10px; }
+.count { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 6px 14px; min-width: 100px; }
+.count .n { display: block; font-size: 22px; font-weight: 650; }
+.count .label { color: var(--muted); }
+.state { border-radius: 9px; padding: 0 7px; font-size: 12px; background: #eaeef2; }
+.state-evaluated { background: #dafbe1; } .state-errored { background: #ffebe9; }
+.state-invalid { background: #fff8c5; }
+.count.state-evaluated { border-left: 4px solid #2da44e; } .count.state-errored { border-left: 4px solid #cf222e; }
+.count.state-invalid { border-left: 4px solid #bf8700; }
+td.reason { overflow-wrap: anywhere; max-width: 520px; }
+.muted, .hint { color: var(--muted); }
+.hint { margin: 4px 0 8px; }
+.empty { color: var(--muted); font-style: italic; }
+.grid2 { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 14px; }
+table.kv th { color: var(--muted); font-weight: 500; white-space: nowrap; }
+table.kv td { overflow-wrap: anywhere; }
+details summary { cursor: pointer; }
+.out-label { font-size: 11px; color: var(--muted); margin-top: 4px; }
+footer { color: var(--muted); margin-top: 30px; font-size: 12px; }
+"""
+
+
+def _problem_title(problem: Problem) -> str:
+    params = config_text(problem.params or {})
+    return f"{problem.kind} {params}".strip()
+
+
+def render(store: Store, campaign: Campaign | str | int) -> str:
+    """The report of ``campaign`` (a campaign, or its name or id) as one self-contained HTML page."""
+    if not isinstance(campaign, Campaign):
+        campaign = store.campaign(campaign)
+    data = collect(store, campaign)
+    c = campaign
+    strategy = (c.strategy or {}).get("name", "?")
+    finished = [r.finished_at for r in data.rows if r.finished_at is not None]
+    elapsed = (max(finished) - data.t0).total_seconds() if finished and data.t0 else None
+    meta = (
+        f"target <b>{esc(c.target)}</b> · strategy <b>{esc(strategy)}</b> · status <b>{esc(c.status)}</b> · "
+        f"created {esc(c.created_at.isoformat(sep=' ', timespec='seconds'))} UTC"
+        + (f" · trials ran {esc(_duration(elapsed))}" if elapsed is not None else "")
+    )
+    body = [
+        f"<header><h1>Fleet report: {esc(c.name)}</h1><div class='meta'>{meta}</div></header>",
+    ]
+    if not any(r.objective is not None for r in data.rows):
+        body.append(
+            '<p class="empty nomeasure">This campaign has no measurements yet'
+            + (f" ({len(data.rows)} trials, none measured)." if data.rows else " (no trials).")
+            + "</p>"
+        )
+    for index, problem in enumerate(data.problems):
+        rows = [r for r in data.rows if r.problem_id == problem.id]
+        key = str(problem.id)
+        best = data.best_of(r for r in rows if not r.baseline)
+        title = _problem_title(problem)
+        heading = f"Problem {problem.id}: {title}" if len(data.problems) > 1 else f"Problem: {title}"
+        body.append(
+            f'<section class="problem" id="problem-{esc(key)}" data-index="{index}"><h2>{esc(heading)}</h2>'
+            f"{_glance(data, rows)}"
+            f'<h3 class="convergence">Convergence</h3>{convergence(data, rows, key)}'
+            f'<h3 class="best">Best configurations</h3>{best_table(data, rows)}{baseline_table(data, rows)}'
+            f'<h3 class="knobs">Effect of each knob</h3>{knob_section(data, rows, best, key)}'
+            "</section>"
+        )
+    body.append(f'<section id="trials"><h2>Trials by state</h2>{states_section(data)}</section>')
+    body.append(f'<section id="errors"><h2>Errors by reason</h2>{errors_section(data)}</section>')
+    body.append(f'<section id="campaign"><h2>Campaign</h2>{campaign_section(data)}</section>')
+    generated = utcnow().isoformat(sep=" ", timespec="seconds")
+    body.append(f"<footer>Generated by <code>fleet report</code> at {esc(generated)} UTC.</footer>")
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        'img-src data:">'
+        f"<title>Fleet report: {esc(c.name)}</title><style>{STYLE}</style></head>"
+        f"<body><main>{''.join(body)}</main></body></html>\n"
+    )
+
+
+def write(text: str, output: Path) -> None:
+    """Write ``text`` to ``output`` atomically: a reader never sees half a page."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, output)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+@click.command("report")
+@click.argument("campaign")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("report.html"),
+    show_default=True,
+    help="Where to write the page; - writes it to stdout.",
+)
+def report_command(campaign: str, output: Path) -> None:
+    """Write a self-contained HTML report of CAMPAIGN (name or id): convergence, knob effects, best configs."""
+    from fleet.cli import _store
+
+    store = _store()
+    try:
+        found = store.campaign(campaign)
+        page = render(store, found)
+    finally:
+        store.close()
+    if str(output) == "-":
+        click.echo(page, nl=False)
+        return
+    try:
+        write(page, output)
+    except OSError as error:
+        raise FleetError(f"cannot write {output}: {error.strerror or error}") from None
+    click.echo(f"wrote the report of campaign {found.name} to {output.resolve()}")
