@@ -88,6 +88,7 @@ def driver(
             store,
             campaign,
             send_steps,
+            send,
             on_progress=on_progress,
             on_warning=on_warning,
             requeue_seconds=settings.requeue_seconds,

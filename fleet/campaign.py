@@ -257,7 +257,9 @@ def new_searcher(
     )
 
 
-def load_spec(path: Path, *, name: str | None = None, target: str | None = None) -> CampaignSpec:
+def load_spec(
+    path: Path, *, name: str | None = None, target: str | None = None, budget: int | None = None
+) -> CampaignSpec:
     """Read and validate a JSON spec file."""
     try:
         text = path.read_text()
@@ -267,6 +269,9 @@ def load_spec(path: Path, *, name: str | None = None, target: str | None = None)
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise SpecError(f"{path}: not valid JSON: {error.msg} at line {error.lineno}") from None
+    if budget is not None and isinstance(data, dict):
+        strategy = data.get("strategy") if isinstance(data.get("strategy"), dict) else {"name": "grid"}
+        data["strategy"] = {**strategy, "budget": budget}
     try:
         return parse_spec(
             data,

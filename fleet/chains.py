@@ -13,9 +13,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from fleet.campaign import Summary, campaign_space, summarize
+from fleet.campaign import Summary, baseline_configs, campaign_space, summarize, trial_keys
 from fleet.search import RandomSearch
-from fleet.store import Campaign, Store, TrialResult
+from fleet.space import Space
+from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
 from fleet.workers.workloads import load_workload
 
 DEFAULT_CHAINS = 4
@@ -29,6 +30,8 @@ class ChainDriver:
     ----------
     send_steps:
         Sends ``anneal_step`` tasks: (chain id, step, target) each.
+    dispatch:
+        Sends trials' tasks (the baseline's).
     """
 
     def __init__(
@@ -36,6 +39,7 @@ class ChainDriver:
         store: Store,
         campaign: Campaign,
         send_steps: Callable[[Iterable[tuple[int, int, str]]], int],
+        dispatch: Callable[[Iterable[Requeue]], int],
         *,
         on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
         on_warning: Callable[[str], None] | None = None,
@@ -45,6 +49,7 @@ class ChainDriver:
         self.store = store
         self.campaign = campaign
         self.send_steps = send_steps
+        self.dispatch = dispatch
         self.on_progress = on_progress or (lambda *_: None)
         self.on_warning = on_warning or (lambda _: None)
         self.requeue_seconds = requeue_seconds
@@ -68,9 +73,26 @@ class ChainDriver:
                 steps=math.ceil(budget / len(starts)),
                 temperature=float(options.get("temperature", 1.0)),
             )
+        self._submit_baselines(space)
         running = [c for c in self.store.chains(self.campaign.id) if c.state == "running"]
         self.in_flight = [c.id for c in running]
         self.send_steps((c.id, c.step, self.campaign.target) for c in running)
+
+    def _submit_baselines(self, space: Space) -> None:
+        """The baseline runs as ordinary trials beside the chains, for the speedup."""
+        if not self.campaign.baseline:
+            return
+        trials = []
+        for problem in self.store.campaign_problems(self.campaign.id):
+            for config in baseline_configs(space, self.campaign.baseline):
+                build_key, measure_key = trial_keys(self.campaign, problem.id, config, space)
+                trials.append(NewTrial(problem.id, config, build_key, measure_key, baseline=True))
+        created = self.store.add_trials(self.campaign.id, self.campaign.target, trials)
+        self.dispatch(
+            Requeue(trial_id, self.campaign.target, "compile" if state == "new" else "evaluate")
+            for trial_id, state in created
+            if state in ("new", "compiled")
+        )
 
     def run(self) -> list[Summary]:
         """Start the chains, wait until every one is done, and return what they found."""
@@ -78,12 +100,15 @@ class ChainDriver:
         total = sum(c.steps for c in self.store.chains(self.campaign.id))
         maximize = load_workload(self.campaign.workload).maximize
         last_check = time.monotonic()
+        reported = -1
         while True:
             chains = self.store.chains(self.campaign.id)
             done = sum(c.step for c in chains)
             bests = [c for c in chains if c.best_objective is not None]
             best = (max if maximize else min)(bests, key=lambda c: c.best_objective) if bests else None
-            self.on_progress(done, total, _as_result(best))
+            if done != reported:
+                reported = done
+                self.on_progress(done, total, _as_result(best))
             if all(c.state == "done" for c in chains):
                 break
             if time.monotonic() - last_check > self.requeue_seconds / 4:

@@ -63,6 +63,7 @@ def cli(verbose: bool) -> None:
     "--window", type=click.IntRange(1), help="Trials in flight at once (default: 2 per live evaluation worker)."
 )
 @click.option("--remeasure", is_flag=True, help="Measure configurations again even if measured before.")
+@click.option("--budget", type=click.IntRange(1), help="Override the strategy's budget (trials per problem).")
 @click.option("--local/--no-local", default=None, help="Start local workers (default: when running embedded).")
 @click.option("--eval-procs", type=click.IntRange(1), default=1, show_default=True, help="Local evaluation workers.")
 @click.option("--detach", is_flag=True, help="Submit and send every trial of a static strategy, then return.")
@@ -77,11 +78,12 @@ def tune(
     eval_procs: int,
     detach: bool,
     as_json: bool,
+    budget: int | None,
 ) -> None:
     """Run the tuning campaign described by the JSON file SPEC and print the best configuration."""
     from fleet.campaign import load_spec, submit
 
-    campaign_spec = load_spec(spec, name=name, target=target)
+    campaign_spec = load_spec(spec, name=name, target=target, budget=budget)
     if remeasure:
         campaign_spec.options["remeasure"] = True
     store = _store()
