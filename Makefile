@@ -35,6 +35,7 @@ lint: $(STAMP)
 
 bench: $(STAMP) services
 	$(BIN)/fleet bench dispatch
+	$(BIN)/fleet bench search --space all
 
 clean:
 	rm -rf .fleet build dist *.egg-info

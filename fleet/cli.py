@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from fleet.bench.search import search_command
 from fleet.errors import BrokerError, FleetError, NotFound
 from fleet.report import report_command
 from fleet.settings import Settings, get_settings, redact
@@ -511,6 +512,7 @@ def bench_dispatch(trials: int, as_json: bool) -> None:
 
 
 cli.add_command(report_command, "report")
+bench.add_command(search_command, "search")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,14 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.errors import SpecError
+from fleet.search.anneal import Anneal
+from fleet.search.auto import Auto
 from fleet.search.base import WAIT, Proposals, Run, Searcher
+from fleet.search.bisect import Bisect
+from fleet.search.composer import Composer
+from fleet.search.genetic import Genetic
 from fleet.search.grid import CartesianProduct
+from fleet.search.local import Local
+from fleet.search.optuna_search import OptunaSearch
 from fleet.search.random_search import RandomSearch
+from fleet.search.step import Step
 from fleet.space import Space
 
 STRATEGIES: dict[str, type[Searcher]] = {
     "grid": CartesianProduct,
     "random": RandomSearch,
+    "step": Step,
+    "bisect": Bisect,
+    "composer": Composer,
+    "anneal": Anneal,
+    "local": Local,
+    "genetic": Genetic,
+    "optuna": OptunaSearch,
+    "auto": Auto,
 }
 
 
@@ -37,11 +53,31 @@ def make_searcher(
     if not isinstance(name, str) or name not in STRATEGIES:
         known = ", ".join(sorted(STRATEGIES))
         raise SpecError(f"unknown strategy {name!r} (known: {known})")
+    if options is not None and not isinstance(options, dict):
+        raise SpecError(f"strategy {name!r}: options must be an object")
     cls = STRATEGIES[name]
     try:
-        return cls(space, budget=budget, maximize=maximize, seed=seed, **(options or {}))
+        # By keyword: MLPerf's Composer takes its searchers first.
+        return cls(space=space, budget=budget, maximize=maximize, seed=seed, **(options or {}))
     except TypeError as error:
         raise SpecError(f"strategy {name!r}: {error}") from None
 
 
-__all__ = ["STRATEGIES", "WAIT", "CartesianProduct", "Proposals", "RandomSearch", "Run", "Searcher", "make_searcher"]
+__all__ = [
+    "STRATEGIES",
+    "WAIT",
+    "Anneal",
+    "Auto",
+    "Bisect",
+    "CartesianProduct",
+    "Composer",
+    "Genetic",
+    "Local",
+    "OptunaSearch",
+    "Proposals",
+    "RandomSearch",
+    "Run",
+    "Searcher",
+    "Step",
+    "make_searcher",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from fleet.search.base import Proposals, Searcher
+from fleet.search.points import Point, Technique
 
 
 class RandomSearch(Searcher):
@@ -44,3 +45,10 @@ class RandomSearch(Searcher):
             if self.space.is_valid(config):
                 proposed += 1
                 yield config
+
+
+class Sampling(Technique):
+    """Random sampling as a technique of the ``auto`` bandit: a uniformly drawn valid configuration not seen."""
+
+    def propose(self) -> Point | None:
+        return self.random_point()

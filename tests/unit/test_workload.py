@@ -236,7 +236,7 @@ def test_objective_name_and_goal() -> None:
 
 
 def test_load_workload_rejects_unknown_kinds() -> None:
-    with pytest.raises(SpecError, match=r"unknown workload kind 'shell' \(known: command, noop\)"):
+    with pytest.raises(SpecError, match=r"unknown workload kind 'shell' \(known: command, noop, replay\)"):
         load_workload({"kind": "shell"})
     with pytest.raises(SpecError, match="must be an object"):
         load_workload(["command"])  # type: ignore[arg-type]

@@ -9,8 +9,9 @@ from fleet.errors import SpecError
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 from fleet.workers.workloads.command import CommandWorkload
 from fleet.workers.workloads.noop import NoopWorkload
+from fleet.workers.workloads.replay import ReplayWorkload
 
-WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (CommandWorkload, NoopWorkload)}
+WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (CommandWorkload, NoopWorkload, ReplayWorkload)}
 
 
 def load_workload(definition: Mapping[str, Any]) -> Workload:
