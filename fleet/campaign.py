@@ -459,8 +459,10 @@ class Driver:
         self.maximize = load_workload(campaign.workload).maximize
         self.problems = [p.id for p in store.campaign_problems(campaign.id)]
         self.searchers = [
-            new_searcher(campaign.strategy, self.space, maximize=self.maximize, index=index, factory=factory)
-            for index in range(len(self.problems))
+            new_searcher(
+                self._strategy(store, problem), self.space, maximize=self.maximize, index=index, factory=factory
+            )
+            for index, problem in enumerate(store.campaign_problems(campaign.id))
         ]
         self.feeds = [_Feed(searcher.generate()) for searcher in self.searchers]
         self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
@@ -469,6 +471,16 @@ class Driver:
         self.seq = 0
         self.unsent: list[Requeue] = []
         self.broker_warned = -1e9
+
+    def _strategy(self, store: Store, problem: Any) -> dict[str, Any]:
+        """The campaign's strategy; ``auto`` starts from the best configurations of similar problems."""
+        strategy = self.campaign.strategy
+        options = dict(strategy.get("options") or {})
+        if strategy.get("name") != "auto" or "seed_configs" in options:
+            return strategy
+        known = store.known_good(problem.kind, self.campaign.target, exclude=problem.id)
+        options["seed_configs"] = [c for c in known if set(c) == set(self.space.names) and self.space.is_valid(c)]
+        return {**strategy, "options": options}
 
     def total(self) -> int | None:
         """How many trials the campaign will have, when that is cheap to know."""

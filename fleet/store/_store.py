@@ -1138,6 +1138,14 @@ class Store:
             ).all()
         return [(m, config) for m, config in rows]
 
+    def known_good(self, kind: str, target: str, *, exclude: int | None = None, limit: int = 5) -> list[dict[str, Any]]:
+        """The best configurations of other problems of ``kind`` on ``target``: where a new search may start."""
+        configs: list[dict[str, Any]] = []
+        for problem in self.find_problems(kind=kind):
+            if problem.id != exclude:
+                configs += [config for _, config in self.best(problem.id, target, 1)]
+        return configs[:limit]
+
     # -- helpers ----------------------------------------------------------------------------------------
 
     def _insert(self, model: type) -> Any:

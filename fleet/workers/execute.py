@@ -187,7 +187,7 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}")
         raise
     measurement = None
-    if measured.objective is not None:
+    if measured.state in ("evaluated", "invalid"):  # an invalid run keeps its samples and metrics too
         measurement = {
             "objective_name": workload.objective_name,
             "maximize": workload.maximize,

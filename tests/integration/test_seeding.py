@@ -1,0 +1,50 @@
+"""The default strategy starts from the best configurations known for similar problems."""
+
+from __future__ import annotations
+
+from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
+from fleet.space import Knob, Space
+from fleet.store import NewTrial, Store
+
+
+def test_auto_is_seeded_with_the_best_of_other_problems_of_the_kind(store: Store) -> None:
+    space = Space((Knob("tile", (8, 16, 32, 64)), Knob("unroll", (1, 2, 4))))
+    first = submit(
+        store,
+        CampaignSpec(
+            name="a", problems=[ProblemSpec("gemm", {"n": 256})], target="sm_90", space=space, workload={"kind": "noop"}
+        ),
+    )
+    problem = store.campaign_problems(first.id)[0].id
+    good = {"tile": 32, "unroll": 4}
+    [(trial, _)] = store.add_trials(first.id, "sm_90", [NewTrial(problem, good, "b", "m")])
+    assert store.claim(trial, "compile", "w", 60, 3) and store.mark_compiled(trial, "w")
+    assert store.claim(trial, "evaluate", "w", 60, 3)
+    store.record(
+        trial,
+        "w",
+        measurement={
+            "objective_name": "ms",
+            "maximize": False,
+            "objective": 1.5,
+            "valid": True,
+            "samples": [1.5],
+            "metrics": {},
+        },
+    )
+    second = submit(
+        store,
+        CampaignSpec(
+            name="b",
+            problems=[ProblemSpec("gemm", {"n": 512})],
+            target="sm_90",
+            space=space,
+            workload={"kind": "noop"},
+            strategy={"name": "auto", "budget": 5},
+        ),
+    )
+
+    driver = Driver(store, second, lambda work: 0)
+
+    assert driver.searchers[0].seed_configs == [good]  # type: ignore[attr-defined]
+    assert next(driver.searchers[0].generate()) == good
