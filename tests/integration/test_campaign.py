@@ -95,3 +95,31 @@ def test_export_steps_writes_every_trial_with_its_statistics(fleet: Fleet) -> No
     missing = fleet.cli("export", "steps", "nope", "-o", str(fleet.home / "x.csv"))
     assert missing.returncode == 1 and "no campaign 'nope'" in missing.stderr
     assert not (fleet.home / "x.csv").exists()
+
+
+def test_a_recorded_space_replays_on_real_workers(fleet: Fleet) -> None:
+    import gzip
+
+    from tests.conftest import SHARED
+
+    with gzip.open(SHARED / "tuning-spaces" / "pnpoly__RTX_2080_Ti.json.gz") as handle:
+        recorded = json.loads(handle.read())
+    spec = {
+        "name": "replay",
+        "target": fleet.target,
+        "problems": [{"kind": "pnpoly", "params": {}}],
+        "space": {"knobs": recorded["tune_params"]},
+        "strategy": {"name": "auto", "budget": 24, "seed": 1},
+        "workload": {"kind": "replay", "space": "pnpoly__RTX_2080_Ti.json.gz"},
+    }
+    fleet.start_worker()
+    path = write_spec(fleet.home, spec)
+
+    done = fleet.cli("tune", str(path), "--json", check=True, timeout=300)
+
+    problem = json.loads(done.stdout)["problems"][0]
+    assert sum(problem["trials"].values()) <= 24
+    best = problem["best"]
+    key = ",".join(str(best["config"][k]) for k in recorded["tune_params_keys"])
+    assert best["time_ms"] == recorded["cache"][key]["time"]  # the answer is the recorded time
+    assert best["metrics"]["benchmark_s"] > 0
