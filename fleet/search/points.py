@@ -64,10 +64,25 @@ class Grid:
 
     def encode(self, config: Mapping[str, Any]) -> Point | None:
         """The point of ``config``, or None when it is not a configuration of the space."""
-        try:
-            return tuple(index[_value_key(config[name])] for name, index in zip(self.names, self._index, strict=True))
-        except (KeyError, TypeError):
-            return None
+        point = []
+        for name, index, values in zip(self.names, self._index, self._values, strict=True):
+            if name not in config:
+                return None
+            value = config[name]
+            try:
+                found = index.get(_value_key(value))
+            except TypeError:  # an unhashable value
+                return None
+            if found is None:
+                # A value that came back through JSON as another type (2.0 for 2): equal, and not a bool for a number.
+                found = next(
+                    (i for i, v in enumerate(values) if v == value and isinstance(v, bool) == isinstance(value, bool)),
+                    None,
+                )
+            if found is None:
+                return None
+            point.append(found)
+        return tuple(point)
 
     def decode(self, point: Point) -> Config:
         return {name: values[i] for name, values, i in zip(self.names, self._values, point, strict=True)}
@@ -157,15 +172,13 @@ class History:
         self.seen[point] = None
         self.pending[point] = None
 
-    def record(self, point: Point, value: float) -> bool:
-        """Record a finished point; return whether it is a new best."""
+    def record(self, point: Point, value: float) -> None:
+        """Record a finished point and its loss."""
         self.pending.pop(point, None)
         self.seen[point] = None
         self.losses[point] = value
         if value < self.best_loss:
             self.best, self.best_loss = point, value
-            return True
-        return False
 
     def worst(self) -> float | None:
         """The worst finite loss so far, or None before any valid run."""

@@ -20,6 +20,9 @@ def space(knobs: dict, constraints: list[str] | None = None, run_time: list[str]
 
 
 SMALL = {"tile": [8, 16], "unroll": [1, 2], "threads": [1, 2, 4]}
+# The searchers that need no runs back. The others wait for runs, so "take everything without sending runs"
+# is not their protocol: test_searchers_dynamic.py and test_searchers_mlperf.py drive them with runs.
+STATIC = ["grid", "random"]
 
 
 def take(searcher: Searcher, limit: int | None = None) -> list[dict]:
@@ -156,7 +159,7 @@ def test_random_on_a_single_configuration_space() -> None:
 # --- the generator protocol --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", STATIC)
 def test_send_none_and_send_run_both_return_the_next_proposal(name: str) -> None:
     s = space(SMALL)
     expected = take(make_searcher(name, s, seed=4))
@@ -169,7 +172,7 @@ def test_send_none_and_send_run_both_return_the_next_proposal(name: str) -> None
     assert got == expected
 
 
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+@pytest.mark.parametrize("name", STATIC)
 def test_generator_ends_with_stop_iteration_after_the_budget(name: str) -> None:
     gen = make_searcher(name, space(SMALL), budget=2).generate()
     next(gen)
@@ -190,8 +193,9 @@ def test_make_searcher_builds_each_known_strategy() -> None:
 
 
 def test_make_searcher_unknown_name_lists_the_known_ones() -> None:
-    with pytest.raises(SpecError, match=r"unknown strategy 'anneal' \(known: grid, random\)"):
-        make_searcher("anneal", space(SMALL))
+    known = ", ".join(sorted(STRATEGIES))
+    with pytest.raises(SpecError, match=rf"unknown strategy 'magic' \(known: {known}\)"):
+        make_searcher("magic", space(SMALL))
 
 
 def test_make_searcher_unknown_option_is_a_spec_error() -> None:

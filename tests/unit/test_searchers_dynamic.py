@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from fleet.errors import SpecError
 from fleet.search import STRATEGIES, WAIT, Run, Searcher, make_searcher
 from fleet.search.anneal import accept, neighbour, temperature
+from fleet.search.points import Grid
 from fleet.space import Config, Space, canonical_json
 
 DYNAMIC = ["anneal", "local", "genetic", "optuna", "auto"]
@@ -360,3 +361,13 @@ def test_a_huge_sparse_space_is_sampled_not_listed(name: str) -> None:
     proposals = drive(make_searcher(name, s, budget=30, seed=1), lambda c: float(sum(c.values())), window=3)
     assert len({key(c) for c in proposals}) == 30
     assert all(c["k0"] == 1 and c["k1"] == 2 for c in proposals)
+
+
+def test_runs_are_matched_to_proposals_through_json_round_trips() -> None:
+    # The store may give a 2 back as 2.0; a bool is never taken for a number.
+    grid = Grid(space({"a": [1, 2, 3], "flag": [True, False], "mode": ["x", 1]}))
+    assert grid.encode({"a": 2.0, "flag": False, "mode": 1}) == (1, 1, 1)
+    assert grid.encode({"a": True, "flag": False, "mode": "x"}) is None
+    assert grid.encode({"a": 4, "flag": False, "mode": "x"}) is None
+    assert grid.encode({"a": 1, "flag": False}) is None
+    assert grid.encode({"a": [1], "flag": False, "mode": "x"}) is None
