@@ -15,6 +15,7 @@ from typing import Any
 
 from fleet.campaign import Summary, baseline_configs, campaign_space, summarize, trial_keys
 from fleet.search import RandomSearch
+from fleet.search.anneal import TEMPERATURE
 from fleet.space import Space
 from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
 from fleet.workers.workloads import load_workload
@@ -71,7 +72,7 @@ class ChainDriver:
                 starts,
                 seed=seed * 1000 + index * 100,
                 steps=math.ceil(budget / len(starts)),
-                temperature=float(options.get("temperature", 1.0)),
+                temperature=float(options.get("temperature", TEMPERATURE)),
             )
         self._submit_baselines(space)
         running = [c for c in self.store.chains(self.campaign.id) if c.state == "running"]

@@ -166,6 +166,6 @@ def _searcher_factory(path: Path, callback: Callable[..., Any]) -> Callable[[Spa
         searcher = _call(path, callback, space) if takes_space else _call(path, callback)
         if not isinstance(searcher, Searcher):
             raise SpecError(f"space file {path}: META_search_callback must return a fleet.search.Searcher")
-        return searcher
+        return searcher.bind(space)  # MLPerf's searchers are built without the space
 
     return make

@@ -11,7 +11,7 @@ import random
 import time
 
 from fleet.campaign import trial_keys
-from fleet.search.anneal import accept, neighbour
+from fleet.search.anneal import COOLING, accept, neighbour
 from fleet.space import Space
 from fleet.store import NewTrial, TrialResult
 from fleet.workers.execute import WorkerContext, compile_trial, evaluate_trial
@@ -64,7 +64,7 @@ def anneal_step(ctx: WorkerContext, chain_id: int, step: int) -> int | None:
         config=candidate,
         objective=objective,
         accepted=accepted,
-        temperature=chain.temperature * float(options.get("cooling", 0.95)),
+        temperature=chain.temperature * float(options.get("cooling", COOLING)),
         worker=ctx.name,
         seconds=time.monotonic() - started,
         maximize=workload.maximize,
