@@ -32,7 +32,7 @@ def _check_broker() -> None:
     from fleet.tasks import app
 
     settings = get_settings()
-    if settings.broker_url.startswith("filesystem://") or (settings.embedded_broker):
+    if settings.embedded_broker or settings.broker_url.startswith("filesystem://"):
         return
     try:
         with app.connection_for_write() as connection:
