@@ -31,3 +31,11 @@ class WorkloadError(FleetError):
 
 class BrokerError(FleetError):
     """The broker cannot be reached."""
+
+
+class DriverLineError(SpecError):
+    """An MIOpenDriver command line that does not describe a problem Fleet can tune."""
+
+
+class MIOpenDbError(FleetError):
+    """A find-db, perf-db or kernel-db file (or key) that cannot be read or written."""
