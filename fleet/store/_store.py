@@ -9,7 +9,7 @@ recorded exactly once however often its message is delivered.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, or_, select, update
+from sqlalchemy import Connection, DateTime, Engine, and_, bindparam, create_engine, event, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, ProgrammingError
@@ -129,6 +129,97 @@ def _sqlite_begin(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+class _HotPath:
+    """The statements of the workers' hot path, built once per store.
+
+    Building a SQLAlchemy statement costs more than running it; a statement built once is compiled once
+    and found in the engine's cache on every later execution.
+    """
+
+    def __init__(self, insert: Callable[[type], Any]) -> None:
+        trial, owner, key = bindparam("trial"), bindparam("owner"), bindparam("key")
+        now, expires = bindparam("now", type_=DateTime()), bindparam("expires", type_=DateTime())
+        claimed = (
+            Trial.id,
+            Trial.campaign_id,
+            Trial.problem_id,
+            Trial.target,
+            Trial.config,
+            Trial.build_key,
+            Trial.measure_key,
+            Trial.attempts,
+        )
+
+        def claim(waiting: str, running: str, **values: Any) -> Any:
+            free = or_(Trial.state == waiting, and_(Trial.state == running, Trial.lease_expires_at < now))
+            return (
+                update(Trial)
+                .where(Trial.id == trial, free)
+                .values(
+                    state=running,
+                    worker=owner,
+                    lease_expires_at=expires,
+                    started_at=func.coalesce(Trial.started_at, now),
+                    **values,
+                )
+            )
+
+        self.claim_compile = claim("new", "compiling").returning(*claimed)
+        digest = select(Artifact.blob_digest).where(Artifact.build_key == Trial.build_key).correlate(Trial)
+        self.claim_evaluate = (
+            claim("compiled", "evaluating", attempts=Trial.attempts + 1)
+            .where(Trial.attempts < bindparam("max_attempts"))
+            .returning(*claimed, digest.scalar_subquery().label("artifact_digest"))
+        )
+        held = (Trial.id == trial, Trial.worker == owner)
+        self.compiled = (
+            update(Trial)
+            .where(*held, Trial.state == "compiling")
+            .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now)
+        )
+        running = Trial.state.in_(("compiling", "evaluating"))
+        self.renew_trial = update(Trial).where(*held, running).values(lease_expires_at=expires)
+        self.finish_trial = (
+            update(Trial)
+            .where(*held, running)
+            .values(
+                state=bindparam("final"),
+                reason=bindparam("why"),
+                lease_expires_at=None,
+                finished_at=now,
+                stdout_tail=bindparam("out"),
+                stderr_tail=bindparam("err"),
+            )
+            .returning(Trial.problem_id, Trial.target, Trial.measure_key)
+        )
+        self.put_measurement = insert(Measurement).on_conflict_do_nothing()
+
+        columns = Artifact.__table__.columns
+        building = (Artifact.build_key == key, Artifact.state == "building")
+        self.build = select(*columns).where(Artifact.build_key == key)
+        self.create_build = insert(Artifact).on_conflict_do_nothing().returning(*columns)
+        expired = update(Artifact).where(*building, Artifact.lease_expires_at < now)
+        self.take_build = expired.values(
+            worker=owner, lease_expires_at=expires, attempts=Artifact.attempts + 1
+        ).returning(*columns)
+        self.fail_build = expired.values(state="failed", reason=bindparam("why")).returning(*columns)
+        self.renew_build = update(Artifact).where(*building, Artifact.worker == owner).values(lease_expires_at=expires)
+        self.put_blob = insert(Blob).on_conflict_do_nothing()
+        self.finish_build = (
+            update(Artifact)
+            .where(*building, Artifact.worker == owner)
+            .values(
+                state=bindparam("final"),
+                blob_digest=bindparam("blob"),
+                reason=bindparam("why"),
+                log_tail=bindparam("log"),
+                build_seconds=bindparam("seconds"),
+                built_at=now,
+                lease_expires_at=None,
+            )
+        )
+
+
 class Store:
     """Fleet's database.
 
@@ -151,6 +242,7 @@ class Store:
         except (NoSuchModuleError, ModuleNotFoundError) as error:
             raise StoreError(f"{self.display_url}: {error}; use postgresql+psycopg2:// or sqlite:///") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._hot = _HotPath(self._insert)
         self._campaign_cache: dict[int, dict[str, Any]] = {}
         self._problem_cache: dict[int, dict[str, Any]] = {}
 
@@ -547,58 +639,31 @@ class Store:
     def start_compile(self, trial_id: int, worker: str, lease: float, max_attempts: int) -> CompileStart:
         """Everything a compile task does before it builds, in one transaction.
 
-        A trial whose artifact is built moves straight to ``compiled``; otherwise the trial is claimed and so
-        is its build (see :meth:`claim_build`).
+        The trial is claimed and so is its build (see :meth:`claim_build`); a trial whose artifact is
+        already built moves straight on to ``compiled``.
         """
-        built = select(Artifact.id).where(Artifact.build_key == Trial.build_key, Artifact.state == "built").exists()
-        now = utcnow()
         with self._tx() as connection:
-            done = connection.execute(
-                update(Trial)
-                .where(Trial.id == trial_id, Trial.state == "new", built)
-                .values(state="compiled", queued_at=now, started_at=func.coalesce(Trial.started_at, now))
-            ).rowcount
-            if done:
-                return CompileStart("compiled")
             work = self._claim(connection, trial_id, "compile", worker, lease, max_attempts)
             if work is None:
                 return CompileStart("skipped")
             artifact = self._claim_build(connection, work, worker, lease, max_attempts)
+            if artifact.state == "built":
+                connection.execute(self._hot.compiled, {"trial": trial_id, "owner": worker, "now": utcnow()})
+                return CompileStart("compiled")
             return CompileStart("claimed", work, artifact)
 
     def _claim(
         self, connection: Connection, trial_id: int, phase: str, worker: str, lease: float, max_attempts: int
     ) -> TrialWork | None:
-        waiting, running = ("new", "compiling") if phase == "compile" else ("compiled", "evaluating")
         now = utcnow()
-        free = or_(Trial.state == waiting, (Trial.state == running) & (Trial.lease_expires_at < now))
-        values: dict[str, Any] = {
-            "state": running,
-            "worker": worker,
-            "lease_expires_at": now + timedelta(seconds=lease),
-            "started_at": func.coalesce(Trial.started_at, now),
-        }
-        condition = [Trial.id == trial_id, free]
-        if phase == "evaluate":
-            values["attempts"] = Trial.attempts + 1
-            condition.append(Trial.attempts < max_attempts)
-        returned = (
-            Trial.id,
-            Trial.campaign_id,
-            Trial.problem_id,
-            Trial.target,
-            Trial.config,
-            Trial.build_key,
-            Trial.measure_key,
-            Trial.attempts,
-        )
-        trial = connection.execute(update(Trial).where(*condition).values(**values).returning(*returned)).first()
+        params = {"trial": trial_id, "owner": worker, "now": now, "expires": now + timedelta(seconds=lease)}
+        if phase == "compile":
+            trial = connection.execute(self._hot.claim_compile, params).first()
+        else:
+            trial = connection.execute(self._hot.claim_evaluate, params | {"max_attempts": max_attempts}).first()
         if trial is None:
             return None
         campaign, problem = self._definition(connection, trial.campaign_id, trial.problem_id)
-        artifact = None
-        if phase == "evaluate":
-            artifact = connection.scalar(select(Artifact.blob_digest).where(Artifact.build_key == trial.build_key))
         return TrialWork(
             trial_id=trial.id,
             campaign_id=trial.campaign_id,
@@ -613,24 +678,16 @@ class Store:
             space=campaign["space"],
             toolchain=campaign["toolchain"],
             attempts=trial.attempts,
-            artifact_digest=artifact,
+            artifact_digest=trial.artifact_digest if phase == "evaluate" else None,
         )
 
     def renew(self, trial_id: int, worker: str, lease: float, build_key: str | None = None) -> bool:
         """Extend this worker's lease on a trial (and on the artifact it builds); False if it lost it."""
-        expires = utcnow() + timedelta(seconds=lease)
+        params = {"trial": trial_id, "owner": worker, "expires": utcnow() + timedelta(seconds=lease)}
         with self._tx() as connection:
-            held = connection.execute(
-                update(Trial)
-                .where(Trial.id == trial_id, Trial.worker == worker, Trial.state.in_(("compiling", "evaluating")))
-                .values(lease_expires_at=expires)
-            ).rowcount
+            held = connection.execute(self._hot.renew_trial, params).rowcount
             if build_key is not None:
-                connection.execute(
-                    update(Artifact)
-                    .where(Artifact.build_key == build_key, Artifact.worker == worker, Artifact.state == "building")
-                    .values(lease_expires_at=expires)
-                )
+                connection.execute(self._hot.renew_build, params | {"key": build_key})
         return bool(held)
 
     def claim_build(self, work: TrialWork, worker: str, lease: float, max_attempts: int) -> Any:
@@ -646,38 +703,36 @@ class Store:
     def _claim_build(
         self, connection: Connection, work: TrialWork, worker: str, lease: float, max_attempts: int
     ) -> Any:
+        hot = self._hot
         now = utcnow()
         expires = now + timedelta(seconds=lease)
-        columns = Artifact.__table__.columns
         created = connection.execute(
-            self._insert(Artifact)
-            .values(
-                build_key=work.build_key,
-                problem_id=work.problem_id,
-                target=work.target,
-                build_config=build_part(work.space, work.config),
-                toolchain=work.toolchain,
-                state="building",
-                worker=worker,
-                lease_expires_at=expires,
-                attempts=1,
-                created_at=now,
-            )
-            .on_conflict_do_nothing()
-            .returning(*columns)
+            hot.create_build,
+            {
+                "build_key": work.build_key,
+                "problem_id": work.problem_id,
+                "target": work.target,
+                "build_config": build_part(work.space, work.config),
+                "toolchain": work.toolchain,
+                "state": "building",
+                "worker": worker,
+                "lease_expires_at": expires,
+                "attempts": 1,
+                "created_at": now,
+            },
         ).first()
         if created is not None:
             return created
-        artifact = connection.execute(select(*columns).where(Artifact.build_key == work.build_key)).one()
+        key = {"key": work.build_key}
+        artifact = connection.execute(hot.build, key).one()
         if artifact.state != "building" or artifact.lease_expires_at >= now:
             return artifact
         if artifact.attempts >= max_attempts:
-            values = {"state": "failed", "reason": f"the build was lost {max_attempts} times (its worker died)"}
+            why = f"the build was lost {max_attempts} times (its worker died)"
+            taken = connection.execute(hot.fail_build, key | {"now": now, "why": why}).first()
         else:
-            values = {"worker": worker, "lease_expires_at": expires, "attempts": Artifact.attempts + 1}
-        expired = (Artifact.build_key == work.build_key, Artifact.state == "building", Artifact.lease_expires_at < now)
-        taken = connection.execute(update(Artifact).where(*expired).values(**values).returning(*columns)).first()
-        return taken or connection.execute(select(*columns).where(Artifact.build_key == work.build_key)).one()
+            taken = connection.execute(hot.take_build, key | {"now": now, "owner": worker, "expires": expires}).first()
+        return taken or connection.execute(hot.build, key).one()
 
     def artifact(self, build_key: str) -> Artifact | None:
         with self.session() as session:
@@ -699,42 +754,33 @@ class Store:
         With ``trial_id``, the trial this worker holds moves to ``compiled`` in the same transaction.
         """
         now = utcnow()
+        blob = None if data is None else hashlib.sha256(data).hexdigest()
         with self._tx() as connection:
-            blob = None
             if data is not None:
-                blob = hashlib.sha256(data).hexdigest()
                 connection.execute(
-                    self._insert(Blob)
-                    .values(digest=blob, size=len(data), data=data, created_at=now)
-                    .on_conflict_do_nothing()
+                    self._hot.put_blob, {"digest": blob, "size": len(data), "data": data, "created_at": now}
                 )
             done = connection.execute(
-                update(Artifact)
-                .where(Artifact.build_key == build_key, Artifact.worker == worker, Artifact.state == "building")
-                .values(
-                    state="built" if data is not None else "failed",
-                    blob_digest=blob,
-                    reason=reason,
-                    log_tail=log_tail,
-                    build_seconds=seconds,
-                    built_at=now,
-                    lease_expires_at=None,
-                )
+                self._hot.finish_build,
+                {
+                    "key": build_key,
+                    "owner": worker,
+                    "final": "built" if data is not None else "failed",
+                    "blob": blob,
+                    "why": reason,
+                    "log": log_tail,
+                    "seconds": seconds,
+                    "now": now,
+                },
             ).rowcount
             if done and data is not None and trial_id is not None:
-                connection.execute(self._compiled(trial_id, worker, now))
+                connection.execute(self._hot.compiled, {"trial": trial_id, "owner": worker, "now": now})
             return bool(done)
-
-    def _compiled(self, trial_id: int, worker: str, now: Any) -> Any:
-        return (
-            update(Trial)
-            .where(Trial.id == trial_id, Trial.worker == worker, Trial.state == "compiling")
-            .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now)
-        )
 
     def mark_compiled(self, trial_id: int, worker: str) -> bool:
         with self._tx() as connection:
-            return bool(connection.execute(self._compiled(trial_id, worker, utcnow())).rowcount)
+            params = {"trial": trial_id, "owner": worker, "now": utcnow()}
+            return bool(connection.execute(self._hot.compiled, params).rowcount)
 
     def record(
         self,
@@ -755,31 +801,26 @@ class Store:
         now = utcnow()
         with self._tx() as connection:
             trial = connection.execute(
-                update(Trial)
-                .where(Trial.id == trial_id, Trial.worker == worker, Trial.state.in_(("compiling", "evaluating")))
-                .values(
-                    state=state,
-                    reason=reason,
-                    lease_expires_at=None,
-                    finished_at=now,
-                    stdout_tail=stdout_tail,
-                    stderr_tail=stderr_tail,
-                )
-                .returning(Trial.problem_id, Trial.target, Trial.measure_key)
+                self._hot.finish_trial,
+                {
+                    "trial": trial_id,
+                    "owner": worker,
+                    "final": state,
+                    "why": reason,
+                    "now": now,
+                    "out": stdout_tail,
+                    "err": stderr_tail,
+                },
             ).first()
             if trial is not None and measurement is not None:
-                connection.execute(
-                    self._insert(Measurement)
-                    .values(
-                        trial_id=trial_id,
-                        problem_id=trial.problem_id,
-                        target=trial.target,
-                        measure_key=trial.measure_key,
-                        created_at=now,
-                        **measurement,
-                    )
-                    .on_conflict_do_nothing()
-                )
+                row = {
+                    "trial_id": trial_id,
+                    "problem_id": trial.problem_id,
+                    "target": trial.target,
+                    "measure_key": trial.measure_key,
+                    "created_at": now,
+                }
+                connection.execute(self._hot.put_measurement, row | measurement)
             return trial is not None
 
     def fail_waiting(self, trial_id: int, reason: str) -> bool:
