@@ -227,9 +227,13 @@ class Store:
     ----------
     url:
         A SQLAlchemy URL: ``postgresql+psycopg2://...`` or ``sqlite:///path``.
+    durable:
+        False lets PostgreSQL acknowledge a commit before it reaches the disk (``synchronous_commit=off``),
+        for worker processes: every write they make is covered by a lease, so a commit that a crash of the
+        database host loses looks like a worker that died, and the lease brings the work back.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, durable: bool = True) -> None:
         try:
             parsed = make_url(url)
         except ArgumentError:
@@ -238,7 +242,7 @@ class Store:
         self.display_url = parsed.render_as_string(hide_password=True)
         self.dialect = parsed.get_backend_name()
         try:
-            self.engine = self._engine(url, parsed)
+            self.engine = self._engine(url, parsed, durable)
         except (NoSuchModuleError, ModuleNotFoundError) as error:
             raise StoreError(f"{self.display_url}: {error}; use postgresql+psycopg2:// or sqlite:///") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -246,7 +250,7 @@ class Store:
         self._campaign_cache: dict[int, dict[str, Any]] = {}
         self._problem_cache: dict[int, dict[str, Any]] = {}
 
-    def _engine(self, url: str, parsed: Any) -> Engine:
+    def _engine(self, url: str, parsed: Any, durable: bool) -> Engine:
         if self.dialect == "sqlite":
             if parsed.database:
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
@@ -257,7 +261,8 @@ class Store:
         if self.dialect == "postgresql":
             # No pre-ping: it doubles the statements of the hot path. A dropped connection fails one
             # transaction (the pool then reconnects), and leases make any one failure harmless.
-            return create_engine(url, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 5})
+            options = {} if durable else {"options": "-c synchronous_commit=off"}
+            return create_engine(url, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 5, **options})
         raise StoreError(f"{self.display_url}: Fleet stores its data in PostgreSQL or SQLite")
 
     def close(self) -> None:

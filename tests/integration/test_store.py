@@ -1031,3 +1031,15 @@ def test_results_of_a_reused_trial_report_the_source_measurement(store: Store) -
     [result] = store.results([reused])
     assert (result.trial_id, result.state, result.reused, result.valid) == (reused, "evaluated", True, True)
     assert (result.objective, result.metrics, result.config) == (0.75, {"gflops": 12.0}, {"tile": 2})
+
+
+def test_a_worker_store_commits_without_waiting_for_the_disk_and_others_wait(postgres_server: Any) -> None:
+    """Workers' writes are covered by leases; everyone else's commits reach the disk before they return."""
+    url = postgres_server.create_database(f"t{uuid.uuid4().hex[:12]}")
+    for durable, expected in ((False, "off"), (True, "on")):
+        store = Store(url, durable=durable)
+        try:
+            with store.engine.connect() as connection:
+                assert connection.exec_driver_sql("SHOW synchronous_commit").scalar() == expected
+        finally:
+            store.close()
