@@ -17,7 +17,20 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, DateTime, Engine, and_, bindparam, create_engine, event, func, or_, select, update
+from sqlalchemy import (
+    Connection,
+    DateTime,
+    Engine,
+    and_,
+    bindparam,
+    create_engine,
+    event,
+    func,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, ProgrammingError
@@ -165,7 +178,9 @@ class _HotPath:
             )
 
         self.claim_compile = claim("new", "compiling").returning(*claimed)
-        digest = select(Artifact.blob_digest).where(Artifact.build_key == Trial.build_key).correlate(Trial)
+        # Spelled out: SQLite's RETURNING renders columns unqualified, and ``build_key = build_key`` would
+        # compare the artifact with itself.
+        digest = select(Artifact.blob_digest).where(Artifact.build_key == literal_column("trials.build_key"))
         self.claim_evaluate = (
             claim("compiled", "evaluating", attempts=Trial.attempts + 1)
             .where(Trial.attempts < bindparam("max_attempts"))

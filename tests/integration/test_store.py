@@ -6,6 +6,7 @@ holder records, and the reaper gives back work whose lease expired. These tests 
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 import uuid
@@ -490,6 +491,21 @@ def test_claim_evaluate_works_only_from_compiled(store: Store) -> None:
     work = store.claim(trial_id, "evaluate", "e", LEASE, MAX)
     assert work is not None and work.attempts == 1
     assert store.trial(trial_id).state == "evaluating"
+
+
+def test_an_evaluation_claim_carries_its_own_trials_artifact(store: Store) -> None:
+    campaign = make_campaign(store)
+    trial_ids = add(store, campaign, {"tile": 1}, {"tile": 2}, {"tile": 4})
+    digests = {}
+    for n, trial_id in enumerate(trial_ids):
+        start = store.start_compile(trial_id, "b", LEASE, MAX)
+        assert start.outcome == "claimed" and start.work is not None
+        data = b"binary %d" % n
+        assert store.finish_build(start.work.build_key, "b", data=data, trial_id=trial_id)
+        digests[trial_id] = hashlib.sha256(data).hexdigest()
+    for trial_id in reversed(trial_ids):
+        work = store.claim(trial_id, "evaluate", "e", LEASE, MAX)
+        assert work is not None and work.artifact_digest == digests[trial_id]
 
 
 def test_a_second_claim_while_the_lease_is_live_gets_nothing(store: Store) -> None:
