@@ -254,3 +254,40 @@ class ChainStep(Base):
     worker: Mapped[str | None] = mapped_column(String(255), nullable=True)
     seconds: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class MiopenKey(Base):
+    """The MIOpen find-db/perf-db key of a conv problem (one per problem: a problem is one direction), indexed."""
+
+    __tablename__ = "miopen_keys"
+
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id", ondelete="CASCADE"), primary_key=True)
+    db_key: Mapped[str] = mapped_column(String(512), index=True)
+
+
+class GoldenVersion(Base):
+    """One version of a target's golden set: the best results of chosen campaigns, frozen (Tuna's golden)."""
+
+    __tablename__ = "golden_versions"
+    __table_args__ = (UniqueConstraint("target", "version", name="uq_golden_version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    target: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    campaigns: Mapped[list[Any]]
+    provenance: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class GoldenEntry(Base):
+    """A problem's promoted result in one golden version: a copy, so later changes never alter the version."""
+
+    __tablename__ = "golden_entries"
+
+    version_id: Mapped[int] = mapped_column(ForeignKey("golden_versions.id", ondelete="CASCADE"), primary_key=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
+    step: Mapped[str] = mapped_column(String(16), primary_key=True)
+    trial_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    objective: Mapped[float | None] = mapped_column(Float, nullable=True)
+    payload: Mapped[dict[str, Any]]
+    toolchain: Mapped[str] = mapped_column(Text, default="")

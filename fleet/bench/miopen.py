@@ -1,0 +1,130 @@
+"""``fleet bench miopen``: import a find-db of real size, and look problems up by MIOpen key.
+
+The find-db is made from the real keys of ``gfx803_36.HIP.fdb.txt`` (MIOpen's shipped find-db, in
+``../shared/miopen``), varied in batch size until it holds ``--problems`` distinct keys, each with that
+key's real entries. Both figures are taken on PostgreSQL: ``FLEET_DATABASE_URL`` when it names one, else a
+private server started for the run. The baseline beside the import is a plain parse of the same file
+(reading records and computing keys, no database), so the figure says what the database adds.
+"""
+
+from __future__ import annotations
+
+import bz2
+import json
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import click
+
+SOURCE = Path(__file__).resolve().parents[2].parent / "shared" / "miopen" / "gfx803_36.HIP.fdb.txt.bz2"
+BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def make_find_db(source: Path, problems: int, output: Path) -> int:
+    """Write a find-db of ``problems`` distinct keys, varying the batch sizes of ``source``'s keys."""
+    from fleet.errors import FleetError
+    from fleet.miopen.keys import db_key, parse_key
+
+    with bz2.open(source, "rt") as handle:
+        lines = [line.rstrip("\n") for line in handle if "=" in line]
+    seen: set[str] = set()
+    written = 0
+    with output.open("w") as out:
+        for batch in (None, *BATCHES):
+            for line in lines:
+                if written >= problems:
+                    return written
+                key, _, entries = line.partition("=")
+                if batch is not None:
+                    try:
+                        key = db_key({**parse_key(key), "batchsize": batch})
+                    except FleetError:
+                        continue
+                if key in seen:
+                    continue
+                seen.add(key)
+                out.write(f"{key}={entries}\n")
+                written += 1
+    return written
+
+
+def _parse_only(path: Path) -> float:
+    from fleet.miopen.finddb import read_find_db
+    from fleet.miopen.keys import parse_key
+    from fleet.space import digest
+
+    start = time.perf_counter()
+    for record in read_find_db(path):
+        digest(parse_key(record.key))
+    return time.perf_counter() - start
+
+
+def run(problems: int = 120_000, lookups: int = 1000) -> dict[str, Any]:
+    """Import a ``problems``-key find-db into PostgreSQL and time key lookups; return the figures."""
+    import os
+
+    from fleet.services import PostgresServer
+    from fleet.store import Store
+    from fleet.tuna.databases import import_db
+    from fleet.tuna.problems import problems_by_key
+
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-bench-miopen-")))
+        url = os.environ.get("FLEET_DATABASE_URL", "")
+        if not url.startswith("postgresql"):
+            postgres = stack.enter_context(PostgresServer(Path(tempfile.mkdtemp(prefix="fleet-bench-pg-"))))
+            url = postgres.create_database(f"bench{uuid.uuid4().hex[:8]}")
+        store = Store(url)
+        stack.callback(store.close)
+        store.upgrade()
+        path = workdir / f"bench{uuid.uuid4().hex[:6]}_36.HIP.fdb.txt"
+        count = make_find_db(SOURCE, problems, path)
+        parse_s = _parse_only(path)
+        start = time.perf_counter()
+        done = import_db(store, path, f"gfx{uuid.uuid4().hex[:3]}:36")
+        import_s = time.perf_counter() - start
+        keys = [line.partition("=")[0] for line in path.read_text().splitlines()]
+        sample = random.Random(1).sample(keys, min(lookups, len(keys)))
+        times = []
+        for key in sample:
+            t0 = time.perf_counter()
+            found = problems_by_key(store, key)
+            times.append(time.perf_counter() - t0)
+            if not found:
+                raise RuntimeError(f"key {key} was imported but is not found")
+    return {
+        "problems": count,
+        "imported_problems": done.problems,
+        "import_s": round(import_s, 2),
+        "import_problems_per_s": round(count / import_s, 1),
+        "parse_only_s": round(parse_s, 2),
+        "query_ms_median": round(statistics.median(times) * 1000, 3),
+        "query_ms_p99": round(sorted(times)[int(0.99 * (len(times) - 1))] * 1000, 3),
+        "lookups": len(times),
+    }
+
+
+@click.command("miopen")
+@click.option("--problems", type=click.IntRange(100), default=120_000, show_default=True, help="Keys in the find-db.")
+@click.option("--lookups", type=click.IntRange(1), default=1000, show_default=True, help="Key lookups to time.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def bench_command(problems: int, lookups: int, as_json: bool) -> None:
+    """Import a 120,000-problem find-db into PostgreSQL, and time a query by MIOpen key.
+
+    Uses FLEET_DATABASE_URL when it names PostgreSQL, else a private PostgreSQL started for the run.
+    """
+    result = run(problems, lookups)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(
+        f"import   {result['problems']} problems in {result['import_s']:.1f} s "
+        f"({result['import_problems_per_s']:.0f}/s; parsing alone {result['parse_only_s']:.1f} s)"
+    )
+    click.echo(f"query    by key: median {result['query_ms_median']:.2f} ms, p99 {result['query_ms_p99']:.2f} ms")

@@ -1,0 +1,522 @@
+"""MIOpen's databases in and out of Fleet: import a find-db or perf-db as results, export find-db, perf-db, kernel-db.
+
+Results live as ordinary trials and measurements: a ``find`` result keeps MIOpen's find entries (fastest
+first) in its metrics under ``find``, a ``perf`` result the tuned parameters of each solver under ``perf``.
+An imported file becomes a campaign ``import-<file>-<sha256 prefix>@<target>`` whose provenance names the
+file and its hash; its trials are ``evaluated`` at once.
+
+Exports read the valid results of one campaign, of every campaign on the target (the fastest find result
+and the latest perf result of each problem), or of a golden version; invalid trials are never read. The
+same data always gives the same bytes: records are sorted by key, and nothing time-dependent is written.
+Where each result came from goes into a sidecar ``FILE.provenance.json``: find-db text has no comment
+syntax (every line is ``KEY=VALUE``), and MIOpen opens the SQLite files it reads by their own tables, so a
+sidecar is the one place that cannot disturb MIOpen.
+"""
+
+from __future__ import annotations
+
+import bz2
+import hashlib
+import json
+import sqlite3
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from fleet.campaign import check_target, provenance
+from fleet.errors import FleetError, NotFound, SpecError
+from fleet.space import digest
+from fleet.store import Artifact, Campaign, Measurement, Store, Trial, utcnow
+from fleet.store._models import GoldenEntry, GoldenVersion
+from fleet.tuna import KINDS
+from fleet.tuna.problems import bulk_insert, chunks, db_key_of, ensure_problems, insert, select_problems
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+# -- import ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Imported:
+    campaign: str
+    format: str
+    records: int
+    problems: int
+    created: int
+    sha256: str
+    skipped: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def _plain(path: Path) -> Iterator[Path]:
+    """``path``, decompressed to a temporary file first when it is bzip2'd."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(3)
+    except OSError as error:
+        raise NotFound(f"{path}: {error.strerror}") from None
+    if head != b"BZh":
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="fleet-import-") as tmp:
+        plain = Path(tmp) / path.name.removesuffix(".bz2")
+        try:
+            with bz2.open(path, "rb") as source, plain.open("wb") as out:
+                while chunk := source.read(1 << 20):
+                    out.write(chunk)
+        except (OSError, EOFError) as error:
+            raise SpecError(f"{path}: not a readable bzip2 file ({error})") from None
+        yield plain
+
+
+def _sha256(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def detect_format(path: Path) -> str:
+    """``perf-db`` for a SQLite file, ``find-db`` for text."""
+    with path.open("rb") as handle:
+        return "perf-db" if handle.read(16) == SQLITE_MAGIC else "find-db"
+
+
+def entry_row(entry: Any) -> list[Any]:
+    """A find entry as stored in a result's metrics: [algorithm, solver, time_ms, workspace, group, kernel algo]."""
+    return [entry.algorithm, entry.solver, entry.time_ms, entry.workspace, entry.kernel_group, entry.kernel_algorithm]
+
+
+def _read(path: Path, kind: str) -> tuple[list[tuple[dict[str, Any], dict[str, Any], float | None]], list[str]]:
+    """(problem params, metrics, objective) per problem of a database file, and what could not be read."""
+    from fleet.miopen.keys import parse_key
+
+    skipped: list[str] = []
+    out: list[tuple[dict[str, Any], dict[str, Any], float | None]] = []
+    if kind == "find-db":
+        from fleet.miopen.finddb import read_find_db
+
+        for record in read_find_db(path):
+            try:
+                params = parse_key(record.key)
+            except FleetError as error:
+                skipped.append(f"{record.key}: {error}")
+                continue
+            entries = sorted((entry_row(e) for e in record.entries), key=lambda e: e[2])
+            out.append((params, {"find": entries}, entries[0][2] if entries else None))
+        return out, skipped
+    from fleet.miopen.perfdb import read_perf_db
+
+    try:
+        records = list(read_perf_db(path))
+    except sqlite3.DatabaseError as error:
+        raise SpecError(f"{path}: not a MIOpen perf-db ({error})") from None
+    by_problem: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
+    for record in records:
+        params, solvers = by_problem.setdefault(digest(record.params), (record.params, {}))
+        solvers[record.solver] = record.values
+    for params, solvers in by_problem.values():
+        out.append((params, {"perf": sorted([s, v] for s, v in solvers.items())}, None))
+    return out, skipped
+
+
+def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()) -> Imported:
+    """Load a find-db text or perf-db SQLite file (``.bz2`` too) as results on ``target``.
+
+    One transaction: a file that fails half way leaves nothing behind. Importing the same file again
+    finds its campaign and adds nothing.
+    """
+    check_target(target)
+    sha = _sha256(path) if path.is_file() else None
+    if sha is None:
+        raise NotFound(f"{path}: no such file")
+    with _plain(path) as plain:
+        kind = detect_format(plain)
+        rows, skipped = _read(plain, kind)
+    if not rows:
+        raise SpecError(f"{path}: no {kind} record could be read" + (f" ({skipped[0]})" if skipped else ""))
+    step = "find" if kind == "find-db" else "perf"
+    # A find-db line is one record; a perf-db record is one (problem, solver) row.
+    records = sum(len(metrics["perf"]) if "perf" in metrics else 1 for _, metrics, _ in rows)
+    stem = path.name.removesuffix(".bz2")
+    name = f"import-{stem}-{sha[:12]}@{target}"
+    toolchain = f"imported {stem} sha256:{sha}"
+    source = {"source": str(path.resolve()), "file": path.name, "sha256": sha, "format": kind}
+    now = utcnow()
+    with store._tx() as connection:
+        ids, created = ensure_problems(connection, store, [("conv", params) for params, _, _ in rows], tags=tags)
+        campaign_id = connection.scalar(
+            insert(store, Campaign)
+            .values(
+                name=name,
+                target=target,
+                space={"knobs": {"step": {"values": [step], "build": True}}, "constraints": [], "base": {}},
+                strategy={"name": "grid"},
+                workload={"kind": "miopen", "imported": True},
+                workload_key=digest(["import", sha]),
+                baseline=None,
+                options={"tuna": {"reason": f"import-{stem}", "import": source}},
+                provenance={**provenance(toolchain), **source},
+                status="done",
+                created_at=now,
+                finished_at=now,
+            )
+            .on_conflict_do_nothing()
+            .returning(Campaign.id)
+        )
+        if campaign_id is None:
+            return Imported(name, kind, records, len(set(ids)), 0, sha, skipped)
+        from fleet.store._models import CampaignProblem
+
+        unique: dict[int, tuple[dict[str, Any], float | None]] = {}
+        for problem_id, (_, metrics, objective) in zip(ids, rows, strict=True):
+            assert problem_id is not None
+            unique[problem_id] = (metrics, objective)
+        order = sorted(unique)
+        rows_cp = [{"campaign_id": campaign_id, "problem_id": p, "position": i} for i, p in enumerate(order)]
+        bulk_insert(connection, store, CampaignProblem, rows_cp)
+        config = {"step": step}
+        config_key = digest(config)
+        trial_rows = [
+            {
+                "campaign_id": campaign_id,
+                "problem_id": p,
+                "target": target,
+                "config": config,
+                "config_key": config_key,
+                "build_key": digest(["import", sha, p, step]),
+                "measure_key": digest(["import", sha, p, step]),
+                "seq": i,
+                "baseline": False,
+                "state": "evaluated",
+                "attempts": 0,
+                "created_at": now,
+                "queued_at": now,
+                "started_at": now,
+                "finished_at": now,
+                "worker": "import",
+            }
+            for i, p in enumerate(order)
+        ]
+        bulk_insert(connection, store, Trial, trial_rows)
+        trial_ids: dict[int, int] = {}
+        for part in chunks(order):
+            trial_ids.update(
+                (r.problem_id, r.id)
+                for r in connection.execute(
+                    select(Trial.problem_id, Trial.id).where(
+                        Trial.campaign_id == campaign_id, Trial.problem_id.in_(part)
+                    )
+                )
+            )
+        measurements = [
+            {
+                "trial_id": trial_ids[p],
+                "problem_id": p,
+                "target": target,
+                "measure_key": digest(["import", sha, p, step]),
+                "objective_name": "time_ms",
+                "maximize": False,
+                "objective": unique[p][1],
+                "valid": True,
+                "samples": [],
+                "metrics": unique[p][0],
+                "toolchain": toolchain,
+                "node": None,
+                "gpu": None,
+                "worker": "import",
+                "created_at": now,
+            }
+            for p in order
+        ]
+        bulk_insert(connection, store, Measurement, measurements)
+    return Imported(name, kind, records, len(order), created, sha, skipped)
+
+
+# -- what an export reads -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """One problem's result of one step, as an export reads it."""
+
+    problem_id: int
+    step: str
+    payload: dict[str, Any]
+    objective: float | None
+    toolchain: str
+    trial_id: int | None
+    build_key: str | None = None
+    campaign: str | None = None
+
+
+def _better(step: str, new: Result, old: Result | None) -> bool:
+    """The fastest find result; the latest perf result (by trial id, so the choice never depends on order)."""
+    if old is None:
+        return True
+    if step == "find" and new.objective is not None and old.objective is not None and new.objective != old.objective:
+        return new.objective < old.objective
+    return (new.trial_id or 0) > (old.trial_id or 0)
+
+
+def campaign_results(
+    store: Store, campaigns: Sequence[Campaign], step: str | None = None
+) -> dict[tuple[int, str], Result]:
+    """The best valid result per (problem, step) of ``campaigns``; trials not ``evaluated`` are never read."""
+    best: dict[tuple[int, str], Result] = {}
+    measured = Trial.source_trial_id
+    for campaign in campaigns:
+        with store._tx() as connection:
+            rows = connection.execute(
+                select(
+                    Trial.id,
+                    Trial.problem_id,
+                    Trial.config,
+                    Trial.build_key,
+                    measured,
+                )
+                .where(Trial.campaign_id == campaign.id, Trial.state == "evaluated")
+                .order_by(Trial.id)
+            ).all()
+            wanted = [r.source_trial_id or r.id for r in rows]
+            found: dict[int, Any] = {}
+            for part in chunks(wanted):
+                for m in connection.execute(
+                    select(
+                        Measurement.trial_id,
+                        Measurement.objective,
+                        Measurement.metrics,
+                        Measurement.toolchain,
+                        Measurement.valid,
+                    ).where(Measurement.trial_id.in_(part))
+                ).all():
+                    found[m.trial_id] = m
+        for row in rows:
+            row_step = str(row.config.get("step", "find"))
+            m = found.get(row.source_trial_id or row.id)
+            if m is None or not m.valid or (step is not None and row_step != step):
+                continue
+            metrics = m.metrics or {}
+            if row_step not in metrics:
+                continue
+            result = Result(
+                row.problem_id,
+                row_step,
+                {row_step: metrics[row_step]},
+                m.objective,
+                # A job's campaign is created where MIOpen may be absent; the worker records the version it ran.
+                m.toolchain or (f"MIOpen {metrics['miopen_version']}" if metrics.get("miopen_version") else ""),
+                row.id,
+                row.build_key,
+                campaign.name,
+            )
+            if _better(row_step, result, best.get((row.problem_id, row_step))):
+                best[(row.problem_id, row_step)] = result
+    return best
+
+
+def golden_version(store: Store, target: str, version: int | None) -> GoldenVersion:
+    with store.session() as session:
+        query = select(GoldenVersion).where(GoldenVersion.target == target)
+        if version is not None:
+            query = query.where(GoldenVersion.version == version)
+        found = session.scalars(query.order_by(GoldenVersion.version.desc())).first()
+    if found is None:
+        raise NotFound(f"no golden version {version} on {target}" if version else f"no golden set on {target}")
+    return found
+
+
+def golden_results(store: Store, version_id: int) -> dict[tuple[int, str], Result]:
+    """The entries of one golden version."""
+    g = GoldenEntry
+    with store._tx() as connection:
+        rows = connection.execute(
+            select(g.problem_id, g.step, g.payload, g.objective, g.toolchain, g.trial_id).where(
+                g.version_id == version_id
+            )
+        ).all()
+    return {
+        (r.problem_id, r.step): Result(r.problem_id, r.step, r.payload, r.objective, r.toolchain, r.trial_id)
+        for r in rows
+    }
+
+
+@dataclass
+class Selection:
+    """Which results an export reads."""
+
+    target: str
+    campaign: str | None = None
+    golden: bool = False
+    version: int | None = None
+    tags: Sequence[str] = ()
+    selection: str | None = None
+
+
+def gather(store: Store, what: Selection, step: str | None) -> tuple[dict[tuple[int, str], Result], dict[str, Any]]:
+    """The results ``what`` names, and where they came from."""
+    from fleet.tuna.jobs import find_campaign
+
+    check_target(what.target)
+    source: dict[str, Any] = {"target": what.target}
+    if what.golden:
+        if what.campaign:
+            raise SpecError("give --campaign or --golden, not both")
+        version = golden_version(store, what.target, what.version)
+        results = golden_results(store, version.id)
+        source |= {"golden": version.version, "campaigns": version.campaigns}
+    else:
+        if what.version is not None:
+            raise SpecError("--version goes with --golden")
+        if what.campaign:
+            campaigns = [find_campaign(store, what.campaign, what.target)]
+        else:
+            campaigns = [c for c in store.campaigns() if c.target == what.target]
+        results = campaign_results(store, campaigns, step)
+        source["campaigns"] = sorted({r.campaign for r in results.values() if r.campaign})
+    if step is not None:
+        results = {k: v for k, v in results.items() if k[1] == step}
+    if what.tags or what.selection:
+        keep = {pid for pid, _, _ in select_problems(store, tags=what.tags, selection=what.selection, kinds=KINDS)}
+        results = {k: v for k, v in results.items() if k[0] in keep}
+    source["toolchains"] = sorted({r.toolchain for r in results.values()})
+    return results, source
+
+
+def _problems(store: Store, problem_ids: Sequence[int]) -> dict[int, tuple[str, dict[str, Any], str | None]]:
+    """id -> (kind, params, MIOpen key)."""
+    from fleet.store import Problem
+    from fleet.store._models import MiopenKey
+
+    out: dict[int, tuple[str, dict[str, Any], str | None]] = {}
+    with store._tx() as connection:
+        for part in chunks(sorted(set(problem_ids))):
+            for r in connection.execute(
+                select(Problem.id, Problem.kind, Problem.params, MiopenKey.db_key)
+                .outerjoin(MiopenKey, MiopenKey.problem_id == Problem.id)
+                .where(Problem.id.in_(part))
+            ).all():
+                out[r.id] = (r.kind, r.params, r.db_key or db_key_of(r.kind, r.params))
+    return out
+
+
+# -- export ---------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _atomic(output: Path) -> Iterator[Path]:
+    """A temporary path beside ``output`` that replaces it only when the block succeeds."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".partial")
+    partial.unlink(missing_ok=True)
+    try:
+        yield partial
+        partial.replace(output)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _sidecar(output: Path, kind: str, source: dict[str, Any], records: int) -> Path:
+    sidecar = output.with_name(output.name + ".provenance.json")
+    data = {"file": output.name, "format": kind, "records": records, **source}
+    with _atomic(sidecar) as partial:
+        partial.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return sidecar
+
+
+def export_find_db(store: Store, what: Selection, output: Path) -> int:
+    """Write the find-db text of ``what`` to ``output`` (and its sidecar); return the records written."""
+    from fleet.miopen.finddb import FindEntry, FindRecord, write_find_db
+
+    results, source = gather(store, what, "find")
+    problems = _problems(store, [pid for pid, _ in results])
+    records = []
+    for (pid, _), result in results.items():
+        key = problems[pid][2]
+        if key is None:
+            continue
+        entries = sorted(result.payload["find"], key=lambda e: e[2])
+        records.append(FindRecord(key, [FindEntry(*entry) for entry in entries]))
+    if not records:
+        raise NotFound(f"no find results to export on {what.target}")
+    records.sort(key=lambda r: r.key)
+    with _atomic(output) as partial, partial.open("w", newline="\n") as out:
+        write_find_db(records, out)
+    _sidecar(output, "find-db", source, len(records))
+    return len(records)
+
+
+def export_perf_db(store: Store, what: Selection, output: Path) -> int:
+    """Write the perf-db (MIOpen's SQLite schema) of ``what`` to ``output``; return the records written."""
+    from fleet.miopen.perfdb import PerfRecord, write_perf_db
+
+    results, source = gather(store, what, "perf")
+    problems = _problems(store, [pid for pid, _ in results])
+    records = []
+    for (pid, _), result in sorted(results.items(), key=lambda kv: problems[kv[0][0]][2] or ""):
+        for solver, values in result.payload["perf"]:
+            records.append(PerfRecord(problems[pid][1], solver, values))
+    if not records:
+        raise NotFound(f"no perf results to export on {what.target}")
+    with _atomic(output) as partial:
+        write_perf_db(partial, records)
+    _sidecar(output, "perf-db", source, len(records))
+    return len(records)
+
+
+def export_kernel_db(store: Store, what: Selection, output: Path) -> int:
+    """Write the kernel-db (``kern_db``) of the kernels built for ``what``'s results; return the kernels written."""
+    from fleet.bundle import unpack
+    from fleet.miopen.kerneldb import read_kernel_db, write_kernel_db
+
+    results, source = gather(store, what, None)
+    build_keys = sorted({r.build_key for r in results.values() if r.build_key})
+    if what.golden:
+        # A golden entry keeps its trial id; its kernels are that trial's artifact.
+        trial_ids = sorted({r.trial_id for r in results.values() if r.trial_id})
+        with store._tx() as connection:
+            for part in chunks(trial_ids):
+                build_keys += list(connection.scalars(select(Trial.build_key).where(Trial.id.in_(part))))
+    kernels: dict[tuple[str, str], Any] = {}
+    with store._tx() as connection:
+        digests = []
+        for part in chunks(sorted(set(build_keys))):
+            digests += list(
+                connection.scalars(
+                    select(Artifact.blob_digest).where(
+                        Artifact.build_key.in_(part), Artifact.state == "built", Artifact.blob_digest.is_not(None)
+                    )
+                )
+            )
+    with tempfile.TemporaryDirectory(prefix="fleet-kdb-") as tmp:
+        for n, blob in enumerate(sorted(set(digests))):
+            folder = Path(tmp) / str(n)
+            folder.mkdir()
+            try:
+                names = unpack(store.get_blob(blob), folder)
+            except Exception:  # an artifact that is not a bundle holds no kernel database
+                continue
+            for name in names:
+                path = folder / name
+                if path.is_file() and path.suffix in (".kdb", ".ukdb") and _is_sqlite(path):
+                    for kernel in read_kernel_db(path):
+                        kernels.setdefault((kernel.name, kernel.args), kernel)
+    if not kernels:
+        raise NotFound(f"no built kernels to export on {what.target}")
+    ordered = [kernels[k] for k in sorted(kernels)]
+    with _atomic(output) as partial:
+        write_kernel_db(partial, ordered)
+    _sidecar(output, "kernel-db", source, len(ordered))
+    return len(ordered)
+
+
+def _is_sqlite(path: Path) -> bool:
+    with path.open("rb") as handle:
+        return handle.read(16) == SQLITE_MAGIC

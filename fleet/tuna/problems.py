@@ -1,0 +1,351 @@
+"""MIOpen problems: import driver lines, tag them, find them by key, select them, show what is known.
+
+Writes are bulk statements (one INSERT ... ON CONFLICT DO NOTHING per table and chunk, never one ORM object
+per row), so a file of a hundred thousand problems imports in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import JSON, Connection, select
+
+from fleet.errors import FleetError, SpecError
+from fleet.space import digest
+from fleet.store import Campaign, Measurement, Problem, Store, Trial, utcnow
+from fleet.store._models import MiopenKey, ProblemTag
+from fleet.tuna import KINDS, RECURRENT
+
+CHUNK = 5000  # rows per IN (...) list: well inside SQLite's limit of bound variables
+
+
+def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def insert(store: Store, model: type) -> Any:
+    """The dialect's INSERT, which has ON CONFLICT DO NOTHING."""
+    return store._insert(model)
+
+
+def bulk_insert(connection: Connection, store: Store, model: type, rows: Sequence[dict[str, Any]]) -> None:
+    """INSERT ``rows`` (dicts with the same keys) in bulk, leaving rows that exist (by any unique constraint) alone.
+
+    On PostgreSQL, SQLAlchemy runs an executemany of INSERT ... ON CONFLICT as one round trip per row through
+    psycopg2; psycopg2's ``execute_values`` sends pages of rows as multi-row VALUES instead, in the caller's
+    transaction. SQLite runs in-process, where executemany is already fast.
+    """
+    if not rows:
+        return
+    if store.dialect != "postgresql":
+        for part in chunks(rows):
+            connection.execute(insert(store, model).on_conflict_do_nothing(), list(part))
+        return
+    from psycopg2.extras import execute_values
+
+    table = model.__table__  # type: ignore[attr-defined]
+    columns = list(rows[0])
+    json_columns = {c.name for c in table.columns if isinstance(c.type, JSON)}
+    quote = connection.dialect.identifier_preparer.quote
+    sql = f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in columns)}) VALUES %s ON CONFLICT DO NOTHING"
+    values = [
+        tuple(json.dumps(row[c]) if c in json_columns and row[c] is not None else row[c] for c in columns)
+        for row in rows
+    ]
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        execute_values(cursor, sql, values, page_size=2000)
+    finally:
+        cursor.close()
+
+
+def db_key_of(kind: str, params: dict[str, Any]) -> str | None:
+    """MIOpen's database key of a problem, or None when MIOpen has none for it."""
+    from fleet.miopen.keys import db_key
+
+    try:
+        return db_key(params)
+    except (FleetError, KeyError, ValueError, TypeError):
+        return None
+
+
+def ensure_problems(
+    connection: Connection,
+    store: Store,
+    problems: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    create: bool = True,
+    tags: Sequence[str] = (),
+) -> tuple[list[int | None], int]:
+    """The ids of ``problems`` (kind, params), created when missing if ``create``; and how many were created.
+
+    Each new problem gets its MIOpen key; ``tags`` go on every problem found or created. Runs inside the
+    caller's transaction (``connection``), so an error leaves nothing half written.
+    """
+    keyed = [(kind, params, digest(params)) for kind, params in problems]
+    ids: dict[tuple[str, str], int] = {}
+    for kind in {k for k, _, _ in keyed}:
+        wanted = sorted({key for k, _, key in keyed if k == kind})
+        for part in chunks(wanted):
+            rows = connection.execute(
+                select(Problem.params_key, Problem.id).where(Problem.kind == kind, Problem.params_key.in_(part))
+            ).all()
+            ids.update({(kind, r.params_key): r.id for r in rows})
+    created = 0
+    if create:
+        now = utcnow()
+        new: dict[tuple[str, str], dict[str, Any]] = {}
+        for kind, params, key in keyed:
+            if (kind, key) not in ids and (kind, key) not in new:
+                new[(kind, key)] = {"kind": kind, "params": params, "params_key": key, "created_at": now}
+        bulk_insert(connection, store, Problem, list(new.values()))
+        for kind in {k for k, _ in new}:
+            wanted = sorted(key for k, key in new if k == kind)
+            for part in chunks(wanted):
+                rows = connection.execute(
+                    select(Problem.params_key, Problem.id).where(Problem.kind == kind, Problem.params_key.in_(part))
+                ).all()
+                ids.update({(kind, r.params_key): r.id for r in rows})
+        created = len(new)
+        keys = []
+        for (kind, key), row in new.items():
+            db_key = db_key_of(kind, row["params"])
+            if db_key is not None:
+                keys.append({"problem_id": ids[(kind, key)], "db_key": db_key})
+        bulk_insert(connection, store, MiopenKey, keys)
+    found = [ids.get((kind, key)) for kind, _, key in keyed]
+    tag_rows = [{"problem_id": pid, "tag": tag} for pid in sorted({p for p in found if p is not None}) for tag in tags]
+    bulk_insert(connection, store, ProblemTag, tag_rows)
+    return found, created
+
+
+@dataclass
+class ImportReport:
+    """What ``fleet import`` did, counted in distinct problems (one per direction)."""
+
+    created: int = 0
+    known: int = 0
+    tagged: int = 0
+    missing: int = 0
+    lines: int = 0
+    unreadable: list[tuple[int, str]] = field(default_factory=list)
+    problem_ids: list[int] = field(default_factory=list)
+
+
+def import_lines(
+    store: Store,
+    lines: Iterable[str],
+    *,
+    tags: Sequence[str] = (),
+    tag_only: bool = False,
+    batches: Sequence[int] = (),
+    command: str | None = None,
+    recurrent: bool = False,
+) -> ImportReport:
+    """Import MIOpenDriver command lines as problems, one per direction; see ``fleet import --help``.
+
+    Parameters
+    ----------
+    lines:
+        The file's lines; logging preambles and flags that do not change the problem are tolerated.
+    tags:
+        Tags to put on every problem of the file.
+    tag_only:
+        Tag the problems that exist already; create nothing.
+    batches:
+        Batch sizes that replace each line's ``-n`` (one problem per size).
+    command:
+        ``conv``, ``convfp16`` or ``convbfp16``, replacing each conv line's command (its precision).
+    recurrent:
+        Tag every problem ``recurrent`` too.
+    """
+    from fleet.miopen.driver import DriverLineError, parse_lines, problems, with_batch, with_command
+
+    report = ImportReport()
+    wanted: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+    for lineno, item in parse_lines(lines):
+        if isinstance(item, DriverLineError):
+            report.unreadable.append((lineno, str(item)))
+            continue
+        report.lines += 1
+        try:
+            variants = [with_command(item, command) if command else item]
+            if batches:
+                variants = [with_batch(v, n) for v in variants for n in batches]
+            for variant in variants:
+                for params in problems(variant):
+                    wanted.setdefault((variant.kind, digest(params)), (variant.kind, params))
+        except (SpecError, ValueError) as error:
+            report.unreadable.append((lineno, str(error)))
+    all_tags = list(tags) + ([RECURRENT] if recurrent else [])
+    items = list(wanted.values())
+    with store._tx() as connection:
+        ids, created = ensure_problems(connection, store, items, create=not tag_only, tags=all_tags)
+    present = [i for i in ids if i is not None]
+    report.created = created
+    report.known = len(present) - created
+    report.missing = len(ids) - len(present)
+    report.tagged = len(present) if all_tags else 0
+    report.problem_ids = present
+    return report
+
+
+def problems_by_key(store: Store, key: str) -> list[Problem]:
+    """The problems whose MIOpen key is ``key`` (an index lookup)."""
+    with store.session() as session:
+        return list(
+            session.scalars(
+                select(Problem).join(MiopenKey, MiopenKey.problem_id == Problem.id).where(MiopenKey.db_key == key)
+            )
+        )
+
+
+def select_problems(
+    store: Store,
+    *,
+    tags: Sequence[str] = (),
+    selection: str | None = None,
+    kinds: Sequence[str] = KINDS,
+) -> list[tuple[int, str, dict[str, Any]]]:
+    """(id, kind, params) of the MIOpen problems carrying every tag in ``tags`` and matching ``selection``.
+
+    ``selection`` is the selection language of :mod:`fleet.miopen.select` (``direction == "F" and
+    in_channels % 8 == 0``); the tags are matched in SQL, the selection on each problem's parameters.
+    """
+    predicate: Callable[[dict[str, Any]], bool] | None = None
+    if selection:
+        from fleet.miopen.select import compile_selection
+
+        predicate = compile_selection(selection)
+    query = select(Problem.id, Problem.kind, Problem.params).where(Problem.kind.in_(list(kinds))).order_by(Problem.id)
+    for tag in tags:
+        query = query.where(
+            Problem.id.in_(select(ProblemTag.problem_id).where(ProblemTag.tag == tag).scalar_subquery())
+        )
+    with store._tx() as connection:
+        rows = connection.execute(query).all()
+    return [(r.id, r.kind, r.params) for r in rows if predicate is None or predicate({"kind": r.kind, **r.params})]
+
+
+def parse_query(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """What ``fleet query`` was given: ("driver", problems) for a driver line, ("db", [problem]) for a db line.
+
+    A find-db or perf-db text line (``KEY=...``), or a bare key, gives the one problem of its key.
+    """
+    from fleet.miopen.driver import DriverLineError, parse_line, problems
+    from fleet.miopen.keys import parse_key
+
+    text = text.strip()
+    try:
+        line = parse_line(text)
+    except DriverLineError as driver_error:
+        key = text.split("=", 1)[0].strip()
+        try:
+            params = parse_key(key)
+        except FleetError:
+            raise SpecError(f"not a MIOpenDriver line, nor a find-db or perf-db line: {driver_error}") from None
+        return "db", [("conv", params)]
+    return "driver", [(line.kind, params) for params in problems(line)]
+
+
+def describe(store: Store, text: str) -> dict[str, Any]:
+    """Everything ``fleet query`` shows for a driver line or a db line: problems, tags, trials, keys."""
+    source, items = parse_query(text)
+    out: list[dict[str, Any]] = []
+    keys: list[str] = []
+    with store._tx() as connection:
+        for kind, params in items:
+            key = db_key_of(kind, params)
+            if key is not None:
+                keys.append(key)
+            problem_id = connection.scalar(
+                select(Problem.id).where(Problem.kind == kind, Problem.params_key == digest(params))
+            )
+            entry: dict[str, Any] = {
+                "id": problem_id,
+                "kind": kind,
+                "direction": params.get("direction"),
+                "key": key,
+                "params": params,
+                "tags": [],
+                "trials": [],
+            }
+            if problem_id is not None:
+                entry["tags"] = sorted(
+                    connection.scalars(select(ProblemTag.tag).where(ProblemTag.problem_id == problem_id))
+                )
+                entry["trials"] = _trials(connection, problem_id)
+            out.append(entry)
+    return {"query": text.strip(), "source": source, "problems": out, "keys": keys}
+
+
+def _trials(connection: Connection, problem_id: int) -> list[dict[str, Any]]:
+    measured = Trial.source_trial_id
+    rows = connection.execute(
+        select(
+            Trial.id,
+            Trial.target,
+            Trial.state,
+            Trial.reason,
+            Trial.config,
+            Trial.created_at,
+            Trial.started_at,
+            Trial.finished_at,
+            measured,
+            Campaign.name,
+            Campaign.options,
+        )
+        .join(Campaign, Campaign.id == Trial.campaign_id)
+        .where(Trial.problem_id == problem_id)
+        .order_by(Trial.target, Trial.id)
+    ).all()
+    by_trial = {}
+    ids = [r.id for r in rows] + [r.source_trial_id for r in rows if r.source_trial_id]
+    for part in chunks(ids):
+        for m in connection.execute(
+            select(Measurement.trial_id, Measurement.objective, Measurement.valid, Measurement.metrics).where(
+                Measurement.trial_id.in_(part)
+            )
+        ).all():
+            by_trial[m.trial_id] = m
+    trials = []
+    for r in rows:
+        m = by_trial.get(r.source_trial_id or r.id)
+        best = None
+        if m is not None and m.valid:
+            best = {"time_ms": m.objective, **_best_entry(m.metrics or {})}
+        trials.append(
+            {
+                "trial": r.id,
+                "target": r.target,
+                "campaign": r.name,
+                "reason": (r.options or {}).get("tuna", {}).get("reason", r.name),
+                "step": r.config.get("step"),
+                "state": r.state,
+                "why": r.reason,
+                "created_at": _iso(r.created_at),
+                "started_at": _iso(r.started_at),
+                "finished_at": _iso(r.finished_at),
+                "best": best,
+            }
+        )
+    return trials
+
+
+def _best_entry(metrics: dict[str, Any]) -> dict[str, Any]:
+    find = metrics.get("find") or []
+    if find:
+        algorithm, solver, time_ms, workspace = find[0][:4]
+        return {"algorithm": algorithm, "solver": solver, "time_ms": time_ms, "workspace": workspace}
+    perf = metrics.get("perf") or []
+    if perf:
+        return {"solvers": {solver: values for solver, values in perf}}
+    return {}
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat(timespec="seconds")

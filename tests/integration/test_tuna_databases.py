@@ -1,0 +1,103 @@
+"""MIOpen's databases through Fleet, on SQLite and PostgreSQL: the shipped find-db and perf-db survive an import
+and an export whole; exports are deterministic; invalid results and empty selections export nothing."""
+
+from __future__ import annotations
+
+import bz2
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from fleet.errors import FleetError, NotFound, SpecError
+from fleet.store import Store
+from fleet.tuna.databases import Selection, export_find_db, export_perf_db, import_db
+from fleet.tuna.jobs import invalidate, reason_of
+from fleet.tuna.problems import import_lines, problems_by_key
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "miopen"
+FIND_DB = SHARED / "gfx803_36.HIP.fdb.txt.bz2"
+PERF_DB = SHARED / "gfx900_56.db.bz2"
+
+
+def perf_rows(path: Path) -> set[tuple]:
+    """Every (config row without its id, solver, params) of a perf-db: what MIOpen looks up."""
+    with sqlite3.connect(path) as db:
+        columns = [row[1] for row in db.execute("PRAGMA table_info(config)")][1:]
+        selected = ", ".join("c." + c for c in columns)
+        query = f"SELECT {selected}, p.solver, p.params FROM perf_db p JOIN config c ON c.id = p.config"
+        return set(db.execute(query).fetchall())
+
+
+def test_the_shipped_find_db_survives_import_and_export(store: Store, tmp_path: Path) -> None:
+    done = import_db(store, FIND_DB, "gfx803:36")
+    original = bz2.decompress(FIND_DB.read_bytes()).decode().splitlines()
+    assert done.format == "find-db" and done.records == len(original) == done.problems
+    out = tmp_path / "gfx803_36.HIP.fdb.txt"
+    assert export_find_db(store, Selection("gfx803:36"), out) == len(original)
+    assert sorted(out.read_text().splitlines()) == sorted(original)  # the same keys, the same entries
+    provenance = (tmp_path / "gfx803_36.HIP.fdb.txt.provenance.json").read_text()
+    assert done.sha256 in provenance and done.campaign in provenance
+    again = tmp_path / "again.txt"
+    export_find_db(store, Selection("gfx803:36", campaign=done.campaign), again)
+    assert again.read_bytes() == out.read_bytes()  # the same data gives the same bytes
+    key = original[1234].partition("=")[0]
+    assert [p.params["direction"] for p in problems_by_key(store, key)] == [key[-1]]
+    # The same file again: found, nothing added.
+    assert import_db(store, FIND_DB, "gfx803:36").created == 0
+
+
+def test_the_shipped_perf_db_survives_import_and_export(store: Store, tmp_path: Path) -> None:
+    plain = tmp_path / "gfx900_56.db"
+    plain.write_bytes(bz2.decompress(PERF_DB.read_bytes()))
+    done = import_db(store, PERF_DB, "gfx900:56")
+    assert done.format == "perf-db"
+    out = tmp_path / "out.db"
+    written = export_perf_db(store, Selection("gfx900:56"), out)
+    assert perf_rows(out) == perf_rows(plain)
+    assert written == done.records == len(perf_rows(plain))
+    with sqlite3.connect(out) as db, sqlite3.connect(plain) as ref:
+        schema = "SELECT type, name, sql FROM sqlite_master ORDER BY name"
+        assert db.execute(schema).fetchall() == ref.execute(schema).fetchall()  # MIOpen's schema, exactly
+    second = tmp_path / "second.db"
+    export_perf_db(store, Selection("gfx900:56"), second)
+    assert second.read_bytes() == out.read_bytes()
+
+
+def test_invalid_results_are_never_exported(store: Store, tmp_path: Path) -> None:
+    text = "\n".join(bz2.decompress(FIND_DB.read_bytes()).decode().splitlines()[:200]) + "\n"
+    source = tmp_path / "gfx803_36.HIP.fdb.txt"
+    source.write_text(text)
+    done = import_db(store, source, "gfx803:36")
+    forward = [p for p in problems_by_key(store, text.splitlines()[0].partition("=")[0])]
+    assert invalidate(store, reason=reason_of(store.campaign(done.campaign)), problem_ids=[p.id for p in forward]) == 1
+    out = tmp_path / "out.txt"
+    assert export_find_db(store, Selection("gfx803:36"), out) == 199
+    assert text.splitlines()[0] not in out.read_text()
+
+
+def test_exports_with_nothing_to_export_write_nothing(store: Store, tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    out = folder / "gfx906_60.HIP.fdb.txt"
+    with pytest.raises(NotFound, match="no find results"):
+        export_find_db(store, Selection("gfx906:60"), out)
+    with pytest.raises(NotFound, match="no perf results"):
+        export_perf_db(store, Selection("gfx906:60"), folder / "x.db")
+    with pytest.raises(NotFound, match="no golden set"):
+        export_find_db(store, Selection("gfx906:60", golden=True), out)
+    with pytest.raises(SpecError, match="unknown target"):
+        export_find_db(store, Selection("gfx906-60"), out)
+    assert list(folder.iterdir()) == []
+
+
+def test_a_broken_file_imports_nothing(store: Store, tmp_path: Path) -> None:
+    import_lines(store, ["MIOpenDriver conv -n 1 -F 1"])
+    broken = tmp_path / "gfx803_36.HIP.fdb.txt"
+    broken.write_text("1-1-1-4x4-512-4-4-128-0x0-1x1-1x1-0-NCHW-FP32-B=a:b,1,0,a,<unused>\nthis is not a record\n")
+    with pytest.raises(FleetError, match=":2:"):
+        import_db(store, broken, "gfx803:36")
+    assert [c.name for c in store.campaigns()] == []
+    assert problems_by_key(store, "1-1-1-4x4-512-4-4-128-0x0-1x1-1x1-0-NCHW-FP32-B") == []
+    with pytest.raises(NotFound):
+        import_db(store, tmp_path / "missing.txt", "gfx803:36")
