@@ -457,6 +457,8 @@ class Driver:
         self.requeue_seconds = requeue_seconds
         self.space, factory = campaign_space(campaign)
         self.maximize = load_workload(campaign.workload).maximize
+        # A TVM trial is built and measured on the evaluation worker in one task (see fleet.tasks.tvm).
+        self.first_task = "tvm_measure" if campaign.workload.get("kind") == "tvm" else "compile"
         self.problems = [p.id for p in store.campaign_problems(campaign.id)]
         self.searchers = [
             new_searcher(
@@ -510,7 +512,7 @@ class Driver:
                 continue
             self.in_flight[trial_id] = (index, asked)
             if state in ("new", "compiled"):
-                send.append(Requeue(trial_id, self.campaign.target, "compile" if state == "new" else "evaluate"))
+                send.append(Requeue(trial_id, self.campaign.target, self.first_task if state == "new" else "evaluate"))
         self._send(send)
 
     def _send(self, work: list[Requeue]) -> None:

@@ -13,7 +13,9 @@ from kombu import Queue
 
 from fleet.settings import Settings, get_settings
 
-TASK_QUEUES = {"fleet.compile": "build", "fleet.evaluate": "eval", "fleet.anneal_step": "eval"}
+TASK_QUEUES = {
+    "fleet.compile": "build", "fleet.evaluate": "eval", "fleet.anneal_step": "eval", "fleet.tvm_measure": "eval",
+}  # fmt: skip
 
 
 def queue_names(target: str) -> tuple[str, str]:
@@ -71,6 +73,7 @@ app = configure(Celery("fleet", set_as_current=True), get_settings())
 # The task modules register themselves on the app; importing them here lets `celery -A fleet.tasks` find them.
 from fleet.tasks import lifecycle as _lifecycle  # noqa: E402, F401
 from fleet.tasks.trials import anneal_step, compile, evaluate, send, send_steps  # noqa: E402
+from fleet.tasks.tvm import tvm_measure  # noqa: E402, F401
 
 __all__ = [
     "anneal_step", "app", "compile", "configure", "evaluate", "queue_names", "queues", "route", "send", "send_steps",

@@ -57,7 +57,7 @@ def send(work: Iterable[Requeue]) -> int:
     sent = 0
     with app.producer_or_acquire() as producer:
         for item in work:
-            task = compile if item.task == "compile" else evaluate
+            task = app.tasks[f"fleet.{item.task}"]  # compile, evaluate or tvm_measure
             task.apply_async(kwargs={"trial_id": item.trial_id, "target": item.target}, producer=producer)
             sent += 1
     return sent

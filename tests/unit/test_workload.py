@@ -20,7 +20,7 @@ import pytest
 from fleet.bundle import pack, read_files, unpack
 from fleet.errors import SpecError
 from fleet.workers.runner import TAIL_BYTES, run, sandbox_env
-from fleet.workers.workloads import Job, load_workload
+from fleet.workers.workloads import WORKLOADS, Job, load_workload
 from fleet.workers.workloads.command import CommandWorkload, fill, names_in
 
 # A tiny program whose output is chosen by its first argument. "json" prints a score that grows with each
@@ -236,7 +236,8 @@ def test_objective_name_and_goal() -> None:
 
 
 def test_load_workload_rejects_unknown_kinds() -> None:
-    with pytest.raises(SpecError, match=r"unknown workload kind 'shell' \(known: command, noop, replay\)"):
+    known = ", ".join(sorted(WORKLOADS))
+    with pytest.raises(SpecError, match=rf"unknown workload kind 'shell' \(known: {known}\)"):
         load_workload({"kind": "shell"})
     with pytest.raises(SpecError, match="must be an object"):
         load_workload(["command"])  # type: ignore[arg-type]

@@ -8,10 +8,14 @@ from typing import Any
 from fleet.errors import SpecError
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 from fleet.workers.workloads.command import CommandWorkload
+from fleet.workers.workloads.miopen import MiopenWorkload
 from fleet.workers.workloads.noop import NoopWorkload
 from fleet.workers.workloads.replay import ReplayWorkload
+from fleet.workers.workloads.tvm import TvmWorkload
 
-WORKLOADS: dict[str, type[Workload]] = {w.kind: w for w in (CommandWorkload, NoopWorkload, ReplayWorkload)}
+WORKLOADS: dict[str, type[Workload]] = {
+    w.kind: w for w in (CommandWorkload, MiopenWorkload, NoopWorkload, ReplayWorkload, TvmWorkload)
+}
 
 
 def load_workload(definition: Mapping[str, Any]) -> Workload:

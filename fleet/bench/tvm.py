@@ -1,0 +1,194 @@
+"""``fleet bench tvm``: a tuned TVM matmul and conv2d against their untuned default schedules and NumPy.
+
+The tuning runs in this process, with the same measure function the ``tvm_measure`` task uses (no Celery, no
+database): a searcher proposes configurations of the operator's space, each is built, checked against NumPy and
+timed, and the best valid one is kept. NumPy is measured in a child process with the same number of threads as
+TVM's thread pool (and, for reference, with one), so neither thread pool competes with the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fleet.errors import SpecError
+
+ALEXNET = Path(__file__).resolve().parents[2].parent / "shared" / "miopen" / "alexnet.txt"
+
+
+def tune_local(
+    kind: str,
+    p: Mapping[str, Any],
+    target: str,
+    *,
+    budget: int,
+    strategy: str = "auto",
+    seed: int = 0,
+    on_step: Callable[[int, float | None], None] | None = None,
+) -> tuple[dict[str, Any] | None, Any, int]:
+    """Tune one problem here with ``budget`` measurements; return (best config, its timing, measurements made)."""
+    from fleet.search import Run, make_searcher
+    from fleet.tvm.measure import measure
+    from fleet.tvm.spaces import space_for
+
+    space = space_for(kind, p, target)
+    proposals = make_searcher(strategy, space, budget=budget, maximize=True, seed=seed).generate()
+    best: tuple[dict[str, Any] | None, Any] = (None, None)
+    made = 0
+    run: Run | None = None
+    started = False
+    while made < budget:
+        try:
+            config = proposals.send(run) if started else next(proposals)
+        except StopIteration:
+            break
+        started = True
+        if not isinstance(config, dict):
+            break  # WAIT with every run already delivered: the searcher has nothing more to propose
+        timing = measure(kind, p, config, target, repeats=3, min_repeat_ms=50)
+        made += 1
+        run = Run(config, timing.gflops if timing.correct else None, timing.correct, {"gflops": timing.gflops})
+        if timing.correct and (best[1] is None or timing.gflops > best[1].gflops):
+            best = (config, timing)
+        if on_step is not None:
+            on_step(made, best[1].gflops if best[1] else None)
+    return best[0], best[1], made
+
+
+def alexnet_conv(batch: int) -> tuple[str, dict[str, Any]]:
+    """The 3x3 conv2d layer of AlexNet (192 -> 384 channels, 13x13) from MIOpenDriver's alexnet.txt, at ``batch``."""
+    from fleet.miopen.driver import parse_line, problems
+    from fleet.tvm.operators import conv2d_from_miopen
+
+    if not ALEXNET.is_file():
+        raise SpecError(f"{ALEXNET} is missing: the conv2d benchmark reads its layer from there")
+    for line in ALEXNET.read_text().splitlines():
+        if " -c 192 " in f" {line} " and " -k 384 " in f" {line} " and "-F 1" in line:
+            problem = next(q for q in problems(parse_line(line)) if q.get("direction") == "F")
+            return conv2d_from_miopen({**problem, "batchsize": batch})
+    raise SpecError(f"{ALEXNET} has no 192 -> 384 channel conv line")
+
+
+def numpy_child() -> None:
+    """In a fresh process (its own OpenBLAS threads, no TVM thread pool beside it): GFLOPS of the NumPy baseline
+    of the problem given as JSON on stdin, printed as JSON."""
+    request = json.loads(sys.stdin.read())
+    from fleet.tvm.measure import numpy_seconds
+    from fleet.tvm.operators import flops, random_inputs, reference
+
+    kind, p = request["kind"], request["params"]
+    inputs = random_inputs(kind, p)
+    seconds = numpy_seconds(lambda: reference(kind, p, inputs), repeats=5, min_seconds=1.0)
+    print(json.dumps({"gflops": flops(kind, p) / seconds / 1e9}))
+
+
+def numpy_gflops(kind: str, p: Mapping[str, Any], threads: int) -> float:
+    """GFLOPS of NumPy on the problem with ``threads`` OpenBLAS threads, measured in a child process."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    done = subprocess.run(
+        [sys.executable, "-c", "from fleet.bench.tvm import numpy_child; numpy_child()"],
+        input=json.dumps({"kind": kind, "params": dict(p)}),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SpecError(f"the NumPy baseline failed: {done.stderr.strip().splitlines()[-1:]}")
+    return float(json.loads(done.stdout)["gflops"])
+
+
+def _row(name: str, kind: str, p: Mapping[str, Any], target: str, budget: int, threads: int, log: Any) -> dict:
+    from fleet.tvm.measure import measure
+    from fleet.tvm.operators import describe
+
+    log(f"{name}: {describe(kind, p)}: NumPy with {threads} and 1 threads ...")
+    numpy = numpy_gflops(kind, p, threads)
+    numpy_single = numpy_gflops(kind, p, 1) if threads > 1 else numpy
+    log(f"{name}: the default schedule ...")
+    default = measure(kind, p, None, target, repeats=2, min_repeat_ms=50)
+    log(f"{name}: tuning in-process with {budget} measurements ...")
+    config, tuned, made = tune_local(
+        kind, p, target, budget=budget, on_step=lambda n, g: log(f"  {n}/{budget} best {g or 0:.1f} GFLOPS")
+    )
+    tuned_gflops = tuned.gflops if tuned else 0.0
+    return {
+        "operator": describe(kind, p),
+        "default_gflops": default.gflops,
+        "tuned_gflops": tuned_gflops,
+        "numpy_gflops": numpy,
+        "numpy_1thread_gflops": numpy_single,
+        "tuned_over_numpy": tuned_gflops / numpy,
+        "tuned_over_default": tuned_gflops / default.gflops,
+        "measurements": made,
+        "config": config,
+    }
+
+
+def run(budget: int, conv_budget: int, batch: int, threads: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Both benchmarks; the matmul's figures at the top level, the conv2d's under ``conv2d``."""
+    # Both thread pools read these when they start: TVM's on its first parallel run, OpenBLAS on import.
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    from fleet.tvm.operators import DENSE, check_problem
+    from fleet.workers.gpus import cpu_target
+
+    target = cpu_target()
+    p = check_problem(DENSE, {"m": 1024, "n": 1024, "k": 1024})
+    matmul = _row("matmul", DENSE, p, target, budget, threads, log)
+    kind, conv = alexnet_conv(batch)
+    convolution = _row("conv2d", kind, conv, target, conv_budget, threads, log)
+    return {
+        **{k: matmul[k] for k in ("default_gflops", "tuned_gflops", "numpy_gflops", "measurements")},
+        "numpy_1thread_gflops": matmul["numpy_1thread_gflops"],
+        "tuned_over_numpy": matmul["tuned_over_numpy"],
+        "tuned_over_default": matmul["tuned_over_default"],
+        "config": matmul["config"],
+        "threads": threads,
+        "target": target,
+        "tuning": "in-process (no Celery), same measure function as the tvm_measure task",
+        "conv2d": convolution,
+    }
+
+
+@click.command("tvm")
+@click.option("--budget", type=click.IntRange(1), default=64, show_default=True, help="Matmul measurements.")
+@click.option("--conv-budget", type=click.IntRange(1), default=48, show_default=True, help="Conv2d measurements.")
+@click.option("--batch", type=click.IntRange(1), default=1, show_default=True, help="Batch of the AlexNet conv2d.")
+@click.option("--threads", type=click.IntRange(1), help="Threads for TVM and NumPy (default: every core).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def tvm_bench_command(budget: int, conv_budget: int, batch: int, threads: int | None, as_json: bool) -> None:
+    """A 1024^3 float32 matmul and an AlexNet conv2d, tuned with TVM, against the default schedule and NumPy.
+
+    Tuning runs in this process (no Celery) with the measure function of the tvm_measure task. NumPy uses
+    OpenBLAS (the matmul) and im2col + a matrix product (the conv2d), with the same threads as TVM.
+    """
+    from fleet.tvm import check_tvm
+
+    check_tvm()
+    threads = threads or os.cpu_count() or 1
+    quiet = as_json
+    result = run(budget, conv_budget, batch, threads, lambda line: None if quiet else click.echo(line, err=True))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"tuning in-process (no Celery) on {result['target']}, {threads} threads for TVM and NumPy")
+    for name, row in (("matmul 1024^3", result), (f"conv2d {result['conv2d']['operator']}", result["conv2d"])):
+        click.echo(f"\n{name}: {row['measurements']} measurements")
+        click.echo(f"  default  {row['default_gflops']:>8.1f} GFLOPS")
+        click.echo(f"  tuned    {row['tuned_gflops']:>8.1f} GFLOPS  ({row['tuned_over_default']:.1f}x the default)")
+        baseline = "NumPy (OpenBLAS)" if row is result else "im2col + NumPy matmul"
+        click.echo(f"  numpy    {row['numpy_gflops']:>8.1f} GFLOPS  {baseline}, {threads} threads")
+        if threads > 1:
+            click.echo(f"  numpy    {row['numpy_1thread_gflops']:>8.1f} GFLOPS  the same, 1 thread (for reference)")
+        click.echo(f"  tuned / numpy  {row['tuned_over_numpy']:.2f}")
+    sys.stdout.flush()

@@ -1,0 +1,63 @@
+"""TVM operators tuned on the fleet, and the best-configuration database built from their measurements.
+
+TVM is an optional extra (``pip install 'fleet-tune[tvm]'``): nothing here imports it until an operator is
+built, and :func:`require_tvm` turns its absence into one clear error.
+
+- :mod:`fleet.tvm.operators`: the operator problems (dense, batch_matmul, conv2d), their TE definitions and
+  their NumPy references;
+- :mod:`fleet.tvm.spaces`: the knob space of a problem, derived from its shape, with constraints;
+- :mod:`fleet.tvm.schedule`: applies knob values to a TE definition with ``tvm.s_tir``;
+- :mod:`fleet.tvm.measure`: builds for a target, times, and checks against NumPy;
+- :mod:`fleet.tvm.models`: named models, as lists of operator problems;
+- :mod:`fleet.tvm.records`: JSON-lines export and import of measured configurations;
+- :mod:`fleet.tvm.best`: the best known configuration of a problem on a target, and :func:`build_best`.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from fleet.errors import FleetError
+
+
+class TvmMissing(FleetError):
+    """TVM is not installed where it is needed."""
+
+
+MISSING_MESSAGE = "TVM is not installed here: install Fleet's tvm extra (pip install 'fleet-tune[tvm]')"
+
+
+def require_tvm() -> ModuleType:
+    """The ``tvm`` module, or :class:`TvmMissing` with the one message that says how to install it."""
+    try:
+        import tvm
+    except ImportError:
+        raise TvmMissing(MISSING_MESSAGE) from None
+    return tvm
+
+
+def check_tvm() -> None:
+    """:class:`TvmMissing` unless TVM can be imported; cheap: TVM itself is not loaded."""
+    import importlib.util
+    import sys
+
+    if "tvm" in sys.modules:
+        missing = sys.modules["tvm"] is None
+    else:
+        try:
+            missing = importlib.util.find_spec("tvm") is None
+        except (ImportError, ValueError):
+            missing = True
+    if missing:
+        raise TvmMissing(MISSING_MESSAGE)
+
+
+def build_best(problem: Any, target: str, store: Any = None) -> Any:
+    """The operator compiled with the best known configuration for ``target``, ready to run; see :mod:`.best`."""
+    from fleet.tvm.best import build_best as build
+
+    return build(problem, target, store=store)
+
+
+__all__ = ["MISSING_MESSAGE", "TvmMissing", "build_best", "check_tvm", "require_tvm"]

@@ -1,0 +1,229 @@
+"""The TVM commands: ``fleet tune-model``, ``fleet run-model`` and ``fleet tvm ...`` (records, models, spaces)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fleet.errors import FleetError
+
+
+def _target(target: str | None) -> str:
+    from fleet.campaign import check_target
+    from fleet.workers.gpus import cpu_target
+
+    return check_target(target or cpu_target())
+
+
+@click.command("tune-model")
+@click.argument("model_name", metavar="MODEL")
+@click.option("--target", "-t", help="Target to tune for (default: this machine's CPU).")
+@click.option("--batch", "-b", type=click.IntRange(1), default=1, show_default=True, help="Batch size.")
+@click.option("--budget", type=click.IntRange(1), default=32, show_default=True, help="Configurations per operator.")
+@click.option("--strategy", default="random", show_default=True, help="Search strategy (see fleet tune).")
+@click.option("--local/--no-local", default=None, help="Start local workers (default: when running embedded).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def tune_model_command(
+    model_name: str, target: str | None, batch: int, budget: int, strategy: str, local: bool | None, as_json: bool
+) -> None:
+    """Tune every operator of MODEL not yet tuned for the target, through the fleet (tvm_measure tasks)."""
+    from contextlib import nullcontext
+
+    from fleet.api import connect, driver
+    from fleet.cli import _check_broker, _ProgressBar
+    from fleet.local import LocalFleet
+    from fleet.settings import get_settings
+    from fleet.tvm import check_tvm
+    from fleet.tvm.models import model
+    from fleet.tvm.tune import tune_layers
+
+    target = _target(target)
+    layers = model(model_name, batch)
+    check_tvm()  # the campaigns record TVM's version: without it, one clear error before anything is written
+    store = connect()
+    _check_broker()
+    settings = get_settings()
+    local = settings.embedded if local is None else local
+
+    def drive(campaign: Any) -> list[Any]:
+        bar = _ProgressBar(campaign.name, quiet=as_json)
+        summaries = driver(store, campaign, on_progress=bar.update, on_warning=bar.warn).run()
+        bar.close()
+        return summaries
+
+    log = (lambda _: None) if as_json else (lambda line: click.echo(line, err=True))
+    with LocalFleet(settings, target) if local else nullcontext():
+        tuned = tune_layers(
+            store,
+            layers,
+            target,
+            budget=budget,
+            strategy=strategy,
+            tags=(f"model:{model_name}", f"batch:{batch}"),
+            drive=drive,
+            log=log,
+        )
+    rows = [
+        {
+            "layer": t.layer.name,
+            "kind": t.layer.kind,
+            "params": t.layer.params,
+            "problem": t.problem_id,
+            "skipped": t.skipped,
+            "campaign": t.campaign,
+            "gflops": t.gflops,
+            "config": t.config,
+        }
+        for t in tuned
+    ]
+    if as_json:
+        click.echo(json.dumps({"model": model_name, "batch": batch, "target": target, "layers": rows}, indent=2))
+        return
+    from fleet.tvm.operators import describe
+
+    click.echo(f"{model_name} (batch {batch}) on {target}:")
+    for t in tuned:
+        state = "already tuned" if t.skipped else f"tuned ({t.campaign})"
+        best = "no valid configuration" if t.gflops is None else f"{t.gflops:.2f} GFLOPS"
+        click.echo(f"  {t.layer.name:<8} {describe(t.layer.kind, t.layer.params):<44} {best:>16}  {state}")
+
+
+@click.command("run-model")
+@click.argument("model_name", metavar="MODEL")
+@click.option("--target", "-t", help="Target whose best configurations to use (default: this machine's CPU).")
+@click.option("--batch", "-b", type=click.IntRange(1), default=1, show_default=True, help="Batch size.")
+@click.option("--repeats", type=click.IntRange(1), default=5, show_default=True, help="Timed repeats per operator.")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+def run_model_command(model_name: str, target: str | None, batch: int, repeats: int, as_json: bool) -> None:
+    """Run MODEL's operators with their best configurations: time per operator and in all, against NumPy and the
+    untuned default schedule. Nothing is tuned; an operator with no best runs its default schedule."""
+    from fleet.api import connect
+    from fleet.tvm import require_tvm
+    from fleet.tvm.models import model
+    from fleet.tvm.run import run_layers
+
+    target = _target(target)
+    layers = model(model_name, batch)
+    require_tvm()
+    rows = run_layers(connect(), layers, target, repeats=repeats)
+    totals = {key: sum(r[key] for r in rows) for key in ("default_s", "tuned_s", "numpy_s")}
+    if as_json:
+        out = {"model": model_name, "batch": batch, "target": target, "layers": rows, "total": totals}
+        click.echo(json.dumps(out, indent=2))
+        return
+    header = f"{'layer':<8} {'operator':<44} {'default ms':>11} {'tuned ms':>10} {'numpy ms':>10} {'vs default':>10} "
+    click.echo(header + f"{'vs numpy':>9}  config")
+    for r in rows:
+        tuned = f"{r['tuned_s'] * 1e3:.3f}" + ("" if r["tuned"] else "*")
+        numpy_ms = r["numpy_s"] * 1e3
+        click.echo(
+            f"{r['layer']:<8} {r['operator']:<44} {r['default_s'] * 1e3:>11.3f} {tuned:>10} {numpy_ms:>10.3f} "
+            f"{r['default_s'] / r['tuned_s']:>9.2f}x {r['numpy_s'] / r['tuned_s']:>8.2f}x  {r['source']}"
+        )
+    click.echo(
+        f"{'total':<53} {totals['default_s'] * 1e3:>11.3f} {totals['tuned_s'] * 1e3:>10.3f} "
+        f"{totals['numpy_s'] * 1e3:>10.3f} {totals['default_s'] / totals['tuned_s']:>9.2f}x "
+        f"{totals['numpy_s'] / totals['tuned_s']:>8.2f}x"
+    )
+    if not all(r["tuned"] for r in rows):
+        click.echo("* no best configuration on this target: the default schedule ran (tune-model tunes it)")
+
+
+@click.group("tvm")
+def tvm_group() -> None:
+    """TVM operators: models, spaces, and the records of measured configurations."""
+
+
+@tvm_group.command("export-records")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="The JSON-lines file to write.")
+@click.option("--target", "-t", help="Only this target's measurements.")
+def export_records_command(output: Path, target: str | None) -> None:
+    """Write every measured TVM configuration (problem, target, knobs, time, provenance) as JSON lines."""
+    from fleet.api import connect
+    from fleet.tvm.records import export_records
+
+    store = connect()
+    partial = output.with_name(output.name + ".partial")
+    with partial.open("w") as out:
+        count = export_records(store, out, target)
+    partial.replace(output)  # all or nothing
+    click.echo(f"{count} records written to {output}")
+
+
+@tvm_group.command("import-records")
+@click.argument("path", type=click.Path(path_type=Path))
+def import_records_command(path: Path) -> None:
+    """Add the measured configurations of a JSON-lines records file to this database (every line checked first)."""
+    from fleet.api import connect
+    from fleet.tvm.records import import_records, read_records
+
+    parsed = read_records(path)
+    added, present = import_records(connect(), parsed, source=path.name)
+    click.echo(f"{added} records imported from {path}, {present} already there")
+
+
+@tvm_group.command("models")
+@click.option("--batch", "-b", type=click.IntRange(1), default=1, show_default=True, help="Batch size.")
+def models_command(batch: int) -> None:
+    """The named models and their operators."""
+    from fleet.tvm.models import MODELS, model
+    from fleet.tvm.operators import describe
+
+    for name in sorted(MODELS):
+        click.echo(name)
+        for layer in model(name, batch):
+            click.echo(f"  {layer.name:<8} {describe(layer.kind, layer.params)}")
+
+
+@tvm_group.command("space")
+@click.argument("kind")
+@click.option("--param", "params", multiple=True, metavar="K=V", help="A problem parameter, e.g. m=1024.")
+@click.option("--target", "-t", help="Target (default: this machine's CPU).")
+def space_command(kind: str, params: tuple[str, ...], target: str | None) -> None:
+    """The knob space of a TVM problem (KIND: tvm.dense, tvm.batch_matmul, tvm.conv2d) as JSON."""
+    from fleet.tvm.spaces import space_for
+
+    values: dict[str, Any] = {}
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep or not value.lstrip("-").isdigit():
+            raise FleetError(f"--param {item!r} is not K=<integer>")
+        values[key] = int(value)
+    space = space_for(kind, values, _target(target))
+    click.echo(json.dumps({"size": space.size, **space.to_dict()}, indent=2))
+    sys.stdout.flush()
+
+
+@tvm_group.command("from-miopen")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--tag", default="miopen", show_default=True, help="Tag of the problems added.")
+def from_miopen_command(path: Path, tag: str) -> None:
+    """Add the forward NCHW FP32 convolutions of a MIOpenDriver command file as TVM conv2d problems."""
+    from fleet.api import connect
+    from fleet.errors import SpecError
+    from fleet.miopen.driver import parse_lines, problems
+    from fleet.tvm.operators import conv2d_from_miopen, describe
+
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as error:
+        raise SpecError(f"{path}: {error.strerror}") from None
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for _, parsed in parse_lines(lines):
+        if isinstance(parsed, Exception) or parsed.kind != "conv":
+            continue  # pooling, batch norm, or a line MIOpen's parser refuses: not a TVM conv2d
+        for problem in problems(parsed):
+            try:
+                kind, params = conv2d_from_miopen(problem)
+            except SpecError:
+                continue  # backward, NHWC or half precision: not a TVM conv2d problem
+            found[json.dumps(params, sort_keys=True)] = (kind, params)
+    store = connect()
+    for kind, params in found.values():
+        problem_id = store.add_problem(kind, params, [tag])
+        click.echo(f"{problem_id:>5}  {describe(kind, params)}")
+    click.echo(f"{len(found)} conv2d problems from {path}")

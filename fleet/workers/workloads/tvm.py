@@ -1,0 +1,99 @@
+"""The ``tvm`` workload: build a TVM operator with the trial's knobs for the worker's target, time it, check it.
+
+Definition (JSON)::
+
+    {"kind": "tvm", "op": "conv2d", "repeats": 3, "min_repeat_ms": 20}
+
+``op`` is ``dense``, ``batch_matmul`` or ``conv2d``; the problem's parameters are its shape (see
+:mod:`fleet.tvm.operators`). The TVM build happens on the evaluation worker, for the target that worker
+registered with (``FLEET_WORKER_TARGET``, else the trial's): the "artifact" of the build step is only the
+configuration, so nothing TVM built has to travel between machines. The objective is GFLOPS (higher is better),
+one sample per repeat; the metrics hold the median time in seconds, the GFLOPS, whether the output matched NumPy
+and the relative error. A wrong output makes the trial ``invalid``, never a best. Without TVM installed, the
+workload fails with one message saying how to install it, on the user's side as on a worker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from fleet.errors import FleetError, SpecError
+from fleet.space import canonical_json
+from fleet.workers.gpus import cpu_target
+from fleet.workers.workloads.base import Built, Job, Measured, Workload
+
+_KEYS = {"kind", "op", "repeats", "min_repeat_ms"}
+
+
+class TvmWorkload(Workload):
+    """A TVM operator schedule measured on the worker's device; see the module docstring."""
+
+    kind = "tvm"
+
+    def __init__(self, definition: Mapping[str, Any]) -> None:
+        from fleet.tvm.operators import KIND_OF_OP
+
+        super().__init__(definition)
+        unknown = set(self.definition) - _KEYS
+        if unknown:
+            raise SpecError(f"tvm workload has an unknown field {sorted(unknown)[0]!r}")
+        if self.definition.get("op") not in KIND_OF_OP:
+            raise SpecError(f"tvm workload needs 'op': one of {', '.join(sorted(KIND_OF_OP))}")
+        repeats = self.definition.get("repeats", 3)
+        if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+            raise SpecError("tvm workload 'repeats' must be an integer >= 1")
+        ms = self.definition.get("min_repeat_ms", 20)
+        if not isinstance(ms, int | float) or isinstance(ms, bool) or ms < 0:
+            raise SpecError("tvm workload 'min_repeat_ms' must be a number >= 0")
+        self.op_kind = KIND_OF_OP[self.definition["op"]]
+
+    @property
+    def objective_name(self) -> str:
+        return "gflops"
+
+    @property
+    def maximize(self) -> bool:
+        return True
+
+    def toolchain(self) -> str:
+        from fleet.tvm.measure import toolchain
+
+        return toolchain()
+
+    def check(self, knobs: list[str], problem: Mapping[str, Any]) -> None:
+        from fleet.tvm.operators import check_problem
+
+        check_problem(self.op_kind, problem)
+
+    def build(self, job: Job) -> Built:
+        # The real build needs the evaluating device's target; it happens in evaluate.
+        return Built(canonical_json(job.config).encode())
+
+    def evaluate(self, job: Job, artifact: bytes) -> Measured:
+        from fleet.tvm.measure import measure
+        from fleet.tvm.operators import check_problem
+
+        target = os.environ.get("FLEET_WORKER_TARGET") or job.env.get("FLEET_WORKER_TARGET") or cpu_target()
+        try:
+            p = check_problem(self.op_kind, job.problem)
+            timing = measure(
+                self.op_kind,
+                p,
+                dict(job.config),
+                target,
+                repeats=int(self.definition.get("repeats", 3)),
+                min_repeat_ms=float(self.definition.get("min_repeat_ms", 20)),
+                tick=job.tick,
+                tick_seconds=job.tick_seconds,
+            )
+        except FleetError as error:  # TVM missing here, or a target TVM cannot build for
+            return Measured(state="errored", reason=str(error))
+        except Exception as error:  # a TVM build or run that failed: the trial's reason, not the worker's end
+            text = str(error).strip().splitlines()
+            return Measured(state="errored", reason=f"tvm: {text[-1] if text else type(error).__name__}"[:500])
+        metrics = {"time_s": timing.seconds, "gflops": timing.gflops, "correct": timing.correct, "error": timing.error}
+        samples = [timing.gflops * timing.seconds / s for s in timing.samples]
+        state = "evaluated" if timing.correct else "invalid"
+        return Measured(state=state, objective=timing.gflops, samples=samples, metrics=metrics, reason=timing.reason)
