@@ -26,7 +26,17 @@ def pack(files: Mapping[str, bytes]) -> bytes:
 def unpack(data: bytes, destination: Path) -> list[str]:
     """Extract a bundle into ``destination``; refuses members that would land outside it."""
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(destination, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(destination, filter="data")
+        else:
+            # Python before 3.11.4 (Debian 12's 3.11.2) has no extraction filters: allow only plain files
+            # and directories with relative paths that stay inside ``destination``.
+            root = destination.resolve()
+            for member in tar.getmembers():
+                target = (root / member.name).resolve()
+                if not (member.isfile() or member.isdir()) or not target.is_relative_to(root):
+                    raise tarfile.TarError(f"bundle member {member.name!r} is not a plain file inside the bundle")
+            tar.extractall(destination)
         return tar.getnames()
 
 

@@ -1,0 +1,325 @@
+"""deploy/fabfile.py against real SSH hosts on loopback (tests/sshhosts.py): deploy, status, a campaign on
+the deployed workers, a redeploy that keeps the artifact cache, and a stop that lets the running
+measurement finish. The hosts have no systemd, so this is the fabfile's supervisor mode; the systemd units
+it would install are checked with ``systemd-analyze verify``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from fleet.services import PostgresServer, RedisServer
+from fleet.store import Measurement, Store, Trial
+from tests.conftest import ROOT, write_spec
+from tests.sshhosts import SshHosts, ssh_hosts  # noqa: F401  (the fixture)
+
+FAB = Path(sys.executable).parent / "fab"
+NODES = ("fleetnode1", "fleetnode2")
+
+
+def load_fabfile():  # type: ignore[no-untyped-def]
+    """deploy/fabfile.py as a module (it is not part of the fleet package)."""
+    if "fleet_fabfile" in sys.modules:
+        return sys.modules["fleet_fabfile"]
+    spec = importlib.util.spec_from_file_location("fleet_fabfile", ROOT / "deploy" / "fabfile.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fleet_fabfile"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Deployment:
+    hosts: SshHosts
+    env: dict[str, str]
+    store: Store
+    target: str
+    wheelhouse: Path
+    home: Path
+
+    def fab(self, *args: str, hosts: tuple[str, ...] = NODES, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+        return subprocess.run(
+            [str(FAB), "-r", str(ROOT / "deploy"), "-S", str(self.hosts.config), "-H", ",".join(hosts), *args],
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+
+    def deploy(self, *hosts: str) -> subprocess.CompletedProcess[str]:
+        done = self.fab("deploy", "--target", self.target, "--wheelhouse", str(self.wheelhouse), hosts=hosts or NODES)
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+        return done
+
+    def tune(self, spec: dict, *args: str) -> subprocess.CompletedProcess[str]:
+        path = write_spec(self.home, spec)
+        return subprocess.run(
+            [sys.executable, "-m", "fleet.cli", "tune", str(path), "--no-local", "--json", *args],
+            env=self.env,
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    def live_workers(self) -> set[str]:
+        # A generous window: the machine running the tests is shared and a heartbeat may come late.
+        return {w.name for w in self.store.workers(target=self.target, within=30)}
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(ssh_hosts: SshHosts) -> Iterator[Path]:  # noqa: F811
+    """Fleet and its dependencies as wheels, built once per session for the nodes' Python."""
+    node_python = ssh_hosts.hosts[0].run("command -v python3").stdout.strip()
+    assert node_python, "the SSH hosts need python3"
+    directory = Path(tempfile.mkdtemp(prefix="fleet-wheelhouse-"))
+    try:
+        yield load_fabfile().build_wheelhouse(directory, node_python)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    ssh_hosts: SshHosts,  # noqa: F811
+    wheelhouse: Path,
+    redis_server: RedisServer,
+    postgres_server: PostgresServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Deployment]:
+    ssh_hosts.clean_homes()
+    url = postgres_server.create_database(f"d{uuid.uuid4().hex[:12]}")
+    store = Store(url)
+    store.upgrade()
+    home = tmp_path_factory.mktemp("deploy")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FLEET_")},
+        "FLEET_DATABASE_URL": url,
+        "FLEET_BROKER_URL": redis_server.url,
+        "FLEET_HOME": str(home / ".fleet"),
+        "FLEET_HEARTBEAT_SECONDS": "0.5",
+        "FLEET_LEASE_SECONDS": "30",
+        "FLEET_STOP_TIMEOUT": "120",
+        "PYTHONUNBUFFERED": "1",
+    }
+    deployed = Deployment(ssh_hosts, env, store, f"cpu-d{uuid.uuid4().hex[:8]}", wheelhouse, home)
+    deployed.deploy()
+    try:
+        for node in NODES:
+            assert _wait_registered(deployed, node), f"{node}'s workers did not register"
+        yield deployed
+    finally:
+        deployed.fab("stop")
+        store.close()
+
+
+def script_spec(home: Path, target: str, modes: list[str], name: str) -> dict:
+    """A campaign with a build step (its artifact lands in the nodes' caches) and a run-time knob."""
+    shutil.copy(ROOT / "tests" / "data" / "poison.py", home / "poison.py")
+    return {
+        "name": name,
+        "target": target,
+        "problems": [{"kind": "script", "params": {}}],
+        "space": {"knobs": {"mode": {"values": modes, "build": False}}},
+        "workload": {
+            "kind": "command",
+            "sources": ["poison.py"],
+            "build": ["cp", "poison.py", "prog.py"],
+            "artifacts": ["prog.py"],
+            "run": ["python3", "prog.py", "{mode}"],
+            "objective": {"json": "score", "goal": "max"},
+            "repeats": 1,
+        },
+    }
+
+
+def test_deploy_starts_workers_on_every_node_as_its_user(deployment: Deployment) -> None:
+    workers = deployment.live_workers()
+    assert workers >= {f"{role}@{node}" for node in NODES for role in ("eval-cpu0", f"build-{deployment.target}")}
+    machines = {m.hostname: m.targets for m in deployment.store.machines()}
+    assert {node: machines[node] for node in NODES} == {node: [deployment.target] for node in NODES}
+    for node in NODES:
+        host = deployment.hosts[node]
+        env_file = host.run("stat -c '%a %U' ~/fleet/node.env && cat ~/fleet/node.env").stdout.splitlines()
+        assert env_file[0] == f"600 {node}"
+        assert f"FLEET_BROKER_URL='{deployment.env['FLEET_BROKER_URL']}'" in env_file
+        assert f"FLEET_NODE_NAME='{node}'" in env_file
+        assert f"FLEET_CACHE_DIR='{host.home}/fleet/cache'" in env_file
+        # The launcher and its Celery workers run as the node's unprivileged user, from the virtual env.
+        owners = host.run("ps -o user=,args= -u $(id -u) | grep '[c]elery -A fleet.tasks worker'").stdout
+        assert owners.count(f"{host.home}/fleet/venv/bin/python") >= 2
+    status = deployment.fab("status")
+    assert status.returncode == 0, status.stderr
+    assert [line.split(":")[0] for line in status.stdout.splitlines() if "running (pid" in line] == list(NODES)
+
+
+def test_campaign_runs_on_the_nodes_and_a_redeploy_keeps_the_cache(deployment: Deployment) -> None:
+    done = deployment.tune(script_spec(deployment.home, deployment.target, ["a", "bb", "ccc"], "deployed"))
+    assert done.returncode == 0, done.stderr
+    with deployment.store.session() as session:
+        reasons = [t.reason for t in session.scalars(select(Trial)) if t.reason]
+    assert json.loads(done.stdout)["problems"][0]["trials"] == {"evaluated": 3}, reasons
+    listing = "find ~/fleet/cache -type f -not -path '*/scratch/*' -printf '%p %i %T@\\n' | sort"
+    before = {node: deployment.hosts[node].run(listing).stdout for node in NODES}
+    assert any(before.values()), "the built artifact is in some node's cache"
+    pids = deployment.hosts[NODES[0]].run("cat ~/fleet/run/worker.pid").stdout
+
+    redeployed = deployment.deploy(NODES[0])
+    assert f"{NODES[0]}: deployed fleet" in redeployed.stdout
+    after = deployment.hosts[NODES[0]].run(listing).stdout
+    assert after == before[NODES[0]]  # the same files, untouched: the cache lives outside the venv
+    assert deployment.hosts[NODES[0]].run("cat ~/fleet/run/worker.pid").stdout != pids
+    assert _wait_registered(deployment, NODES[0])
+
+
+def _wait_registered(deployment: Deployment, node: str) -> bool:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if {f"eval-cpu0@{node}", f"build-{deployment.target}@{node}"} <= deployment.live_workers():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_upgrade_restart_and_logs(deployment: Deployment) -> None:
+    node = NODES[1]
+    before = deployment.hosts[node].run("cat ~/fleet/run/worker.pid").stdout
+    upgraded = deployment.fab("upgrade", "--wheelhouse", str(deployment.wheelhouse), hosts=(node,))
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert f"{node}: workers stopped\n{node}: workers started" in upgraded.stdout
+    assert f"{node}: upgraded to fleet, version" in upgraded.stdout
+    restarted = deployment.fab("restart", hosts=(node,))
+    assert restarted.returncode == 0, restarted.stderr
+    after = deployment.hosts[node].run("cat ~/fleet/run/worker.pid").stdout
+    assert len({before, after}) == 2
+    assert _wait_registered(deployment, node)
+    logs = deployment.fab("logs", "--lines", "200", hosts=(node,))
+    assert logs.returncode == 0, logs.stderr
+    assert f"eval-cpu0@{node} ready." in logs.stdout
+
+
+def test_fab_stop_lets_the_running_measurement_finish(deployment: Deployment) -> None:
+    for node in NODES:
+        assert _wait_registered(deployment, node)
+    detached = deployment.tune(script_spec(deployment.home, deployment.target, ["sleep5"], "stopping"), "--detach")
+    assert detached.returncode == 0, detached.stderr
+
+    def trial() -> Trial:
+        with deployment.store.session() as session:
+            query = select(Trial).where(Trial.config["mode"].as_string() == "sleep5")
+            return session.scalars(query).one()
+
+    deadline = time.monotonic() + 120
+    while trial().state != "evaluating":
+        assert time.monotonic() < deadline, f"trial never evaluating: {trial().state}"
+        time.sleep(0.1)
+    stopped = deployment.fab("stop")
+    assert stopped.returncode == 0, f"{stopped.stdout}\n{stopped.stderr}"
+    assert [line for line in stopped.stdout.splitlines() if "workers stopped" in line] == [
+        f"{node}: workers stopped" for node in NODES
+    ]
+    # fab stop returned only once the warm shutdown ended: the measurement is recorded, exactly once.
+    finished = trial()
+    assert finished.state == "evaluated", finished.reason
+    assert finished.attempts == 1
+    with deployment.store.session() as session:
+        count = session.scalar(select(func.count()).select_from(Measurement).where(Measurement.trial_id == finished.id))
+    assert count == 1
+    status = deployment.fab("status")
+    assert [line for line in status.stdout.splitlines() if line.endswith("stopped")] == [
+        f"{node}: stopped" for node in NODES
+    ]
+    for node in NODES:
+        assert deployment.hosts[node].run("pgrep -u $(id -u) -f 'celery -A fleet.tasks'").returncode == 1
+    # And start brings them back.
+    started = deployment.fab("start")
+    assert started.returncode == 0, started.stderr
+    for node in NODES:
+        assert _wait_registered(deployment, node)
+
+
+def test_deploy_refuses_without_the_urls(deployment: Deployment) -> None:
+    env = {k: v for k, v in deployment.env.items() if k != "FLEET_BROKER_URL"}
+    done = subprocess.run(
+        [
+            str(FAB),
+            "-r",
+            str(ROOT / "deploy"),
+            "-S",
+            str(deployment.hosts.config),
+            "-H",
+            NODES[1],
+            "deploy",
+            "--wheelhouse",
+            str(deployment.wheelhouse),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "set FLEET_BROKER_URL in your environment" in done.stdout + done.stderr
+    # Nothing half way: the node's environment file still holds the broker it was deployed with.
+    env_file = deployment.hosts[NODES[1]].run("cat ~/fleet/node.env").stdout
+    assert f"FLEET_BROKER_URL='{deployment.env['FLEET_BROKER_URL']}'" in env_file
+
+
+def test_systemd_units_verify(tmp_path: Path) -> None:
+    fabfile = load_fabfile()
+    node = fabfile.Node(True, str(tmp_path / "opt"), str(tmp_path / "node.env"), "root")
+    (tmp_path / "opt" / "venv" / "bin").mkdir(parents=True)
+    shutil.copy(Path(sys.executable).parent / "fleet", tmp_path / "opt" / "venv" / "bin" / "fleet")
+    (tmp_path / "node.env").write_text("FLEET_HOME='/tmp'\n")
+    units = fabfile.render_units(node, ["--target", "gfx90a:104"], [0, 1], 900)
+    assert set(units) == {"fleet-eval@.service", "fleet-build.service"}
+    for name, text in units.items():
+        (tmp_path / name).write_text(text)
+        assert "KillMode=mixed" in text and "TimeoutStopSec=960" in text
+    assert "--role eval --gpus %i" in units["fleet-eval@.service"]
+    systemd_analyze = shutil.which("systemd-analyze")
+    assert systemd_analyze, "run scripts/install-services (Debian's systemd provides systemd-analyze)"
+    checked = [str(tmp_path / "fleet-eval@0.service"), str(tmp_path / "fleet-build.service")]
+    done = subprocess.run(
+        [systemd_analyze, "verify", *checked], capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert fabfile.unit_names([0, 1]) == ["fleet-eval@0.service", "fleet-eval@1.service", "fleet-build.service"]
+    cpu = fabfile.render_units(node, ["--target", "cpu-x86_64", "--eval-procs", "2"], [], 900)
+    assert set(cpu) == {"fleet-eval.service", "fleet-build.service"}
+
+
+def test_worker_roles_and_node_name_for_the_units() -> None:
+    """What each unit starts: `fleet worker --role` keeps one kind of process, named after FLEET_NODE_NAME."""
+    env = {**os.environ, "FLEET_NODE_NAME": "node7"}
+
+    def dry(*args: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "fleet.cli", "worker", "--dry-run", "--target", "cpu-x86_64", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return [line.split()[0] for line in done.stdout.splitlines() if not line.startswith(" ")]
+
+    assert dry("--eval-procs", "2") == ["eval-cpu0@node7", "eval-cpu1@node7", "build-cpu-x86_64@node7"]
+    assert dry("--eval-procs", "2", "--role", "eval") == ["eval-cpu0@node7", "eval-cpu1@node7"]
+    assert dry("--role", "build") == ["build-cpu-x86_64@node7"]
