@@ -43,7 +43,9 @@ class LocalFleet:
 
     @property
     def log_dir(self) -> Path:
-        return self.settings.home / "logs"
+        from fleet.ops.logs import log_dir
+
+        return log_dir(self.settings)
 
     def start(self, timeout: float = 60.0) -> LocalFleet:
         self.settings.home.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 from celery import signals
@@ -31,7 +32,7 @@ def context(name: str) -> WorkerContext:
     if ctx is None:
         settings = get_settings()
         ctx = WorkerContext(
-            store=Store(settings.database_url),
+            store=Store(settings.database_url, durable=False),
             name=name,
             settings=settings,
             gpu=os.environ.get("FLEET_WORKER_GPU") or None,
@@ -55,7 +56,7 @@ def _register(sender: Any = None, **_: Any) -> None:
     queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) if sender.app else []
     ctx.store.register_worker(
         name=name,
-        hostname=socket.gethostname(),
+        hostname=os.environ.get("FLEET_NODE_NAME") or socket.gethostname(),  # the name `fab deploy` used
         role=role,
         target=target,
         queues=queues,
@@ -88,6 +89,36 @@ def _heartbeat(ctx: WorkerContext) -> None:
                 log.warning("gave back %d trials whose worker went away", send(reaped))
         except Exception:  # the database or broker may be down for a while; the next beat tries again
             log.exception("heartbeat failed")
+
+
+def _subject(kwargs: dict[str, Any] | None) -> str:
+    """What a task works on, as its log lines name it (``fleet logs --trial N`` looks for ``trial N``)."""
+    kwargs = kwargs or {}
+    if "trial_id" in kwargs:
+        return f"trial {kwargs['trial_id']}"
+    if "chain_id" in kwargs:
+        return f"chain {kwargs['chain_id']} step {kwargs.get('step')}"
+    return "task"
+
+
+_started: dict[str, float] = {}
+
+
+@signals.task_prerun.connect
+def _task_start(task_id: str = "", task: Any = None, kwargs: dict[str, Any] | None = None, **_: Any) -> None:
+    _started[task_id] = time.monotonic()
+    name = getattr(task, "name", "?").removeprefix("fleet.")
+    log.info("%s %s start (task %s)", _subject(kwargs), name, task_id)
+
+
+@signals.task_postrun.connect
+def _task_end(
+    task_id: str = "", task: Any = None, kwargs: dict[str, Any] | None = None, retval: Any = None, **extra: Any
+) -> None:
+    seconds = time.monotonic() - _started.pop(task_id, time.monotonic())
+    name = getattr(task, "name", "?").removeprefix("fleet.")
+    outcome = retval if extra.get("state") == "SUCCESS" else f"{extra.get('state')}: {retval!r}"
+    log.info("%s %s end: %s in %.3f s (task %s)", _subject(kwargs), name, outcome, seconds, task_id)
 
 
 @signals.worker_shutdown.connect

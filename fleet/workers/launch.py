@@ -14,11 +14,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fleet.errors import FleetError
+from fleet.ops.logs import RotatingLog, pump, rotation, worker_log_path
 from fleet.workers.gpus import Gpu, cpu_target, detect_gpus, override_gpus, select_gpus
 
 log = logging.getLogger("fleet.launch")
@@ -159,7 +161,10 @@ class Launcher:
     specs:
         What to run.
     log_dir:
-        Where each worker's log goes (``<role>/<target>/<worker>.log``); None to inherit our output.
+        Where each worker's log goes (``<role>/<target>/<host>/<worker>.log``, rotated by size as
+        ``FLEET_LOG_MAX_BYTES`` and ``FLEET_LOG_BACKUPS`` say); None to inherit our output.
+    echo:
+        Copy each worker's output to ours too (``fleet worker``: the service manager's journal gets it).
     """
 
     def __init__(
@@ -168,37 +173,42 @@ class Launcher:
         log_dir: Path | None = None,
         loglevel: str = "INFO",
         env: dict[str, str] | None = None,
+        echo: bool = False,
     ) -> None:
         self.specs = specs
         self.env = dict(os.environ if env is None else env)
         self.log_dir = log_dir
         self.loglevel = loglevel
+        self.echo = echo
+        self.rotation = rotation(self.env)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.pumps: list[threading.Thread] = []
         self.stopping = False
 
     def log_path(self, spec: WorkerSpec) -> Path | None:
         if self.log_dir is None:
             return None
-        return self.log_dir / spec.role / _safe(spec.target) / f"{_safe(spec.name)}.log"
+        return worker_log_path(self.log_dir, spec.role, spec.target, spec.name)
 
     def _start(self, spec: WorkerSpec) -> None:
         path = self.log_path(spec)
-        output = None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            output = path.open("ab")
-        self.procs[spec.name] = subprocess.Popen(
+        proc = subprocess.Popen(
             command(spec, self.loglevel),
             env={**self.env, **spec.env},
-            stdout=output,
-            stderr=output,
+            stdout=None if path is None else subprocess.PIPE,
+            stderr=None if path is None else subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
-        if output is not None:
-            output.close()
-        log.info("started %s (pid %d) on %s", spec.name, self.procs[spec.name].pid, spec.queue)
+        self.procs[spec.name] = proc
+        if path is not None:
+            # We are the file's only writer, so rotation never races with the pool's processes.
+            assert proc.stdout is not None
+            output = RotatingLog(path, *self.rotation)
+            self.pumps = [t for t in self.pumps if t.is_alive()]
+            self.pumps.append(pump(proc.stdout, output, sys.stdout.buffer if self.echo else None))
+        log.info("started %s (pid %d) on %s", spec.name, proc.pid, spec.queue)
 
     def start(self) -> Launcher:
         for spec in self.specs:
@@ -229,6 +239,8 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        for thread in self.pumps:  # the last lines of each worker reach its log before we return
+            thread.join(timeout=5)
 
     def __enter__(self) -> Launcher:
         return self.start()

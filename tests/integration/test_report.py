@@ -19,6 +19,7 @@ from typing import Any
 from fleet.report import render
 from fleet.space import digest
 from fleet.store import NewTrial, Store
+from tests.browser import headless_chromium
 from tests.conftest import ROOT, Fleet, write_spec
 from tests.integration.test_campaign import kernel_spec
 
@@ -29,30 +30,9 @@ HOSTILE = "<script>alert(1)</script>"
 # -- helpers ----------------------------------------------------------------------------------------------
 
 
-def chromium() -> str:
-    found = shutil.which("chromium")
-    assert found, "Debian's chromium is not installed: `make test` installs it (scripts/install-services)"
-    return found
-
-
 def browser(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run headless Chromium on ``page`` (an argument list, no shell), with a private profile and no network."""
-    argv = [
-        chromium(),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        *args,
-        page.resolve().as_uri(),
-    ]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+    """Run headless Chromium on the file ``page`` with a private profile and no network."""
+    return headless_chromium(page.resolve().as_uri(), profile, *args)
 
 
 def screenshot(page: Path, tmp_path: Path, name: str) -> bytes:
