@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test unit lint bench install services clean
+.PHONY: run test unit lint bench bench-tvm install services clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ lint: $(STAMP)
 bench: $(STAMP) services
 	$(BIN)/fleet bench dispatch
 	$(BIN)/fleet bench search --space all
+	$(BIN)/fleet bench miopen
+	$(BIN)/fleet bench tvm
+
+## A tuned 1024^3 matmul and an AlexNet conv2d (TVM) against the default schedule and NumPy.
+bench-tvm: $(STAMP)
+	$(BIN)/fleet bench tvm
 
 clean:
 	rm -rf .fleet build dist *.egg-info

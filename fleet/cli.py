@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -12,9 +13,17 @@ from typing import Any
 import click
 
 from fleet.bench.search import search_command
+from fleet.bench.tvm import tvm_bench_command
 from fleet.errors import BrokerError, FleetError, NotFound
+from fleet.ops.call import call_command
+from fleet.ops.flower import flower_command
+from fleet.ops.logs import logs_command
+from fleet.ops.queues import metrics_command
+from fleet.ops.remote import exec_command
 from fleet.report import report_command
 from fleet.settings import Settings, get_settings, redact
+from fleet.tuna.cli import register as register_tuna
+from fleet.tvm.cli import run_model_command, tune_model_command, tvm_group
 
 
 def _store(check: bool = True) -> Any:
@@ -272,8 +281,16 @@ def status(campaign: str | None, as_json: bool) -> None:
         }
         for w in live
     ]
+    from fleet.ops.queues import format_queues, queue_health
+
+    try:
+        health = queue_health(store)
+        queues: list[dict[str, Any]] | None = [q.to_dict() for q in health]
+        queue_lines = list(format_queues(health))
+    except FleetError as error:  # the broker does not answer: say so, and show the rest
+        queues, queue_lines = None, [f"queues: {error}"]
     if as_json:
-        click.echo(json.dumps({"campaigns": report, "workers": workers}, indent=2))
+        click.echo(json.dumps({"campaigns": report, "workers": workers, "queues": queues}, indent=2))
         return
     if not report:
         click.echo("no campaigns")
@@ -297,6 +314,9 @@ def status(campaign: str | None, as_json: bool) -> None:
     click.echo(f"\nworkers listening: {len(workers)}")
     for w in workers:
         click.echo(f"  {w['name']:<36} {w['role']:<6} {w['target']:<14} {w['gpu'] or ''}")
+    click.echo("")
+    for line in queue_lines:
+        click.echo(line)
 
 
 @cli.command()
@@ -378,8 +398,27 @@ def _find_problem(store: Any, ref: str, params: tuple[str, ...]) -> Any:
 )
 @click.option("--build-procs", type=click.IntRange(1), help="Build concurrency (default: the node's cores).")
 @click.option("--loglevel", default="INFO", show_default=True, help="Celery log level.")
-@click.option("--log-dir", type=click.Path(path_type=Path), help="Write each worker's log under this directory.")
+@click.option(
+    "--log-dir",
+    type=click.Path(path_type=Path),
+    help="Where each worker's log goes (default: FLEET_LOG_DIR, else $FLEET_HOME/logs); `fleet logs` reads it.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the worker processes this node would start, and exit.")
+@click.option(
+    "--role",
+    type=click.Choice(["all", "eval", "build"]),
+    default="all",
+    show_default=True,
+    help="Start only the evaluation or the build processes (one systemd unit each).",
+)
+@click.option(
+    "--stop-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    envvar="FLEET_STOP_TIMEOUT",
+    help="Seconds a stop waits for running measurements before killing them ($FLEET_STOP_TIMEOUT).",
+)
 def worker(
     target: str | None,
     gpus: str | None,
@@ -388,6 +427,8 @@ def worker(
     loglevel: str,
     log_dir: Path | None,
     dry_run: bool,
+    role: str,
+    stop_timeout: float,
 ) -> None:
     """Start this node's workers: one evaluation process per GPU, plus build processes."""
     from fleet.campaign import check_target
@@ -395,7 +436,14 @@ def worker(
 
     if target:
         check_target(target)
-    specs = plan(gpus=node_gpus(target, gpus), target=target, eval_procs=eval_procs, build_procs=build_procs)
+    specs = plan(
+        gpus=node_gpus(target, gpus),
+        target=target,
+        eval_procs=eval_procs,
+        build_procs=build_procs,
+        host=os.environ.get("FLEET_NODE_NAME") or None,  # the node's name where it was deployed (deploy/)
+    )
+    specs = [spec for spec in specs if role in ("all", spec.role)]
     if dry_run:
         for spec in specs:
             pinning = " ".join(f"{k}={v}" for k, v in spec.env.items() if k.endswith("VISIBLE_DEVICES"))
@@ -403,11 +451,13 @@ def worker(
             click.echo(f"  {' '.join(command(spec, loglevel))}")
         return
     _store().close()  # the database answers and is at the latest revision, or one line says why
-    launcher = Launcher(specs, log_dir=log_dir, loglevel=loglevel)
-    _serve(launcher)
+    from fleet.ops.logs import log_dir as default_log_dir
+
+    launcher = Launcher(specs, log_dir=log_dir or default_log_dir(), loglevel=loglevel, echo=True)
+    _serve(launcher, stop_timeout)
 
 
-def _serve(launcher: Any) -> None:
+def _serve(launcher: Any, stop_timeout: float = 60.0) -> None:
     def stop(signum: int, _frame: Any) -> None:
         launcher.stopping = True
 
@@ -417,7 +467,7 @@ def _serve(launcher: Any) -> None:
     try:
         launcher.supervise()
     finally:
-        launcher.stop()
+        launcher.stop(timeout=stop_timeout)
 
 
 @cli.command()
@@ -512,7 +562,14 @@ def bench_dispatch(trials: int, as_json: bool) -> None:
 
 
 cli.add_command(report_command, "report")
+for _command in (call_command, logs_command, metrics_command, flower_command):
+    cli.add_command(_command)
+cli.add_command(exec_command)
 bench.add_command(search_command, "search")
+register_tuna(cli, export, bench)
+for _command in (tune_model_command, run_model_command, tvm_group):
+    cli.add_command(_command)
+bench.add_command(tvm_bench_command, "tvm")
 
 
 def main(argv: list[str] | None = None) -> int:
