@@ -18,7 +18,6 @@ from __future__ import annotations
 import bz2
 import hashlib
 import json
-import sqlite3
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -114,10 +113,7 @@ def _read(path: Path, kind: str) -> tuple[list[tuple[dict[str, Any], dict[str, A
         return out, skipped
     from fleet.miopen.perfdb import read_perf_db
 
-    try:
-        records = list(read_perf_db(path))
-    except sqlite3.DatabaseError as error:
-        raise SpecError(f"{path}: not a MIOpen perf-db ({error})") from None
+    records = list(read_perf_db(path))  # MIOpenDbError names the file and what is wrong with it
     by_problem: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
     for record in records:
         params, solvers = by_problem.setdefault(digest(record.params), (record.params, {}))

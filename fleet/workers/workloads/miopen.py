@@ -28,13 +28,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from fleet.bundle import pack, unpack
-from fleet.errors import SpecError
+from fleet.errors import MIOpenDbError, SpecError
 from fleet.workers.runner import Completed, run
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
@@ -196,7 +195,7 @@ def _find_entries(user_db: Path, key: str) -> list[list[Any]]:
 
 def _perf_entries(user_db: Path, key: str) -> list[list[str]]:
     """What MIOpen's user perf-db says about ``key``: SQLite (``config``/``perf_db``) or text (``KEY=S:V;...``)."""
-    from fleet.miopen.keys import db_key
+    from fleet.miopen.keys import db_keys
 
     found: dict[str, str] = {}
     for path in sorted(p for p in user_db.iterdir() if p.is_file() and (".udb" in p.name or ".updb" in p.name)):
@@ -207,9 +206,9 @@ def _perf_entries(user_db: Path, key: str) -> list[list[str]]:
 
             try:
                 for record in read_perf_db(path):
-                    if db_key(record.params) == key:
+                    if key in db_keys(record.params):  # MIOpen 2.x and 3.x spell some 3-D keys differently
                         found[record.solver] = record.values
-            except sqlite3.DatabaseError:
+            except MIOpenDbError:
                 continue
             continue
         for line in path.read_text(errors="replace").splitlines():
