@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from fleet.errors import SpecError
 from fleet.space import Config
 
 
@@ -101,6 +102,12 @@ class Workload(ABC):
 
     def __init__(self, definition: Mapping[str, Any]) -> None:
         self.definition = dict(definition)
+
+    def refuse_unknown(self, known: set[str], hint: str = "") -> None:
+        """Raise SpecError naming the first field of the definition outside ``known`` (a typo, usually)."""
+        unknown = sorted(set(self.definition) - known)
+        if unknown:
+            raise SpecError(f"{self.kind} workload has an unknown field {unknown[0]!r}{hint}")
 
     @property
     def objective_name(self) -> str:

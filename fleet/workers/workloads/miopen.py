@@ -71,9 +71,7 @@ class MiopenWorkload(Workload):
 
     def __init__(self, definition: Mapping[str, Any]) -> None:
         super().__init__(definition)
-        unknown = set(self.definition) - _KEYS
-        if unknown:
-            raise SpecError(f"miopen workload has an unknown field {sorted(unknown)[0]!r}")
+        self.refuse_unknown(_KEYS)
         for name in ("build_timeout", "run_timeout"):
             value = self.definition.get(name, 1)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:

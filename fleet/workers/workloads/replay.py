@@ -33,9 +33,7 @@ class ReplayWorkload(Workload):
 
     def __init__(self, definition: Mapping[str, Any]) -> None:
         super().__init__(definition)
-        unknown = set(self.definition) - _KEYS
-        if unknown:
-            raise SpecError(f"replay workload has an unknown field {sorted(unknown)[0]!r} (it takes 'space')")
+        self.refuse_unknown(_KEYS, " (it takes 'space')")
         space = self.definition.get("space")
         if not isinstance(space, str) or not space:
             raise SpecError("replay workload needs 'space': a recorded tuning space's file name or path")

@@ -36,9 +36,7 @@ class TvmWorkload(Workload):
         from fleet.tvm.operators import KIND_OF_OP
 
         super().__init__(definition)
-        unknown = set(self.definition) - _KEYS
-        if unknown:
-            raise SpecError(f"tvm workload has an unknown field {sorted(unknown)[0]!r}")
+        self.refuse_unknown(_KEYS)
         if self.definition.get("op") not in KIND_OF_OP:
             raise SpecError(f"tvm workload needs 'op': one of {', '.join(sorted(KIND_OF_OP))}")
         repeats = self.definition.get("repeats", 3)
