@@ -14,6 +14,7 @@ it, and from ``FLEET_SSH_USER``, ``FLEET_SSH_PORT`` and ``FLEET_SSH_KEY`` where 
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,11 +89,16 @@ def run_on(host: str, command: str, *, timeout: float | None = None, connect_tim
 
     try:
         with _connection(host, connect_timeout) as connection:
+            started = time.monotonic()
             result = connection.run(command, hide=True, warn=True, timeout=timeout, in_stream=False)
     except CommandTimedOut as error:
         return HostResult(host, None, error.result.stdout, error.result.stderr, f"timed out after {timeout:g} s")
     except Exception as error:  # unreachable, refused, authentication: reported, never fatal to the others
         return HostResult(host, None, error=f"unreachable: {type(error).__name__}: {error}".strip())
+    # When the channel closes before Invoke's timer reports the timeout, the run ends with no exit status
+    # (-1) instead of CommandTimedOut.
+    if result.exited == -1 and timeout is not None and time.monotonic() - started >= timeout:
+        return HostResult(host, None, result.stdout, result.stderr, f"timed out after {timeout:g} s")
     return HostResult(host, result.exited, result.stdout, result.stderr)
 
 
