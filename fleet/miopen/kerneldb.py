@@ -12,16 +12,14 @@ renamed over the target only when complete.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import sqlite3
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.errors import MIOpenDbError
+from fleet.miopen.sqlitefile import write_sqlite
 
 SCHEMA = (
     "CREATE TABLE `kern_db` (`id` INTEGER PRIMARY KEY ASC,`kernel_name` TEXT NOT NULL,"
@@ -94,37 +92,12 @@ def write_kernel_db(path: str | Path, kernels: Iterable[Kernel]) -> int:
         if known != kernel:
             raise MIOpenDbError(f"two different kernels named {kernel.name} with args {kernel.args!r}")
     ordered = [rows[key] for key in sorted(rows)]
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise MIOpenDbError(f"cannot write kernel-db {path}: {directory} is not a directory")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    os.close(handle)
-    try:
-        os.unlink(temporary)  # SQLite creates it afresh
-        connection = sqlite3.connect(temporary, isolation_level=None)
-        try:
-            connection.execute("PRAGMA page_size = 4096")
-            connection.execute("BEGIN")
-            for statement in SCHEMA:
-                connection.execute(statement)
-            connection.executemany(
-                "INSERT INTO kern_db (id, kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (number, k.name, k.args, k.blob, k.hash, k.uncompressed_size)
-                    for number, k in enumerate(ordered, start=1)
-                ],
-            )
-            connection.execute("COMMIT")
-        finally:
-            connection.close()
-        os.replace(temporary, path)
-    except BaseException as error:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        if isinstance(error, sqlite3.Error | OSError):
-            raise MIOpenDbError(f"cannot write kernel-db {path}: {error}") from None
-        raise
+    insert = (
+        "INSERT INTO kern_db (id, kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size) "
+        "VALUES (?, ?, ?, ?, ?, ?)"
+    )
+    rows = [(number, k.name, k.args, k.blob, k.hash, k.uncompressed_size) for number, k in enumerate(ordered, start=1)]
+    write_sqlite(path, "kernel-db", SCHEMA, [(insert, rows)])
     return len(ordered)
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import bz2
 import contextlib
-import os
 import shutil
 import sqlite3
 import tempfile
@@ -32,6 +31,7 @@ from typing import Any
 from fleet.errors import DriverLineError, MIOpenDbError, SpecError
 from fleet.miopen.driver import DEFAULT_LAYOUT, LAYOUTS, PRECISIONS, _conv_checked, output_sizes
 from fleet.miopen.keys import DIRECTIONS, STYLES, key_frame, perf_layout
+from fleet.miopen.sqlitefile import write_sqlite
 
 CONFIG_COLUMNS = (  # noqa: SIM905 - a word list reads better than a column
     "layout data_type direction spatial_dim in_channels in_h in_w in_d fil_h fil_w fil_d out_channels "
@@ -227,36 +227,10 @@ def write_perf_db(path: str | Path, records: Iterable[PerfRecord], *, style: str
     for number, config in enumerate(configs, start=1):
         for solver in sorted(values[config]):
             perf_rows.append((len(perf_rows) + 1, solver, number, values[config][solver]))
-    _write_atomically(path, config_rows, perf_rows)
+    marks = ", ".join("?" * (len(CONFIG_COLUMNS) + 1))
+    inserts = [
+        (f"INSERT INTO config (id, {', '.join(CONFIG_COLUMNS)}) VALUES ({marks})", config_rows),
+        ("INSERT INTO perf_db (id, solver, config, params) VALUES (?, ?, ?, ?)", perf_rows),
+    ]
+    write_sqlite(path, "perf-db", SCHEMA, inserts)
     return len(config_rows), len(perf_rows)
-
-
-def _write_atomically(path: Path, config_rows: list[tuple], perf_rows: list[tuple]) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise MIOpenDbError(f"cannot write perf-db {path}: {directory} is not a directory")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    os.close(handle)
-    try:
-        os.unlink(temporary)  # SQLite creates it afresh, with no stray bytes
-        connection = sqlite3.connect(temporary, isolation_level=None)
-        try:
-            connection.execute("PRAGMA page_size = 4096")
-            connection.execute("BEGIN")
-            for statement in SCHEMA:
-                connection.execute(statement)
-            marks = ", ".join("?" * (len(CONFIG_COLUMNS) + 1))
-            connection.executemany(
-                f"INSERT INTO config (id, {', '.join(CONFIG_COLUMNS)}) VALUES ({marks})", config_rows
-            )
-            connection.executemany("INSERT INTO perf_db (id, solver, config, params) VALUES (?, ?, ?, ?)", perf_rows)
-            connection.execute("COMMIT")
-        finally:
-            connection.close()
-        os.replace(temporary, path)
-    except BaseException as error:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        if isinstance(error, sqlite3.Error | OSError):
-            raise MIOpenDbError(f"cannot write perf-db {path}: {error}") from None
-        raise
