@@ -9,6 +9,7 @@ recorded exactly once however often its message is delivered.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     Connection,
     DateTime,
     Engine,
@@ -261,7 +263,7 @@ class Store:
         except (NoSuchModuleError, ModuleNotFoundError) as error:
             raise StoreError(f"{self.display_url}: {error}; use postgresql+psycopg2:// or sqlite:///") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self._hot = _HotPath(self._insert)
+        self._hot = _HotPath(self.insert)
         self._campaign_cache: dict[int, dict[str, Any]] = {}
         self._problem_cache: dict[int, dict[str, Any]] = {}
 
@@ -421,7 +423,7 @@ class Store:
         workload_key = digest({"workload": workload, "provenance": provenance.get("toolchain", "")})
         with self.session() as session:
             created = session.scalar(
-                self._insert(Campaign)
+                self.insert(Campaign)
                 .values(
                     name=name,
                     target=target,
@@ -503,7 +505,7 @@ class Store:
         """
         now = utcnow()
         sources: dict[str, tuple[int, str]] = {}
-        with self._tx() as connection:
+        with self.transaction() as connection:
             if not remeasure:
                 rows = connection.execute(
                     select(Trial.measure_key, Trial.id, Trial.state)
@@ -538,7 +540,7 @@ class Store:
                     row |= {"state": state, "source_trial_id": source, "finished_at": now}
                 values.append(row)
             if values:
-                connection.execute(self._insert(Trial).on_conflict_do_nothing(), values)
+                connection.execute(self.insert(Trial).on_conflict_do_nothing(), values)
             keys = [(t.problem_id, digest(t.config)) for t in trials]
             rows = connection.execute(
                 select(Trial.problem_id, Trial.config_key, Trial.id, Trial.state).where(
@@ -598,7 +600,7 @@ class Store:
             query = query.where(Trial.id.in_(ids))
         if campaign_id is not None:
             query = query.where(Trial.campaign_id == campaign_id)
-        with self._tx() as connection:
+        with self.transaction() as connection:
             rows = connection.execute(query).all()
         return [
             TrialResult(
@@ -619,8 +621,8 @@ class Store:
     # -- claims, leases and results ---------------------------------------------------------------------
 
     @contextmanager
-    def _tx(self) -> Iterator[Connection]:
-        """A Core transaction: the hot path of workers, without the ORM's bookkeeping."""
+    def transaction(self) -> Iterator[Connection]:
+        """A Core transaction (a Connection), committed at the end of the block: no ORM bookkeeping."""
         try:
             with self.engine.begin() as connection:
                 yield connection
@@ -653,7 +655,7 @@ class Store:
         ``max_attempts``; :meth:`reap` errors such a trial. An evaluation claim also returns the digest of
         the trial's artifact.
         """
-        with self._tx() as connection:
+        with self.transaction() as connection:
             return self._claim(connection, trial_id, phase, worker, lease, max_attempts)
 
     def start_compile(self, trial_id: int, worker: str, lease: float, max_attempts: int) -> CompileStart:
@@ -662,7 +664,7 @@ class Store:
         The trial is claimed and so is its build (see :meth:`claim_build`); a trial whose artifact is
         already built moves straight on to ``compiled``.
         """
-        with self._tx() as connection:
+        with self.transaction() as connection:
             work = self._claim(connection, trial_id, "compile", worker, lease, max_attempts)
             if work is None:
                 return CompileStart("skipped")
@@ -704,7 +706,7 @@ class Store:
     def renew(self, trial_id: int, worker: str, lease: float, build_key: str | None = None) -> bool:
         """Extend this worker's lease on a trial (and on the artifact it builds); False if it lost it."""
         params = {"trial": trial_id, "owner": worker, "expires": utcnow() + timedelta(seconds=lease)}
-        with self._tx() as connection:
+        with self.transaction() as connection:
             held = connection.execute(self._hot.renew_trial, params).rowcount
             if build_key is not None:
                 connection.execute(self._hot.renew_build, params | {"key": build_key})
@@ -717,7 +719,7 @@ class Store:
         ``built`` and ``failed`` are final; ``building`` by another worker means wait for it. Returns a row
         with the artifact's columns. A build whose lease expired ``max_attempts`` times is ``failed``.
         """
-        with self._tx() as connection:
+        with self.transaction() as connection:
             return self._claim_build(connection, work, worker, lease, max_attempts)
 
     def _claim_build(
@@ -775,7 +777,7 @@ class Store:
         """
         now = utcnow()
         blob = None if data is None else hashlib.sha256(data).hexdigest()
-        with self._tx() as connection:
+        with self.transaction() as connection:
             if data is not None:
                 connection.execute(
                     self._hot.put_blob, {"digest": blob, "size": len(data), "data": data, "created_at": now}
@@ -798,7 +800,7 @@ class Store:
             return bool(done)
 
     def mark_compiled(self, trial_id: int, worker: str) -> bool:
-        with self._tx() as connection:
+        with self.transaction() as connection:
             params = {"trial": trial_id, "owner": worker, "now": utcnow()}
             return bool(connection.execute(self._hot.compiled, params).rowcount)
 
@@ -819,7 +821,7 @@ class Store:
         the work went to another worker): that worker records it instead.
         """
         now = utcnow()
-        with self._tx() as connection:
+        with self.transaction() as connection:
             trial = connection.execute(
                 self._hot.finish_trial,
                 {
@@ -959,8 +961,8 @@ class Store:
             }
             for index, config in enumerate(starts)
         ]
-        with self._tx() as connection:
-            connection.execute(self._insert(Chain).on_conflict_do_nothing(), rows)
+        with self.transaction() as connection:
+            connection.execute(self.insert(Chain).on_conflict_do_nothing(), rows)
             return list(
                 connection.scalars(
                     select(Chain.id)
@@ -1014,7 +1016,7 @@ class Store:
         )
         if better:
             values |= {"best_config": config, "best_objective": objective}
-        with self._tx() as connection:
+        with self.transaction() as connection:
             moved = connection.execute(
                 update(Chain)
                 .where(Chain.id == chain.id, Chain.step == chain.step, Chain.state == "running")
@@ -1022,7 +1024,7 @@ class Store:
             ).rowcount
             if moved:
                 connection.execute(
-                    self._insert(ChainStep).values(
+                    self.insert(ChainStep).values(
                         chain_id=chain.id,
                         step=chain.step,
                         trial_id=trial_id,
@@ -1065,7 +1067,7 @@ class Store:
         )
         if campaign_id is not None:
             query = query.where(Chain.campaign_id == campaign_id)
-        with self._tx() as connection:
+        with self.transaction() as connection:
             rows = connection.execute(query).all()
             targets = dict(connection.execute(select(Campaign.id, Campaign.target)).all()) if rows else {}
         return [(r.id, r.step, targets[r.campaign_id]) for r in rows]
@@ -1209,13 +1211,45 @@ class Store:
 
     # -- helpers ----------------------------------------------------------------------------------------
 
-    def _insert(self, model: type) -> Any:
+    def insert(self, model: type) -> Any:
         """The dialect's INSERT, which has ON CONFLICT DO NOTHING."""
         return (postgresql if self.dialect == "postgresql" else sqlite).insert(model)
 
+    def insert_many(self, connection: Connection, model: type, rows: Sequence[dict[str, Any]]) -> None:
+        """INSERT ``rows`` (dicts with the same keys) in bulk, leaving rows that exist (by any unique constraint)
+        alone, in ``connection``'s transaction.
+
+        On PostgreSQL, psycopg2's ``execute_values`` sends pages of rows as multi-row VALUES: SQLAlchemy's
+        executemany of INSERT ... ON CONFLICT made one round trip per row. SQLite runs in-process, where
+        executemany is already fast.
+        """
+        if not rows:
+            return
+        if self.dialect != "postgresql":
+            for start in range(0, len(rows), 2000):
+                connection.execute(self.insert(model).on_conflict_do_nothing(), list(rows[start : start + 2000]))
+            return
+        from psycopg2.extras import execute_values
+
+        table = model.__table__  # type: ignore[attr-defined]
+        columns = list(rows[0])
+        json_columns = {c.name for c in table.columns if isinstance(c.type, JSON)}
+        quote = connection.dialect.identifier_preparer.quote
+        names = ", ".join(quote(c) for c in columns)
+        sql = f"INSERT INTO {quote(table.name)} ({names}) VALUES %s ON CONFLICT DO NOTHING"
+        values = [
+            tuple(json.dumps(row[c]) if c in json_columns and row[c] is not None else row[c] for c in columns)
+            for row in rows
+        ]
+        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            execute_values(cursor, sql, values, page_size=2000)
+        finally:
+            cursor.close()
+
     def _insert_ignore(self, session: Session, model: type, values: dict[str, Any]) -> None:
         """INSERT that leaves an existing row (by any unique constraint) alone."""
-        session.execute(self._insert(model).values(**values).on_conflict_do_nothing())
+        session.execute(self.insert(model).values(**values).on_conflict_do_nothing())
 
 
 def _schema_missing(text: str) -> bool:

@@ -33,7 +33,7 @@ from fleet.space import digest
 from fleet.store import Artifact, Campaign, Measurement, Store, Trial, utcnow
 from fleet.store._models import GoldenEntry, GoldenVersion
 from fleet.tuna import KINDS
-from fleet.tuna.problems import bulk_insert, chunks, db_key_of, ensure_problems, insert, select_problems
+from fleet.tuna.problems import chunks, db_key_of, ensure_problems, select_problems
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -146,10 +146,10 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
     toolchain = f"imported {stem} sha256:{sha}"
     source = {"source": str(path.resolve()), "file": path.name, "sha256": sha, "format": kind}
     now = utcnow()
-    with store._tx() as connection:
+    with store.transaction() as connection:
         ids, created = ensure_problems(connection, store, [("conv", params) for params, _, _ in rows], tags=tags)
         campaign_id = connection.scalar(
-            insert(store, Campaign)
+            store.insert(Campaign)
             .values(
                 name=name,
                 target=target,
@@ -177,7 +177,7 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
             unique[problem_id] = (metrics, objective)
         order = sorted(unique)
         rows_cp = [{"campaign_id": campaign_id, "problem_id": p, "position": i} for i, p in enumerate(order)]
-        bulk_insert(connection, store, CampaignProblem, rows_cp)
+        store.insert_many(connection, CampaignProblem, rows_cp)
         config = {"step": step}
         config_key = digest(config)
         trial_rows = [
@@ -201,7 +201,7 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
             }
             for i, p in enumerate(order)
         ]
-        bulk_insert(connection, store, Trial, trial_rows)
+        store.insert_many(connection, Trial, trial_rows)
         trial_ids: dict[int, int] = {}
         for part in chunks(order):
             trial_ids.update(
@@ -232,7 +232,7 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
             }
             for p in order
         ]
-        bulk_insert(connection, store, Measurement, measurements)
+        store.insert_many(connection, Measurement, measurements)
     return Imported(name, kind, records, len(order), created, sha, skipped)
 
 
@@ -269,7 +269,7 @@ def campaign_results(
     best: dict[tuple[int, str], Result] = {}
     measured = Trial.source_trial_id
     for campaign in campaigns:
-        with store._tx() as connection:
+        with store.transaction() as connection:
             rows = connection.execute(
                 select(
                     Trial.id,
@@ -332,7 +332,7 @@ def golden_version(store: Store, target: str, version: int | None) -> GoldenVers
 def golden_results(store: Store, version_id: int) -> dict[tuple[int, str], Result]:
     """The entries of one golden version."""
     g = GoldenEntry
-    with store._tx() as connection:
+    with store.transaction() as connection:
         rows = connection.execute(
             select(g.problem_id, g.step, g.payload, g.objective, g.toolchain, g.trial_id).where(
                 g.version_id == version_id
@@ -392,7 +392,7 @@ def _problems(store: Store, problem_ids: Sequence[int]) -> dict[int, tuple[str, 
     from fleet.store._models import MiopenKey
 
     out: dict[int, tuple[str, dict[str, Any], str | None]] = {}
-    with store._tx() as connection:
+    with store.transaction() as connection:
         for part in chunks(sorted(set(problem_ids))):
             for r in connection.execute(
                 select(Problem.id, Problem.kind, Problem.params, MiopenKey.db_key)
@@ -477,11 +477,11 @@ def export_kernel_db(store: Store, what: Selection, output: Path) -> int:
     if what.golden:
         # A golden entry keeps its trial id; its kernels are that trial's artifact.
         trial_ids = sorted({r.trial_id for r in results.values() if r.trial_id})
-        with store._tx() as connection:
+        with store.transaction() as connection:
             for part in chunks(trial_ids):
                 build_keys += list(connection.scalars(select(Trial.build_key).where(Trial.id.in_(part))))
     kernels: dict[tuple[str, str], Any] = {}
-    with store._tx() as connection:
+    with store.transaction() as connection:
         digests = []
         for part in chunks(sorted(set(build_keys))):
             digests += list(

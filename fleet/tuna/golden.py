@@ -18,7 +18,6 @@ from fleet.store import Store, utcnow
 from fleet.store._models import GoldenEntry, GoldenVersion
 from fleet.tuna.databases import campaign_results, golden_results
 from fleet.tuna.jobs import find_campaign
-from fleet.tuna.problems import bulk_insert, insert
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ def update_golden(store: Store, target: str, campaigns: Sequence[str], version: 
     new = campaign_results(store, chosen)
     if not new:
         raise SpecError(f"campaigns {', '.join(c.name for c in chosen)} have no valid result to promote")
-    with store._tx() as connection:
+    with store.transaction() as connection:
         latest = connection.scalar(select(func.max(GoldenVersion.version)).where(GoldenVersion.target == target))
         previous_id = connection.scalar(
             select(GoldenVersion.id).where(GoldenVersion.target == target, GoldenVersion.version == latest)
@@ -52,9 +51,9 @@ def update_golden(store: Store, target: str, campaigns: Sequence[str], version: 
     entries.update(new)
     names = [c.name for c in chosen]
     now = utcnow()
-    with store._tx() as connection:
+    with store.transaction() as connection:
         version_id = connection.scalar(
-            insert(store, GoldenVersion)
+            store.insert(GoldenVersion)
             .values(target=target, version=version, campaigns=names, provenance=provenance(""), created_at=now)
             .returning(GoldenVersion.id)
         )
@@ -70,7 +69,7 @@ def update_golden(store: Store, target: str, campaigns: Sequence[str], version: 
             }
             for _, r in sorted(entries.items())
         ]
-        bulk_insert(connection, store, GoldenEntry, rows)
+        store.insert_many(connection, GoldenEntry, rows)
     return Promoted(target, version, len(rows), len(new), names)
 
 

@@ -21,7 +21,7 @@ from fleet.errors import NotFound, SpecError
 from fleet.space import Space, digest
 from fleet.store import Campaign, Requeue, Store, Trial, utcnow
 from fleet.store._models import CampaignProblem
-from fleet.tuna.problems import bulk_insert, chunks, insert
+from fleet.tuna.problems import chunks
 
 STEPS = ("perf", "find")
 SPACE = {"knobs": {"step": {"values": list(STEPS), "build": True}}, "constraints": [], "base": {}}
@@ -79,9 +79,9 @@ def ensure_campaign(store: Store, reason: str, target: str) -> Campaign:
     check_target(target)
     name = campaign_name(reason, target)
     toolchain = load_workload(WORKLOAD).toolchain()
-    with store._tx() as connection:
+    with store.transaction() as connection:
         connection.execute(
-            insert(store, Campaign)
+            store.insert(Campaign)
             .values(
                 name=name,
                 target=target,
@@ -149,7 +149,7 @@ def _add(store: Store, reason: str, target: str, jobs: Sequence[tuple[int, str]]
                 "queued_at": now,
             }
         )
-    with store._tx() as connection:
+    with store.transaction() as connection:
         position = connection.scalar(
             select(func.count()).select_from(CampaignProblem).where(CampaignProblem.campaign_id == campaign.id)
         )
@@ -157,9 +157,9 @@ def _add(store: Store, reason: str, target: str, jobs: Sequence[tuple[int, str]]
             {"campaign_id": campaign.id, "problem_id": pid, "position": position + i}
             for i, pid in enumerate(problem_ids)
         ]
-        bulk_insert(connection, store, CampaignProblem, rows)
+        store.insert_many(connection, CampaignProblem, rows)
         before = connection.scalar(select(func.count()).select_from(Trial).where(Trial.campaign_id == campaign.id))
-        bulk_insert(connection, store, Trial, trials)
+        store.insert_many(connection, Trial, trials)
         states: dict[tuple[int, str], tuple[int, str]] = {}
         for part in chunks(sorted(set(problem_ids))):
             for r in connection.execute(
@@ -189,7 +189,7 @@ def copy_jobs(
         query = select(Trial.problem_id, Trial.config).where(Trial.campaign_id == source.id).order_by(Trial.id)
         if not include_invalid:
             query = query.where(Trial.state != "invalid")
-        with store._tx() as connection:
+        with store.transaction() as connection:
             rows = connection.execute(query).all()
         copied.append(_add(store, reason, source.target, [(row.problem_id, str(row.config["step"])) for row in rows]))
     return copied
@@ -212,7 +212,7 @@ def invalidate(
     now = utcnow()
     changed = 0
     condition = [Trial.campaign_id.in_(campaigns), Trial.state != "invalid"]
-    with store._tx() as connection:
+    with store.transaction() as connection:
         parts = [None] if problem_ids is None else list(chunks(sorted(set(problem_ids))))
         for part in parts:
             where = list(condition)
@@ -250,7 +250,7 @@ def list_jobs(
         query = select(Trial.problem_id, Trial.config, Trial.state).where(Trial.campaign_id == campaign.id)
         if state is not None:
             query = query.where(Trial.state == state)
-        with store._tx() as connection:
+        with store.transaction() as connection:
             rows = connection.execute(query).all()
         counts: dict[tuple[str, str], int] = {}
         for row in rows:

@@ -6,12 +6,11 @@ per row), so a file of a hundred thousand problems imports in seconds.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import JSON, Connection, select
+from sqlalchemy import Connection, select
 
 from fleet.errors import FleetError, SpecError
 from fleet.space import digest
@@ -25,42 +24,6 @@ CHUNK = 5000  # rows per IN (...) list: well inside SQLite's limit of bound vari
 def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def insert(store: Store, model: type) -> Any:
-    """The dialect's INSERT, which has ON CONFLICT DO NOTHING."""
-    return store._insert(model)
-
-
-def bulk_insert(connection: Connection, store: Store, model: type, rows: Sequence[dict[str, Any]]) -> None:
-    """INSERT ``rows`` (dicts with the same keys) in bulk, leaving rows that exist (by any unique constraint) alone.
-
-    On PostgreSQL, SQLAlchemy runs an executemany of INSERT ... ON CONFLICT as one round trip per row through
-    psycopg2; psycopg2's ``execute_values`` sends pages of rows as multi-row VALUES instead, in the caller's
-    transaction. SQLite runs in-process, where executemany is already fast.
-    """
-    if not rows:
-        return
-    if store.dialect != "postgresql":
-        for part in chunks(rows):
-            connection.execute(insert(store, model).on_conflict_do_nothing(), list(part))
-        return
-    from psycopg2.extras import execute_values
-
-    table = model.__table__  # type: ignore[attr-defined]
-    columns = list(rows[0])
-    json_columns = {c.name for c in table.columns if isinstance(c.type, JSON)}
-    quote = connection.dialect.identifier_preparer.quote
-    sql = f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in columns)}) VALUES %s ON CONFLICT DO NOTHING"
-    values = [
-        tuple(json.dumps(row[c]) if c in json_columns and row[c] is not None else row[c] for c in columns)
-        for row in rows
-    ]
-    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    try:
-        execute_values(cursor, sql, values, page_size=2000)
-    finally:
-        cursor.close()
 
 
 def db_key_of(kind: str, params: dict[str, Any]) -> str | None:
@@ -102,7 +65,7 @@ def ensure_problems(
         for kind, params, key in keyed:
             if (kind, key) not in ids and (kind, key) not in new:
                 new[(kind, key)] = {"kind": kind, "params": params, "params_key": key, "created_at": now}
-        bulk_insert(connection, store, Problem, list(new.values()))
+        store.insert_many(connection, Problem, list(new.values()))
         for kind in {k for k, _ in new}:
             wanted = sorted(key for k, key in new if k == kind)
             for part in chunks(wanted):
@@ -116,10 +79,10 @@ def ensure_problems(
             db_key = db_key_of(kind, row["params"])
             if db_key is not None:
                 keys.append({"problem_id": ids[(kind, key)], "db_key": db_key})
-        bulk_insert(connection, store, MiopenKey, keys)
+        store.insert_many(connection, MiopenKey, keys)
     found = [ids.get((kind, key)) for kind, _, key in keyed]
     tag_rows = [{"problem_id": pid, "tag": tag} for pid in sorted({p for p in found if p is not None}) for tag in tags]
-    bulk_insert(connection, store, ProblemTag, tag_rows)
+    store.insert_many(connection, ProblemTag, tag_rows)
     return found, created
 
 
@@ -183,7 +146,7 @@ def import_lines(
             report.unreadable.append((lineno, str(error)))
     all_tags = list(tags) + ([RECURRENT] if recurrent else [])
     items = list(wanted.values())
-    with store._tx() as connection:
+    with store.transaction() as connection:
         ids, created = ensure_problems(connection, store, items, create=not tag_only, tags=all_tags)
     present = [i for i in ids if i is not None]
     report.created = created
@@ -226,7 +189,7 @@ def select_problems(
         query = query.where(
             Problem.id.in_(select(ProblemTag.problem_id).where(ProblemTag.tag == tag).scalar_subquery())
         )
-    with store._tx() as connection:
+    with store.transaction() as connection:
         rows = connection.execute(query).all()
     return [(r.id, r.kind, r.params) for r in rows if predicate is None or predicate({"kind": r.kind, **r.params})]
 
@@ -257,7 +220,7 @@ def describe(store: Store, text: str) -> dict[str, Any]:
     source, items = parse_query(text)
     out: list[dict[str, Any]] = []
     keys: list[str] = []
-    with store._tx() as connection:
+    with store.transaction() as connection:
         for kind, params in items:
             key = db_key_of(kind, params)
             if key is not None:
