@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, select, update
 
 from fleet.campaign import check_target, provenance, trial_keys
 from fleet.errors import NotFound, SpecError
@@ -212,26 +212,21 @@ def invalidate(
     now = utcnow()
     changed = 0
     condition = [Trial.campaign_id.in_(campaigns), Trial.state != "invalid"]
+    values = {"state": "invalid", "reason": INVALIDATED, "worker": None, "lease_expires_at": None, "finished_at": now}
     with store.transaction() as connection:
         parts = [None] if problem_ids is None else list(chunks(sorted(set(problem_ids))))
         for part in parts:
             where = list(condition)
             if part is not None:
                 where.append(Trial.problem_id.in_(part))
-            query = update(Trial).where(*where)
-            ids = list(connection.scalars(select(Trial.id).where(*where)))
-            if steps:
-                ids = [
-                    t.id
-                    for t in connection.execute(select(Trial.id, Trial.config).where(Trial.id.in_(ids))).all()
-                    if t.config.get("step") in steps
-                ]
-                query = update(Trial).where(Trial.id.in_(ids))
-            if not ids:
-                continue
-            changed += connection.execute(
-                query.values(state="invalid", reason=INVALIDATED, worker=None, lease_expires_at=None, finished_at=now)
-            ).rowcount
+            if steps:  # the step is a knob, inside the JSON configuration: chosen here, not in SQL
+                rows = connection.execute(select(Trial.id, Trial.config).where(*where)).all()
+                ids = [row.id for row in rows if row.config.get("step") in steps]
+                chosen = [Trial.id.in_(ids_part) for ids_part in chunks(ids)]
+            else:
+                chosen = [and_(*where)]
+            for condition_part in chosen:
+                changed += connection.execute(update(Trial).where(condition_part).values(**values)).rowcount
     return changed
 
 

@@ -12,7 +12,7 @@ import pytest
 from fleet.errors import FleetError, NotFound, SpecError
 from fleet.store import Store
 from fleet.tuna.databases import Selection, export_find_db, export_perf_db, import_db
-from fleet.tuna.jobs import invalidate, reason_of
+from fleet.tuna.jobs import add_jobs, invalidate, list_jobs, reason_of
 from fleet.tuna.problems import import_lines, problems_by_key
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "miopen"
@@ -101,3 +101,13 @@ def test_a_broken_file_imports_nothing(store: Store, tmp_path: Path) -> None:
     assert problems_by_key(store, "1-1-1-4x4-512-4-4-128-0x0-1x1-1x1-0-NCHW-FP32-B") == []
     with pytest.raises(NotFound):
         import_db(store, tmp_path / "missing.txt", "gfx803:36")
+
+
+def test_invalidating_one_step_leaves_the_other_steps_jobs_alone(store: Store) -> None:
+    report = import_lines(store, (SHARED / "alexnet.txt").read_text().splitlines(), tags=["alexnet"])
+    problem_ids = sorted(set(report.problem_ids))[:3]
+    add_jobs(store, "tuning", "gfx906:60", problem_ids, ["perf", "find"])
+    assert invalidate(store, reason="tuning", problem_ids=problem_ids[:2], steps=["perf"]) == 2
+    [row] = list_jobs(store, reason="tuning")
+    assert row["steps"] == {"find": {"new": 3}, "perf": {"invalid": 2, "new": 1}}
+    assert invalidate(store, reason="tuning", target="gfx906:60") == 4  # all that were still valid
