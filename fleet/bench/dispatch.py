@@ -1,6 +1,7 @@
 """``fleet bench dispatch``: trials per second through the whole fleet, against a bare Celery chain.
 
-Both run on the same Redis with two worker processes (one build, one evaluation, concurrency 1 each).
+Both run on the same Redis with two worker processes (one build, one evaluation, concurrency 1 each),
+taking turns for a few rounds (see :func:`run`).
 The fleet side runs a real campaign of the ``noop`` workload: every trial is written, claimed, built,
 claimed again, evaluated and recorded in PostgreSQL, exactly as a real trial is.
 """
@@ -13,8 +14,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from fleet.services import PostgresServer, RedisServer
@@ -172,8 +175,24 @@ def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> float:
         store.close()
 
 
-def run(trials: int = 2000) -> dict[str, float]:
-    """Measure both, on the URLs in the environment or on private servers started for the run."""
+def run(
+    trials: int = 2000, rounds: int = 3, on_round: Callable[[int, float, float], None] | None = None
+) -> dict[str, float]:
+    """Measure both, on the URLs in the environment or on private servers started for the run.
+
+    The two sides take turns, ``rounds`` times (chain then fleet, then fleet then chain, ...), and the
+    medians are reported, the ratio's over the rounds' own ratios: a shared machine's speed drifts within
+    a minute, and two measurements taken back to back see the same machine.
+
+    Parameters
+    ----------
+    trials:
+        Trials per side and round.
+    rounds:
+        How many times each side is measured.
+    on_round:
+        Called after each round with its number, the fleet's and the chain's trials per second.
+    """
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-bench-")))
         env = dict(os.environ)
@@ -187,10 +206,19 @@ def run(trials: int = 2000) -> dict[str, float]:
         env.setdefault("FLEET_BENCH_REDIS", env["FLEET_BROKER_URL"].replace("redis+socket", "unix"))
         env["FLEET_HOME"] = str(workdir / "home")
         env["PYTHONUNBUFFERED"] = "1"
-        celery_rate = celery_chain(trials, env, workdir)
-        fleet_rate = fleet_campaign(trials, env, workdir)
+        fleet_rates: list[float] = []
+        chain_rates: list[float] = []
+        for number in range(1, rounds + 1):
+            if number % 2:
+                chain_rates.append(celery_chain(trials, env, workdir))
+                fleet_rates.append(fleet_campaign(trials, env, workdir))
+            else:
+                fleet_rates.append(fleet_campaign(trials, env, workdir))
+                chain_rates.append(celery_chain(trials, env, workdir))
+            if on_round is not None:
+                on_round(number, fleet_rates[-1], chain_rates[-1])
     return {
-        "fleet_trials_per_s": round(fleet_rate, 1),
-        "celery_trials_per_s": round(celery_rate, 1),
-        "ratio": round(fleet_rate / celery_rate, 3),
+        "fleet_trials_per_s": round(median(fleet_rates), 1),
+        "celery_trials_per_s": round(median(chain_rates), 1),
+        "ratio": round(median(f / c for f, c in zip(fleet_rates, chain_rates, strict=True)), 3),
     }

@@ -14,9 +14,10 @@ from fleet.store._models import (
     Worker,
     utcnow,
 )
-from fleet.store._store import NewTrial, Requeue, Store, TrialResult, TrialWork
+from fleet.store._store import INLINE_BYTES, NewTrial, Requeue, Store, TrialResult, TrialWork
 
 __all__ = [
+    "INLINE_BYTES",
     "TERMINAL_STATES",
     "TRIAL_STATES",
     "Artifact",

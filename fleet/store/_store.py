@@ -88,6 +88,7 @@ class TrialWork:
     toolchain: str
     attempts: int
     artifact_digest: str | None = None
+    artifact_data: bytes | None = None  # with an evaluation claim, when the artifact is small (INLINE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,16 @@ def _sqlite_begin(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+# An evaluation claim brings an artifact up to this size along: reading it back from a worker's disk
+# cache would cost more than the bytes.
+INLINE_BYTES = 64 * 1024
+
+# What a worker measured, as :meth:`Store.record` takes it.
+MEASURED = (
+    "objective_name", "maximize", "objective", "valid", "samples", "metrics", "toolchain", "node", "gpu", "worker",
+)  # fmt: skip
+
+
 class _HotPath:
     """The statements of the workers' hot path, built once per store.
 
@@ -151,7 +162,7 @@ class _HotPath:
     and found in the engine's cache on every later execution.
     """
 
-    def __init__(self, insert: Callable[[type], Any]) -> None:
+    def __init__(self, insert: Callable[[type], Any], dialect: str) -> None:
         trial, owner, key = bindparam("trial"), bindparam("owner"), bindparam("key")
         now, expires = bindparam("now", type_=DateTime()), bindparam("expires", type_=DateTime())
         claimed = (
@@ -182,11 +193,21 @@ class _HotPath:
         self.claim_compile = claim("new", "compiling").returning(*claimed)
         # Spelled out: SQLite's RETURNING renders columns unqualified, and ``build_key = build_key`` would
         # compare the artifact with itself.
-        digest = select(Artifact.blob_digest).where(Artifact.build_key == literal_column("trials.build_key"))
+        artifact = Artifact.build_key == literal_column("trials.build_key")
+        digest = select(Artifact.blob_digest).where(artifact)
+        small = (
+            select(Blob.data)
+            .join(Artifact, Artifact.blob_digest == Blob.digest)
+            .where(artifact, Blob.size <= INLINE_BYTES)
+        )
         self.claim_evaluate = (
             claim("compiled", "evaluating", attempts=Trial.attempts + 1)
             .where(Trial.attempts < bindparam("max_attempts"))
-            .returning(*claimed, digest.scalar_subquery().label("artifact_digest"))
+            .returning(
+                *claimed,
+                digest.scalar_subquery().label("artifact_digest"),
+                small.scalar_subquery().label("artifact_data"),
+            )
         )
         held = (Trial.id == trial, Trial.worker == owner)
         self.compiled = (
@@ -194,7 +215,8 @@ class _HotPath:
             .where(*held, Trial.state == "compiling")
             .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now)
         )
-        running = Trial.state.in_(("compiling", "evaluating"))
+        # Not IN (...): SQLAlchemy expands an IN list on every execution.
+        running = or_(Trial.state == "compiling", Trial.state == "evaluating")
         self.renew_trial = update(Trial).where(*held, running).values(lease_expires_at=expires)
         self.finish_trial = (
             update(Trial)
@@ -207,9 +229,32 @@ class _HotPath:
                 stdout_tail=bindparam("out"),
                 stderr_tail=bindparam("err"),
             )
-            .returning(Trial.problem_id, Trial.target, Trial.measure_key)
+            .returning(Trial.id, Trial.problem_id, Trial.target, Trial.measure_key)
         )
         self.put_measurement = insert(Measurement).on_conflict_do_nothing()
+        self.record_measured = None
+        if dialect == "postgresql":
+            # The trial's final state and its measurement in one statement: atomic without a transaction. The
+            # measurement's parameters are prefixed: an UPDATE sets every column named in the parameters.
+            done = self.finish_trial.cte("done")
+            columns = Measurement.__table__.columns
+            measured = (
+                insert(Measurement)
+                .from_select(
+                    ["trial_id", "problem_id", "target", "measure_key", "created_at", *MEASURED],
+                    select(
+                        done.c.id,
+                        done.c.problem_id,
+                        done.c.target,
+                        done.c.measure_key,
+                        now,
+                        *(bindparam(f"m_{name}", type_=columns[name].type) for name in MEASURED),
+                    ),
+                )
+                .on_conflict_do_nothing()
+                .cte("measured")
+            )
+            self.record_measured = select(func.count()).select_from(done).add_cte(measured)
 
         columns = Artifact.__table__.columns
         building = (Artifact.build_key == key, Artifact.state == "building")
@@ -235,6 +280,21 @@ class _HotPath:
                 lease_expires_at=None,
             )
         )
+        self.built_and_compiled = None
+        if dialect == "postgresql":
+            # A successful build: its blob, its artifact and its trial in one statement. The blob's
+            # parameters are not named after columns, which an UPDATE would set.
+            stored = (
+                insert(Blob)
+                .values(
+                    digest=bindparam("blob"), size=bindparam("blob_size"), data=bindparam("blob_data"), created_at=now
+                )
+                .on_conflict_do_nothing()
+                .cte("stored")
+            )
+            built = self.finish_build.returning(Artifact.build_key).cte("built")
+            compiled = self.compiled.where(select(built.c.build_key).exists()).cte("compiled")
+            self.built_and_compiled = select(func.count()).select_from(built).add_cte(stored, compiled)
 
 
 class Store:
@@ -260,14 +320,21 @@ class Store:
         self.dialect = parsed.get_backend_name()
         try:
             self.engine = self._engine(url, parsed, durable)
+            # The workers' hot path (see :meth:`_steps`) on PostgreSQL: a pool of its own, so that no
+            # connection switches between autocommit and transactions (each switch costs a round trip).
+            self._autocommit = (
+                self._engine(url, parsed, durable, isolation_level="AUTOCOMMIT")
+                if self.dialect == "postgresql"
+                else None
+            )
         except (NoSuchModuleError, ModuleNotFoundError) as error:
             raise StoreError(f"{self.display_url}: {error}; use postgresql+psycopg2:// or sqlite:///") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self._hot = _HotPath(self.insert)
+        self._hot = _HotPath(self.insert, self.dialect)
         self._campaign_cache: dict[int, dict[str, Any]] = {}
         self._problem_cache: dict[int, dict[str, Any]] = {}
 
-    def _engine(self, url: str, parsed: Any, durable: bool) -> Engine:
+    def _engine(self, url: str, parsed: Any, durable: bool, **options: Any) -> Engine:
         if self.dialect == "sqlite":
             if parsed.database:
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
@@ -278,16 +345,22 @@ class Store:
         if self.dialect == "postgresql":
             # No pre-ping: it doubles the statements of the hot path. A dropped connection fails one
             # transaction (the pool then reconnects), and leases make any one failure harmless.
-            options = {} if durable else {"options": "-c synchronous_commit=off"}
-            return create_engine(url, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 5, **options})
+            session = {} if durable else {"options": "-c synchronous_commit=off"}
+            return create_engine(
+                url, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 5, **session}, **options
+            )
         raise StoreError(f"{self.display_url}: Fleet stores its data in PostgreSQL or SQLite")
 
     def close(self) -> None:
-        self.engine.dispose()
+        for engine in (self.engine, self._autocommit):
+            if engine is not None:
+                engine.dispose()
 
     def after_fork(self) -> None:
         """Drop connections inherited from a parent process; they must not be shared."""
-        self.engine.dispose(close=False)
+        for engine in (self.engine, self._autocommit):
+            if engine is not None:
+                engine.dispose(close=False)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -539,8 +612,7 @@ class Store:
                     source, state = sources[new.measure_key]
                     row |= {"state": state, "source_trial_id": source, "finished_at": now}
                 values.append(row)
-            if values:
-                connection.execute(self.insert(Trial).on_conflict_do_nothing(), values)
+            self.insert_many(connection, Trial, values)
             keys = [(t.problem_id, digest(t.config)) for t in trials]
             rows = connection.execute(
                 select(Trial.problem_id, Trial.config_key, Trial.id, Trial.state).where(
@@ -629,6 +701,25 @@ class Store:
         except (OperationalError, ProgrammingError) as error:
             raise self._error(error) from error
 
+    @contextmanager
+    def _steps(self) -> Iterator[Connection]:
+        """A connection for the workers' hot path, whose statements each stand on their own.
+
+        On PostgreSQL every statement commits by itself, which saves the BEGIN and COMMIT round trips: the
+        hot path orders its statements so that stopping between two of them leaves work that a lease brings
+        back, and what must be atomic is one statement. SQLite runs them in one transaction, as its writers
+        take the database's lock anyway.
+        """
+        if self._autocommit is None:
+            with self.transaction() as connection:
+                yield connection
+            return
+        try:
+            with self._autocommit.connect() as connection:
+                yield connection
+        except (OperationalError, ProgrammingError) as error:
+            raise self._error(error) from error
+
     def _definition(self, connection: Connection, campaign_id: int, problem_id: int) -> tuple[dict, dict]:
         """A campaign's and a problem's definitions; both never change, so each process keeps them."""
         campaign = self._campaign_cache.get(campaign_id)
@@ -655,7 +746,7 @@ class Store:
         ``max_attempts``; :meth:`reap` errors such a trial. An evaluation claim also returns the digest of
         the trial's artifact.
         """
-        with self.transaction() as connection:
+        with self._steps() as connection:
             return self._claim(connection, trial_id, phase, worker, lease, max_attempts)
 
     def start_compile(self, trial_id: int, worker: str, lease: float, max_attempts: int) -> CompileStart:
@@ -664,7 +755,7 @@ class Store:
         The trial is claimed and so is its build (see :meth:`claim_build`); a trial whose artifact is
         already built moves straight on to ``compiled``.
         """
-        with self.transaction() as connection:
+        with self._steps() as connection:
             work = self._claim(connection, trial_id, "compile", worker, lease, max_attempts)
             if work is None:
                 return CompileStart("skipped")
@@ -701,12 +792,13 @@ class Store:
             toolchain=campaign["toolchain"],
             attempts=trial.attempts,
             artifact_digest=trial.artifact_digest if phase == "evaluate" else None,
+            artifact_data=bytes(trial.artifact_data) if phase == "evaluate" and trial.artifact_data else None,
         )
 
     def renew(self, trial_id: int, worker: str, lease: float, build_key: str | None = None) -> bool:
         """Extend this worker's lease on a trial (and on the artifact it builds); False if it lost it."""
         params = {"trial": trial_id, "owner": worker, "expires": utcnow() + timedelta(seconds=lease)}
-        with self.transaction() as connection:
+        with self._steps() as connection:
             held = connection.execute(self._hot.renew_trial, params).rowcount
             if build_key is not None:
                 connection.execute(self._hot.renew_build, params | {"key": build_key})
@@ -719,7 +811,7 @@ class Store:
         ``built`` and ``failed`` are final; ``building`` by another worker means wait for it. Returns a row
         with the artifact's columns. A build whose lease expired ``max_attempts`` times is ``failed``.
         """
-        with self.transaction() as connection:
+        with self._steps() as connection:
             return self._claim_build(connection, work, worker, lease, max_attempts)
 
     def _claim_build(
@@ -773,34 +865,37 @@ class Store:
     ) -> bool:
         """Record the build this worker owns: ``data`` when it succeeded, ``reason`` when it failed.
 
-        With ``trial_id``, the trial this worker holds moves to ``compiled`` in the same transaction.
+        With ``trial_id``, the trial this worker holds moves to ``compiled`` with it.
         """
         now = utcnow()
         blob = None if data is None else hashlib.sha256(data).hexdigest()
-        with self.transaction() as connection:
+        params = {
+            "key": build_key,
+            "owner": worker,
+            "final": "built" if data is not None else "failed",
+            "blob": blob,
+            "why": reason,
+            "log": log_tail,
+            "seconds": seconds,
+            "now": now,
+        }
+        with self._steps() as connection:
+            if data is not None and trial_id is not None and self._hot.built_and_compiled is not None:
+                params |= {"trial": trial_id, "blob_size": len(data), "blob_data": data}
+                return bool(connection.execute(self._hot.built_and_compiled, params).scalar())
+            # In this order, so that a worker stopped between two statements leaves a trial that its lease
+            # gives back.
             if data is not None:
                 connection.execute(
                     self._hot.put_blob, {"digest": blob, "size": len(data), "data": data, "created_at": now}
                 )
-            done = connection.execute(
-                self._hot.finish_build,
-                {
-                    "key": build_key,
-                    "owner": worker,
-                    "final": "built" if data is not None else "failed",
-                    "blob": blob,
-                    "why": reason,
-                    "log": log_tail,
-                    "seconds": seconds,
-                    "now": now,
-                },
-            ).rowcount
+            done = connection.execute(self._hot.finish_build, params).rowcount
             if done and data is not None and trial_id is not None:
                 connection.execute(self._hot.compiled, {"trial": trial_id, "owner": worker, "now": now})
             return bool(done)
 
     def mark_compiled(self, trial_id: int, worker: str) -> bool:
-        with self.transaction() as connection:
+        with self._steps() as connection:
             params = {"trial": trial_id, "owner": worker, "now": utcnow()}
             return bool(connection.execute(self._hot.compiled, params).rowcount)
 
@@ -821,19 +916,21 @@ class Store:
         the work went to another worker): that worker records it instead.
         """
         now = utcnow()
+        params = {
+            "trial": trial_id,
+            "owner": worker,
+            "final": state,
+            "why": reason,
+            "now": now,
+            "out": stdout_tail,
+            "err": stderr_tail,
+        }
+        if measurement is not None and self._hot.record_measured is not None:
+            with self._steps() as connection:
+                measured = {f"m_{name}": measurement[name] for name in MEASURED}
+                return bool(connection.execute(self._hot.record_measured, params | measured).scalar())
         with self.transaction() as connection:
-            trial = connection.execute(
-                self._hot.finish_trial,
-                {
-                    "trial": trial_id,
-                    "owner": worker,
-                    "final": state,
-                    "why": reason,
-                    "now": now,
-                    "out": stdout_tail,
-                    "err": stderr_tail,
-                },
-            ).first()
+            trial = connection.execute(self._hot.finish_trial, params).first()
             if trial is not None and measurement is not None:
                 row = {
                     "trial_id": trial_id,

@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from fleet.settings import Settings
 from fleet.space import build_part
-from fleet.store import Store, TrialWork
+from fleet.store import INLINE_BYTES, Store, TrialWork
 from fleet.workers.cache import ArtifactCache
 from fleet.workers.workloads import Job, Workload, load_workload
 
@@ -56,9 +57,14 @@ class WorkerContext:
         # Processes of one Celery worker share its name; leases must tell them apart.
         return f"{self.name}/{os.getpid()}"
 
-    @property
+    @cached_property
     def cache(self) -> ArtifactCache:
         return ArtifactCache(self.settings.cache_dir / "artifacts")
+
+    @cached_property
+    def _scratch_path(self) -> Path:
+        # A context belongs to one process (see fleet.tasks.lifecycle.context), so its pid is fixed.
+        return self.settings.cache_dir / "scratch" / f"{self.node}-{os.getpid()}"
 
     @contextmanager
     def scratch(self) -> Iterator[Path]:
@@ -67,7 +73,7 @@ class WorkerContext:
         One directory per process, reused: creating and removing a fresh one for every trial costs more
         than a no-op trial's whole bookkeeping on a slow filesystem.
         """
-        path = self.settings.cache_dir / "scratch" / f"{socket.gethostname()}-{os.getpid()}"
+        path = self._scratch_path
         path.mkdir(parents=True, exist_ok=True)
         try:
             yield path
@@ -145,8 +151,9 @@ def _build(ctx: WorkerContext, work: TrialWork) -> bool:
             env=ctx.env,
         )
         built = workload.build(job)
-    if built.data is not None:
-        # The node's cache gets it now, so an evaluation here need not fetch it back.
+    if built.data is not None and len(built.data) > INLINE_BYTES:
+        # The node's cache gets it now, so an evaluation here need not fetch it back; a small artifact
+        # comes with the evaluation's claim instead.
         ctx.cache.put(hashlib.sha256(built.data).hexdigest(), built.data)
     ctx.store.finish_build(
         work.build_key,
@@ -171,7 +178,9 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
         if work.artifact_digest is None:
             ctx.store.record(trial_id, ctx.owner, state="errored", reason="its artifact is missing")
             return "errored"
-        data = ctx.cache.get(work.artifact_digest, ctx.store.get_blob)
+        data = work.artifact_data
+        if data is None:
+            data = ctx.cache.get(work.artifact_digest, ctx.store.get_blob)
         with ctx.scratch() as scratch:
             job = Job(
                 config=work.config,

@@ -159,3 +159,15 @@ def test_gpu_workers_are_pinned_one_per_gpu_and_measure_on_their_own(fleet: Flee
     for gpu, metrics in rows:
         assert int(gpu.split(":")[0]) == metrics["device"]  # each process saw only its own GPU
     fleet.stop(proc)
+
+
+def test_bench_dispatch_takes_turns_and_reports_medians(fleet: Fleet) -> None:
+    done = fleet.cli("bench", "dispatch", "--trials", "20", "--rounds", "2", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result) == {"fleet_trials_per_s", "celery_trials_per_s", "ratio"}
+    rounds = [line for line in done.stderr.splitlines() if line.startswith("round ")]
+    assert [line.split(":")[0] for line in rounds] == ["round 1/2", "round 2/2"]
+    ratios = [float(line.rsplit("ratio ", 1)[1]) for line in rounds]
+    assert result["fleet_trials_per_s"] > 0 and result["celery_trials_per_s"] > 0
+    assert result["ratio"] == pytest.approx(sum(ratios) / 2, abs=0.002)  # the median of two is their mean
