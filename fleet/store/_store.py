@@ -25,6 +25,7 @@ from sqlalchemy import (
     Engine,
     and_,
     bindparam,
+    cast,
     create_engine,
     event,
     func,
@@ -35,7 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, ProgrammingError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fleet.errors import NotFound, StoreError
@@ -56,6 +57,7 @@ from fleet.store._models import (
     Worker,
     utcnow,
 )
+from fleet.store._prepared import Prepared, refused
 
 
 @dataclass(frozen=True)
@@ -247,8 +249,12 @@ class _HotPath:
                         done.c.problem_id,
                         done.c.target,
                         done.c.measure_key,
-                        now,
-                        *(bindparam(f"m_{name}", type_=columns[name].type) for name in MEASURED),
+                        cast(now, DateTime()),
+                        # Cast: a prepared statement cannot tell a bare select-list parameter's type.
+                        *(
+                            cast(bindparam(f"m_{name}", type_=columns[name].type), columns[name].type)
+                            for name in MEASURED
+                        ),
                     ),
                 )
                 .on_conflict_do_nothing()
@@ -259,7 +265,13 @@ class _HotPath:
         columns = Artifact.__table__.columns
         building = (Artifact.build_key == key, Artifact.state == "building")
         self.build = select(*columns).where(Artifact.build_key == key)
-        self.create_build = insert(Artifact).on_conflict_do_nothing().returning(*columns)
+        created = ("build_key", "problem_id", "target", "build_config", "toolchain", "state", "worker")
+        self.create_build = (
+            insert(Artifact)
+            .values(**{name: bindparam(name) for name in created}, lease_expires_at=expires, attempts=1, created_at=now)
+            .on_conflict_do_nothing()
+            .returning(*columns)
+        )
         expired = update(Artifact).where(*building, Artifact.lease_expires_at < now)
         self.take_build = expired.values(
             worker=owner, lease_expires_at=expires, attempts=Artifact.attempts + 1
@@ -331,6 +343,11 @@ class Store:
             raise StoreError(f"{self.display_url}: {error}; use postgresql+psycopg2:// or sqlite:///") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._hot = _HotPath(self.insert, self.dialect)
+        # The statements every trial runs, prepared on PostgreSQL (see fleet.store._prepared).
+        self._prepared: dict[str, Prepared] = {}
+        if self.dialect == "postgresql":
+            for name in ("claim_compile", "create_build", "built_and_compiled", "claim_evaluate", "record_measured"):
+                self._prepared[name] = Prepared(f"fleet_{name}", getattr(self._hot, name), self.engine.dialect)
         self._campaign_cache: dict[int, dict[str, Any]] = {}
         self._problem_cache: dict[int, dict[str, Any]] = {}
 
@@ -720,6 +737,18 @@ class Store:
         except (OperationalError, ProgrammingError) as error:
             raise self._error(error) from error
 
+    def _run(self, connection: Connection, name: str, params: dict[str, Any]) -> Any:
+        """Run the hot statement ``name``: prepared where the server keeps prepared statements."""
+        prepared = self._prepared.get(name)
+        if prepared is not None:
+            try:
+                return prepared.run(connection, params)
+            except DBAPIError as error:
+                if not refused(error):
+                    raise
+                self._prepared.clear()  # this server forgets them: run every statement as text from now on
+        return connection.execute(getattr(self._hot, name), params)
+
     def _definition(self, connection: Connection, campaign_id: int, problem_id: int) -> tuple[dict, dict]:
         """A campaign's and a problem's definitions; both never change, so each process keeps them."""
         campaign = self._campaign_cache.get(campaign_id)
@@ -771,9 +800,9 @@ class Store:
         now = utcnow()
         params = {"trial": trial_id, "owner": worker, "now": now, "expires": now + timedelta(seconds=lease)}
         if phase == "compile":
-            trial = connection.execute(self._hot.claim_compile, params).first()
+            trial = self._run(connection, "claim_compile", params).first()
         else:
-            trial = connection.execute(self._hot.claim_evaluate, params | {"max_attempts": max_attempts}).first()
+            trial = self._run(connection, "claim_evaluate", params | {"max_attempts": max_attempts}).first()
         if trial is None:
             return None
         campaign, problem = self._definition(connection, trial.campaign_id, trial.problem_id)
@@ -820,8 +849,9 @@ class Store:
         hot = self._hot
         now = utcnow()
         expires = now + timedelta(seconds=lease)
-        created = connection.execute(
-            hot.create_build,
+        created = self._run(
+            connection,
+            "create_build",
             {
                 "build_key": work.build_key,
                 "problem_id": work.problem_id,
@@ -830,9 +860,8 @@ class Store:
                 "toolchain": work.toolchain,
                 "state": "building",
                 "worker": worker,
-                "lease_expires_at": expires,
-                "attempts": 1,
-                "created_at": now,
+                "expires": expires,
+                "now": now,
             },
         ).first()
         if created is not None:
@@ -882,7 +911,7 @@ class Store:
         with self._steps() as connection:
             if data is not None and trial_id is not None and self._hot.built_and_compiled is not None:
                 params |= {"trial": trial_id, "blob_size": len(data), "blob_data": data}
-                return bool(connection.execute(self._hot.built_and_compiled, params).scalar())
+                return bool(self._run(connection, "built_and_compiled", params).scalar())
             # In this order, so that a worker stopped between two statements leaves a trial that its lease
             # gives back.
             if data is not None:
@@ -928,7 +957,7 @@ class Store:
         if measurement is not None and self._hot.record_measured is not None:
             with self._steps() as connection:
                 measured = {f"m_{name}": measurement[name] for name in MEASURED}
-                return bool(connection.execute(self._hot.record_measured, params | measured).scalar())
+                return bool(self._run(connection, "record_measured", params | measured).scalar())
         with self.transaction() as connection:
             trial = connection.execute(self._hot.finish_trial, params).first()
             if trial is not None and measurement is not None:

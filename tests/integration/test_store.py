@@ -642,6 +642,27 @@ def test_fail_waiting_errors_only_unheld_trials(store: Store) -> None:
     assert store.trial(held).state == "compiling"
 
 
+def test_the_hot_path_runs_prepared_statements_on_postgresql(postgres_server: Any) -> None:
+    store = Store(postgres_server.create_database(f"p{uuid.uuid4().hex[:12]}"), durable=False)
+    try:
+        store.upgrade()
+        first, second = add(store, make_campaign(store), {"tile": 1}, {"tile": 2})
+        assert store.start_compile(first, "builder", LEASE, MAX).outcome == "claimed"
+        with store._autocommit.connect() as connection:  # the only connection the hot path has opened
+            names = set(connection.scalars(text("SELECT name FROM pg_prepared_statements")))
+            assert {"fleet_claim_compile", "fleet_create_build"} <= names
+            # What a transaction-pooling PgBouncer does: the next statement meets a backend that never saw them.
+            connection.exec_driver_sql("DEALLOCATE ALL")
+        start = store.start_compile(second, "builder", LEASE, MAX)
+        assert start.outcome == "claimed" and start.work is not None and start.work.config == {"tile": 2}
+        assert store.trial(second).state == "compiling"
+        assert not store._prepared  # the store now sends its statements as text
+        assert store.finish_build(start.work.build_key, "builder", data=b"k", trial_id=second)
+        assert store.trial(second).state == "compiled"
+    finally:
+        store.close()
+
+
 # -- the reaper -------------------------------------------------------------------------------------------
 
 
