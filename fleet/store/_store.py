@@ -773,13 +773,13 @@ class Store:
         A trial is free in its waiting state (``new`` before compiling, ``compiled`` before evaluating) or
         when the lease of an earlier claim has expired. Evaluation claims count attempts, and stop at
         ``max_attempts``; :meth:`reap` errors such a trial. An evaluation claim also returns the digest of
-        the trial's artifact.
+        the trial's artifact, and its bytes when it is at most ``INLINE_BYTES``.
         """
         with self._steps() as connection:
             return self._claim(connection, trial_id, phase, worker, lease, max_attempts)
 
     def start_compile(self, trial_id: int, worker: str, lease: float, max_attempts: int) -> CompileStart:
-        """Everything a compile task does before it builds, in one transaction.
+        """Everything a compile task does before it builds (in one transaction on SQLite; see :meth:`_steps`).
 
         The trial is claimed and so is its build (see :meth:`claim_build`); a trial whose artifact is
         already built moves straight on to ``compiled``.

@@ -130,7 +130,8 @@ def deployment(
 
 
 def script_spec(home: Path, target: str, modes: list[str], name: str) -> dict:
-    """A campaign with a build step (its artifact lands in the nodes' caches) and a run-time knob."""
+    """A campaign with a build step and a run-time knob; its artifact, larger than ``INLINE_BYTES``, lands in
+    the nodes' caches (a smaller one would come with each evaluation's claim instead)."""
     shutil.copy(ROOT / "tests" / "data" / "poison.py", home / "poison.py")
     return {
         "name": name,
@@ -140,8 +141,13 @@ def script_spec(home: Path, target: str, modes: list[str], name: str) -> dict:
         "workload": {
             "kind": "command",
             "sources": ["poison.py"],
-            "build": ["cp", "poison.py", "prog.py"],
-            "artifacts": ["prog.py"],
+            "build": [
+                "python3",
+                "-c",
+                "import os, shutil; shutil.copy('poison.py', 'prog.py'); "
+                "open('weights', 'wb').write(os.urandom(1 << 17))",
+            ],
+            "artifacts": ["prog.py", "weights"],
             "run": ["python3", "prog.py", "{mode}"],
             "objective": {"json": "score", "goal": "max"},
             "repeats": 1,
