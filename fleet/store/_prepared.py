@@ -45,7 +45,6 @@ class Prepared:
             return f"${names.index(match.group(1)) + 1}"
 
         self.name = name
-        self.statement = statement
         self.prepare = f"PREPARE {name} AS {PARAMETER.sub(number, compiled.string)}"
         # Literal values (a state's name, NULL) become parameters when SQLAlchemy compiles; they keep theirs.
         self.defaults = dict(compiled.params)
