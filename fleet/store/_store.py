@@ -151,10 +151,19 @@ def _sqlite_begin(connection: Any) -> None:
 # cache would cost more than the bytes.
 INLINE_BYTES = 64 * 1024
 
-# What a worker measured, as :meth:`Store.record` takes it.
-MEASURED = (
-    "objective_name", "maximize", "objective", "valid", "samples", "metrics", "toolchain", "node", "gpu", "worker",
-)  # fmt: skip
+
+def _default(column: str) -> Any:
+    default = Measurement.__table__.c[column].default
+    return default.arg if default is not None and default.is_scalar else None
+
+
+# What a worker measured, as :meth:`Store.record` takes it, with the model's default for each field it leaves out.
+MEASURED = {
+    name: _default(name)
+    for name in (
+        "objective_name", "maximize", "objective", "valid", "samples", "metrics", "toolchain", "node", "gpu", "worker",
+    )
+}  # fmt: skip
 
 
 class _HotPath:
@@ -956,7 +965,7 @@ class Store:
         }
         if measurement is not None and self._hot.record_measured is not None:
             with self._steps() as connection:
-                measured = {f"m_{name}": measurement[name] for name in MEASURED}
+                measured = {f"m_{name}": measurement.get(name, default) for name, default in MEASURED.items()}
                 return bool(self._run(connection, "record_measured", params | measured).scalar())
         with self.transaction() as connection:
             trial = connection.execute(self._hot.finish_trial, params).first()

@@ -583,6 +583,19 @@ def test_record_by_the_holder_writes_state_and_measurement_together(store: Store
         assert (m.objective, m.samples, m.metrics, m.valid) == (2.5, [2.5, 2.5], {"gflops": 3.0}, True)
 
 
+def test_a_measurement_that_leaves_fields_out_gets_the_models_defaults(store: Store) -> None:
+    trial_id = one_trial(store)
+    compile_(store, trial_id)
+    assert store.claim(trial_id, "evaluate", "e", LEASE, MAX) is not None
+    bare = {"objective_name": "ms", "objective": 1.5, "samples": [1.5], "metrics": {}}
+    assert store.record(trial_id, "e", measurement=bare)
+    with store.session() as session:
+        m = session.scalar(select(Measurement).where(Measurement.trial_id == trial_id))
+        assert m is not None
+        assert (m.objective, m.maximize, m.valid, m.toolchain, m.node, m.gpu, m.worker) == (
+            1.5, False, True, "", None, None, None)  # fmt: skip
+
+
 def test_record_by_a_worker_that_lost_the_lease_writes_nothing(store: Store) -> None:
     trial_id = one_trial(store)
     compile_(store, trial_id)
