@@ -676,6 +676,33 @@ def test_the_hot_path_runs_prepared_statements_on_postgresql(postgres_server: An
         store.close()
 
 
+def test_a_hot_path_connection_the_server_dropped_fails_one_call_then_is_replaced(
+    postgres_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store(postgres_server.create_database(f"p{uuid.uuid4().hex[:12]}"), durable=False)
+    try:
+        store.upgrade()
+        first, second = add(store, make_campaign(store), {"tile": 1}, {"tile": 2})
+        assert store.start_compile(first, "builder", LEASE, MAX).outcome == "claimed"
+        with store.engine.connect() as connection:  # what a restarted server or a cut network does
+            connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+        with pytest.raises(StoreError, match="does not answer") as raised:
+            store.start_compile(second, "builder", LEASE, MAX)
+        assert "\n" not in str(raised.value)
+        assert "Exception during reset" not in caplog.text  # thrown away, not handed back to the pool
+        assert store.trial(second).state == "new"
+        start = store.start_compile(second, "builder", LEASE, MAX)  # on a new connection, prepared again
+        assert start.outcome == "claimed" and start.work is not None and start.work.config == {"tile": 2}
+        assert store._prepared  # a dead connection is not a server that forgets prepared statements
+    finally:
+        store.close()
+
+
 # -- the reaper -------------------------------------------------------------------------------------------
 
 
