@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,9 +21,11 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     Connection,
     DateTime,
     Engine,
+    Text,
     and_,
     bindparam,
     cast,
@@ -32,6 +35,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -91,6 +95,10 @@ class TrialWork:
     attempts: int
     artifact_digest: str | None = None
     artifact_data: bytes | None = None  # with an evaluation claim, when the artifact is small (INLINE_BYTES)
+
+
+# An artifact's row as a statement that creates it returns it.
+ArtifactRow = namedtuple("ArtifactRow", [column.key for column in Artifact.__table__.columns])  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
@@ -301,7 +309,7 @@ class _HotPath:
                 lease_expires_at=None,
             )
         )
-        self.built_and_compiled = None
+        self.built_and_compiled = self.claim_and_create = None
         if dialect == "postgresql":
             # A successful build: its blob, its artifact and its trial in one statement. The blob's
             # parameters are not named after columns, which an UPDATE would set.
@@ -316,6 +324,48 @@ class _HotPath:
             built = self.finish_build.returning(Artifact.build_key).cte("built")
             compiled = self.compiled.where(select(built.c.build_key).exists()).cte("compiled")
             self.built_and_compiled = select(func.count()).select_from(built).add_cte(stored, compiled)
+
+            # A compile claim and its artifact's creation in one statement. The artifact's build-time
+            # knobs are fleet.space.build_part's, in SQL: those of the trial's configuration that the
+            # campaign's space has and does not mark ``build: false``.
+            trial_claimed = self.claim_compile.cte("claimed")
+            knob = (
+                func.jsonb_each(Campaign.space.op("->")(literal_column("'knobs'")))
+                .table_valued("key", "value")
+                .render_derived(name="knob")
+            )
+            value = trial_claimed.c.config.op("->")(knob.c.key)
+            build_flag = cast(knob.c.value.op("->>")(literal_column("'build'")), Boolean)
+            build_config = (
+                select(func.coalesce(func.jsonb_object_agg(knob.c.key, value), literal_column("'{}'::jsonb")))
+                .where(value.is_not(None), func.coalesce(build_flag, true()))
+                .scalar_subquery()
+            )
+            toolchain = func.coalesce(Campaign.provenance.op("->>")(literal_column("'toolchain'")), "")
+            created_artifact = (
+                insert(Artifact)
+                .from_select(
+                    [*created, "lease_expires_at", "attempts", "created_at"],
+                    select(
+                        trial_claimed.c.build_key,
+                        trial_claimed.c.problem_id,
+                        trial_claimed.c.target,
+                        build_config,
+                        toolchain,
+                        literal_column("'building'"),
+                        cast(owner, Text),  # Cast: see record_measured.
+                        cast(expires, DateTime()),
+                        literal_column("1"),
+                        cast(now, DateTime()),
+                    ).join_from(trial_claimed, Campaign, Campaign.id == trial_claimed.c.campaign_id),
+                )
+                .on_conflict_do_nothing()
+                .returning(*columns)
+                .cte("created")
+            )
+            self.claim_and_create = select(
+                *trial_claimed.c, *(c.label(f"artifact_{c.key}") for c in created_artifact.c)
+            ).select_from(trial_claimed.outerjoin(created_artifact, true()))
 
 
 class Store:
@@ -355,7 +405,10 @@ class Store:
         # The statements every trial runs, prepared on PostgreSQL (see fleet.store._prepared).
         self._prepared: dict[str, Prepared] = {}
         if self.dialect == "postgresql":
-            for name in ("claim_compile", "create_build", "built_and_compiled", "claim_evaluate", "record_measured"):
+            for name in (
+                "claim_and_create", "claim_compile", "create_build", "built_and_compiled", "claim_evaluate",
+                "record_measured",
+            ):  # fmt: skip
                 self._prepared[name] = Prepared(f"fleet_{name}", getattr(self._hot, name), self.engine.dialect)
         self._campaign_cache: dict[int, dict[str, Any]] = {}
         self._problem_cache: dict[int, dict[str, Any]] = {}
@@ -791,13 +844,24 @@ class Store:
         """Everything a compile task does before it builds (in one transaction on SQLite; see :meth:`_steps`).
 
         The trial is claimed and so is its build (see :meth:`claim_build`); a trial whose artifact is
-        already built moves straight on to ``compiled``.
+        already built moves straight on to ``compiled``. On PostgreSQL, the claim creates the artifact
+        in the same statement when it is new, as it is for most trials.
         """
         with self._steps() as connection:
-            work = self._claim(connection, trial_id, "compile", worker, lease, max_attempts)
-            if work is None:
+            now = utcnow()
+            params = {"trial": trial_id, "owner": worker, "now": now, "expires": now + timedelta(seconds=lease)}
+            merged = self._hot.claim_and_create is not None
+            row = self._run(connection, "claim_and_create" if merged else "claim_compile", params).first()
+            if row is None:
                 return CompileStart("skipped")
-            artifact = self._claim_build(connection, work, worker, lease, max_attempts)
+            work = self._work(connection, row, "compile")
+            if not merged:
+                artifact = self._claim_build(connection, work, worker, lease, max_attempts)
+            elif row.artifact_id is not None:
+                created = ArtifactRow(*(getattr(row, f"artifact_{name}") for name in ArtifactRow._fields))
+                return CompileStart("claimed", work, created)
+            else:
+                artifact = self._take_build(connection, work.build_key, worker, lease, max_attempts)
             if artifact.state == "built":
                 connection.execute(self._hot.compiled, {"trial": trial_id, "owner": worker, "now": utcnow()})
                 return CompileStart("compiled")
@@ -812,8 +876,10 @@ class Store:
             trial = self._run(connection, "claim_compile", params).first()
         else:
             trial = self._run(connection, "claim_evaluate", params | {"max_attempts": max_attempts}).first()
-        if trial is None:
-            return None
+        return None if trial is None else self._work(connection, trial, phase)
+
+    def _work(self, connection: Connection, trial: Any, phase: str) -> TrialWork:
+        """What a worker needs of a trial it claimed (a row of a claim statement)."""
         campaign, problem = self._definition(connection, trial.campaign_id, trial.problem_id)
         return TrialWork(
             trial_id=trial.id,
@@ -855,9 +921,7 @@ class Store:
     def _claim_build(
         self, connection: Connection, work: TrialWork, worker: str, lease: float, max_attempts: int
     ) -> Any:
-        hot = self._hot
         now = utcnow()
-        expires = now + timedelta(seconds=lease)
         created = self._run(
             connection,
             "create_build",
@@ -869,13 +933,19 @@ class Store:
                 "toolchain": work.toolchain,
                 "state": "building",
                 "worker": worker,
-                "expires": expires,
+                "expires": now + timedelta(seconds=lease),
                 "now": now,
             },
         ).first()
         if created is not None:
             return created
-        key = {"key": work.build_key}
+        return self._take_build(connection, work.build_key, worker, lease, max_attempts)
+
+    def _take_build(self, connection: Connection, build_key: str, worker: str, lease: float, max_attempts: int) -> Any:
+        """An artifact that exists: as it is, or taken over (or failed) when its builder's lease expired."""
+        hot = self._hot
+        now = utcnow()
+        key = {"key": build_key}
         artifact = connection.execute(hot.build, key).one()
         if artifact.state != "building" or artifact.lease_expires_at >= now:
             return artifact
@@ -883,6 +953,7 @@ class Store:
             why = f"the build was lost {max_attempts} times (its worker died)"
             taken = connection.execute(hot.fail_build, key | {"now": now, "why": why}).first()
         else:
+            expires = now + timedelta(seconds=lease)
             taken = connection.execute(hot.take_build, key | {"now": now, "owner": worker, "expires": expires}).first()
         return taken or connection.execute(hot.build, key).one()
 

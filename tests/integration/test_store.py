@@ -508,6 +508,31 @@ def test_an_evaluation_claim_carries_its_own_trials_artifact(store: Store) -> No
         assert work is not None and work.artifact_digest == digests[trial_id]
 
 
+@pytest.mark.parametrize("toolchain", ["gcc 13", None])
+def test_a_compile_claim_creates_its_artifact_with_the_build_time_knobs(store: Store, toolchain: str | None) -> None:
+    space = {
+        "knobs": {
+            "tile": {"values": [1, 2], "build": True},
+            "n": {"values": [64, 128], "build": False},
+            "unroll": [1, 2],  # a bare list of values: a build-time knob
+            "vector": {"values": [False, True]},
+        }
+    }
+    provenance = {"toolchain": toolchain} if toolchain else {}
+    campaign = make_campaign(store, space=space, provenance=provenance)
+    (trial_id,) = add(store, campaign, {"tile": 2, "n": 64, "unroll": 1, "vector": False, "stray": "x"})
+    start = store.start_compile(trial_id, "b", LEASE, MAX)
+    assert start.outcome == "claimed" and start.work is not None
+    stored = store.artifact(start.work.build_key)
+    assert stored is not None
+    assert stored.build_config == {"tile": 2, "unroll": 1, "vector": False}
+    assert (stored.toolchain, stored.state, stored.worker, stored.attempts) == (toolchain or "", "building", "b", 1)
+    assert stored.lease_expires_at is not None and stored.lease_expires_at > utcnow()
+    claimed = start.artifact  # what the compile task goes on with is the row it created
+    assert (claimed.build_key, claimed.state, claimed.worker) == (stored.build_key, "building", "b")
+    assert claimed.build_config == stored.build_config
+
+
 def test_a_second_claim_while_the_lease_is_live_gets_nothing(store: Store) -> None:
     trial_id = one_trial(store)
     assert store.claim(trial_id, "compile", "a", LEASE, MAX) is not None
@@ -663,7 +688,7 @@ def test_the_hot_path_runs_prepared_statements_on_postgresql(postgres_server: An
         assert store.start_compile(first, "builder", LEASE, MAX).outcome == "claimed"
         with store._autocommit.connect() as connection:  # the only connection the hot path has opened
             names = set(connection.scalars(text("SELECT name FROM pg_prepared_statements")))
-            assert {"fleet_claim_compile", "fleet_create_build"} <= names
+            assert "fleet_claim_and_create" in names
             # What a transaction-pooling PgBouncer does: the next statement meets a backend that never saw them.
             connection.exec_driver_sql("DEALLOCATE ALL")
         start = store.start_compile(second, "builder", LEASE, MAX)
