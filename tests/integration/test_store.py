@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import func, select, text, update
+from sqlalchemy import event, func, select, text, update
 
 from fleet.errors import NotFound, StoreError
 from fleet.space import digest
@@ -1121,6 +1121,31 @@ def test_results_returns_only_terminal_trials_with_their_measurements(store: Sto
     assert not any(r.reused for r in results.values())
     assert [r.trial_id for r in store.results(campaign_id=campaign.id)] == sorted([done, failed, invalid])
     assert store.results([]) == []
+
+
+def test_results_look_trials_up_by_id_even_when_statistics_say_none_finished(postgres_server: Any) -> None:
+    store = Store(postgres_server.create_database(f"p{uuid.uuid4().hex[:12]}"))
+    try:
+        store.upgrade()
+        trial_ids = add(store, make_campaign(store), *({"tile": t} for t in range(400)))
+        with store.engine.begin() as connection:
+            connection.execute(text("ANALYZE trials"))  # every trial is new: what a campaign's start looks like
+        for trial_id in trial_ids:
+            assert store.claim(trial_id, "compile", "b", LEASE, MAX) is not None
+            assert store.record(trial_id, "b", state="errored", reason="build failed")
+        statements: list[str] = []
+
+        def capture(connection: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+            if statement.lstrip().startswith("SELECT trials.id"):
+                statements.append(cursor.mogrify(statement, parameters).decode())
+
+        event.listen(store.engine, "before_cursor_execute", capture)
+        assert [r.trial_id for r in store.results(trial_ids[-50:])] == trial_ids[-50:]
+        with store.engine.connect() as connection:
+            plan = "\n".join(connection.scalars(text(f"EXPLAIN {statements[-1]}")))
+        assert "ix_trials_state_lease" not in plan and "ix_trials_campaign_state" not in plan, plan
+    finally:
+        store.close()
 
 
 def test_results_of_a_reused_trial_report_the_source_measurement(store: Store) -> None:
