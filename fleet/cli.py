@@ -545,7 +545,7 @@ def bench() -> None:
 @bench.command("dispatch")
 @click.option("--trials", type=click.IntRange(10), default=2000, show_default=True, help="Trials per side.")
 @click.option(
-    "--rounds", type=click.IntRange(1), default=3, show_default=True, help="Turns each side takes; medians are kept."
+    "--rounds", type=click.IntRange(1), default=5, show_default=True, help="Turns each side takes; medians are kept."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print {fleet_trials_per_s, celery_trials_per_s, ratio}.")
 def bench_dispatch(trials: int, rounds: int, as_json: bool) -> None:

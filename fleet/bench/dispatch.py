@@ -176,7 +176,7 @@ def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> float:
 
 
 def run(
-    trials: int = 2000, rounds: int = 3, on_round: Callable[[int, float, float], None] | None = None
+    trials: int = 2000, rounds: int = 5, on_round: Callable[[int, float, float], None] | None = None
 ) -> dict[str, float]:
     """Measure both, on the URLs in the environment or on private servers started for the run.
 
