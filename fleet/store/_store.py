@@ -98,7 +98,7 @@ class TrialWork:
     artifact_data: bytes | None = None  # with an evaluation claim, when the artifact is small (INLINE_BYTES)
 
 
-RUNNING_STATES = tuple(state for state in TRIAL_STATES if state not in TERMINAL_STATES)
+UNFINISHED_STATES = tuple(state for state in TRIAL_STATES if state not in TERMINAL_STATES)
 
 # An artifact's row as a statement that creates it returns it.
 ArtifactRow = namedtuple("ArtifactRow", [column.key for column in Artifact.__table__.columns])  # type: ignore[misc]
@@ -747,7 +747,7 @@ class Store:
             # NOT IN, not IN: no index serves it, so the planner finds the trials by id (or campaign) even
             # when its statistics, stale in the middle of a campaign, say that few trials have finished;
             # with IN, it may read every finished trial of the database through the state index instead.
-            .where(Trial.state.not_in(RUNNING_STATES))
+            .where(Trial.state.not_in(UNFINISHED_STATES))
             .order_by(Trial.id)
         )
         if trial_ids is not None:
