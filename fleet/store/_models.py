@@ -139,8 +139,9 @@ class Trial(Base):
     target: Mapped[str] = mapped_column(String(64))
     config: Mapped[dict[str, Any]]
     config_key: Mapped[str] = mapped_column(String(64))
-    build_key: Mapped[str] = mapped_column(String(64), index=True)
-    measure_key: Mapped[str] = mapped_column(String(64), index=True)
+    # Not indexed: nothing looks a trial up by these, and every state change would write the indexes.
+    build_key: Mapped[str] = mapped_column(String(64))
+    measure_key: Mapped[str] = mapped_column(String(64))
     seq: Mapped[int] = mapped_column(Integer, default=0)
     baseline: Mapped[bool] = mapped_column(Boolean, default=False)
     state: Mapped[str] = mapped_column(String(16), default="new")

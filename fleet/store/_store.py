@@ -666,7 +666,9 @@ class Store:
                     select(Trial.measure_key, Trial.id, Trial.state)
                     .join(Measurement, Measurement.trial_id == Trial.id)
                     .where(
-                        Trial.measure_key.in_({t.measure_key for t in trials}),
+                        # Through the measurements' index: the trials have none on their measure key.
+                        Measurement.measure_key.in_({t.measure_key for t in trials}),
+                        Trial.measure_key == Measurement.measure_key,
                         Trial.state.in_(("evaluated", "invalid")),
                     )
                 ).all()

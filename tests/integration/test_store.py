@@ -33,7 +33,7 @@ from fleet.store import (
     Worker,
     utcnow,
 )
-from fleet.store._models import Blob
+from fleet.store._models import Base, Blob
 
 T = TypeVar("T")
 
@@ -197,6 +197,14 @@ def test_upgrade_is_idempotent_and_reaches_head(store: Store) -> None:
     assert store.upgrade() == store.head()
     assert store.revision() == store.head() != ""
     store.check()
+
+
+def test_the_migrations_build_the_schema_the_models_describe(store: Store) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    with store.engine.connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
 
 
 def test_check_on_an_empty_database_says_to_run_fleet_db_upgrade(fresh_url: str) -> None:
