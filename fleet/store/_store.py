@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -415,6 +417,11 @@ class Store:
                 self._prepared[name] = Prepared(f"fleet_{name}", getattr(self._hot, name), self.engine.dialect)
         self._campaign_cache: dict[int, dict[str, Any]] = {}
         self._problem_cache: dict[int, dict[str, Any]] = {}
+        # The hot path's own connection, held between calls (see _steps), and the process it belongs to.
+        self._held: Connection | None = None
+        self._held_pid = os.getpid()
+        self._held_lock = threading.Lock()
+        self._inherited: list[Connection] = []
 
     def _engine(self, url: str, parsed: Any, durable: bool, **options: Any) -> Engine:
         if self.dialect == "sqlite":
@@ -434,12 +441,19 @@ class Store:
         raise StoreError(f"{self.display_url}: Fleet stores its data in PostgreSQL or SQLite")
 
     def close(self) -> None:
+        if self._held_lock.acquire(blocking=False):
+            try:
+                self._release_held()
+            finally:
+                self._held_lock.release()
         for engine in (self.engine, self._autocommit):
             if engine is not None:
                 engine.dispose()
 
     def after_fork(self) -> None:
         """Drop connections inherited from a parent process; they must not be shared."""
+        self._forget_parents()
+        self._held_lock = threading.Lock()  # another thread of the parent may have held it
         for engine in (self.engine, self._autocommit):
             if engine is not None:
                 engine.dispose(close=False)
@@ -796,16 +810,50 @@ class Store:
         hot path orders its statements so that stopping between two of them leaves work that a lease brings
         back, and what must be atomic is one statement. SQLite runs them in one transaction, as its writers
         take the database's lock anyway.
+
+        The store holds one such connection between calls: a pool's checkout and checkin cost a worker
+        more CPU than a statement. A thread that finds it in use takes one from the pool, and a call that
+        fails gives it back, so that the next one starts on a sound connection.
         """
         if self._autocommit is None:
             with self.transaction() as connection:
                 yield connection
             return
         try:
-            with self._autocommit.connect() as connection:
-                yield connection
+            if not self._held_lock.acquire(blocking=False):
+                with self._autocommit.connect() as connection:
+                    yield connection
+                return
+            try:
+                self._forget_parents()
+                if self._held is None:
+                    self._held = self._autocommit.connect()
+                try:
+                    yield self._held
+                except BaseException:
+                    self._release_held()
+                    raise
+            finally:
+                self._held_lock.release()
         except (OperationalError, ProgrammingError) as error:
             raise self._error(error) from error
+
+    def _release_held(self) -> None:
+        """Give the held connection back to the pool (which throws it away if it was invalidated)."""
+        self._forget_parents()
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
+
+    def _forget_parents(self) -> None:
+        """Set aside a held connection that a parent process opened: it runs on the parent's socket.
+
+        It stays referenced, so that it is never closed here nor goes back to this process's pool.
+        """
+        if self._held is not None and self._held_pid != os.getpid():
+            self._inherited.append(self._held)
+            self._held = None
+        self._held_pid = os.getpid()
 
     def _run(self, connection: Connection, name: str, params: dict[str, Any]) -> Any:
         """Run the hot statement ``name``: prepared where the server keeps prepared statements."""

@@ -7,6 +7,7 @@ holder records, and the reaper gives back work whose lease expired. These tests 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 import uuid
@@ -694,7 +695,7 @@ def test_the_hot_path_runs_prepared_statements_on_postgresql(postgres_server: An
         store.upgrade()
         first, second = add(store, make_campaign(store), {"tile": 1}, {"tile": 2})
         assert store.start_compile(first, "builder", LEASE, MAX).outcome == "claimed"
-        with store._autocommit.connect() as connection:  # the only connection the hot path has opened
+        with store._steps() as connection:  # the connection the hot path holds
             names = set(connection.scalars(text("SELECT name FROM pg_prepared_statements")))
             assert "fleet_claim_and_create" in names
             # What a transaction-pooling PgBouncer does: the next statement meets a backend that never saw them.
@@ -705,6 +706,33 @@ def test_the_hot_path_runs_prepared_statements_on_postgresql(postgres_server: An
         assert not store._prepared  # the store now sends its statements as text
         assert store.finish_build(start.work.build_key, "builder", data=b"k", trial_id=second)
         assert store.trial(second).state == "compiled"
+    finally:
+        store.close()
+
+
+def test_a_forked_process_never_uses_the_connection_its_parent_holds(postgres_server: Any) -> None:
+    store = Store(postgres_server.create_database(f"p{uuid.uuid4().hex[:12]}"), durable=False)
+    try:
+        store.upgrade()
+        first, second, third = add(store, make_campaign(store), *({"tile": t} for t in (1, 2, 4)))
+        assert store.start_compile(first, "parent", LEASE, MAX).outcome == "claimed"
+        with store._steps() as connection:
+            parent_backend = connection.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        pid = os.fork()
+        if pid == 0:  # the child: what a worker pool's process does with a store it inherited
+            code = 1
+            try:
+                with store._steps() as connection:
+                    child_backend = connection.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+                claimed = store.start_compile(second, "child", LEASE, MAX).outcome == "claimed"
+                code = 0 if claimed and child_backend != parent_backend else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert store.start_compile(third, "parent", LEASE, MAX).outcome == "claimed"  # its connection still works
+        with store._steps() as connection:
+            assert connection.exec_driver_sql("SELECT pg_backend_pid()").scalar() == parent_backend
     finally:
         store.close()
 
