@@ -102,6 +102,13 @@ class TrialWork:
 
 UNFINISHED_STATES = tuple(state for state in TRIAL_STATES if state not in TERMINAL_STATES)
 
+
+def _claim_params(trial_id: int, worker: str, lease: float) -> dict[str, Any]:
+    """The parameters of a claim statement: the trial, its new holder, now and when the lease expires."""
+    now = utcnow()
+    return {"trial": trial_id, "owner": worker, "now": now, "expires": now + timedelta(seconds=lease)}
+
+
 # An artifact's row as a statement that creates it returns it.
 ArtifactRow = namedtuple("ArtifactRow", [column.key for column in Artifact.__table__.columns])  # type: ignore[misc]
 
@@ -904,8 +911,7 @@ class Store:
         in the same statement when it is new, as it is for most trials.
         """
         with self._steps() as connection:
-            now = utcnow()
-            params = {"trial": trial_id, "owner": worker, "now": now, "expires": now + timedelta(seconds=lease)}
+            params = _claim_params(trial_id, worker, lease)
             merged = self._hot.claim_and_create is not None
             row = self._run(connection, "claim_and_create" if merged else "claim_compile", params).first()
             if row is None:
@@ -926,8 +932,7 @@ class Store:
     def _claim(
         self, connection: Connection, trial_id: int, phase: str, worker: str, lease: float, max_attempts: int
     ) -> TrialWork | None:
-        now = utcnow()
-        params = {"trial": trial_id, "owner": worker, "now": now, "expires": now + timedelta(seconds=lease)}
+        params = _claim_params(trial_id, worker, lease)
         if phase == "compile":
             trial = self._run(connection, "claim_compile", params).first()
         else:
