@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +22,24 @@ from fleet.workers.workloads.replay import ReplayWorkload
 
 SPACES = Path(__file__).resolve().parents[2].parent / "shared" / "tuning-spaces"
 
-# The table of ../shared/tuning-spaces/README.md: configurations, valid ones, optimum (ms), median / optimum.
-README = {
-    "convolution_kt__RTX_2080_Ti.json.gz": (6768, 5256, 0.7061, 3.18),
-    "convolution_milo__A100.json.gz": (4362, 4201, 0.5536, 3.31),
-    "convolution_milo__A4000.json.gz": (4362, 4201, 1.021, 3.24),
-    "convolution_milo__MI250X.json.gz": (4362, 4362, 0.6588, 30.11),
-    "dedispersion_milo__A100.json.gz": (11130, 11130, 68.12, 1.06),
-    "gemm_clblast__RTX_2080_Ti.json.gz": (17956, 17956, 11.48, 2.49),
-    "pnpoly__RTX_2080_Ti.json.gz": (4092, 3722, 8.024, 1.80),
-}
+
+def readme_table() -> dict[str, tuple[int, int, float, float]]:
+    """The table of ../shared/tuning-spaces/README.md: configurations, valid ones, optimum (ms), median / optimum.
+
+    Read from the folder itself, so that a space added with its row is checked without editing this file.
+    """
+    rows = {}
+    for line in (SPACES / "README.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 6 or not cells[0].endswith(".json.gz"):
+            continue
+        counts = re.fullmatch(r"(\d+) \((\d+)\)", cells[3])
+        assert counts, line
+        rows[cells[0]] = (int(counts[1]), int(counts[2]), float(cells[4]), float(cells[5]))
+    return rows
+
+
+README = readme_table()
 
 
 @pytest.fixture(autouse=True)
