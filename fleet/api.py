@@ -18,17 +18,7 @@ from fleet.campaign import CampaignSpec, Driver, Summary, chains_on_fleet
 from fleet.campaign import submit as _submit
 from fleet.chains import ChainDriver
 from fleet.settings import get_settings
-from fleet.store import Campaign, Measurement, Store, TrialResult
-
-
-def connect() -> Store:
-    """The store the environment names; an embedded database is migrated on first use."""
-    settings = get_settings()
-    store = Store(settings.database_url)
-    if settings.embedded_database:
-        store.upgrade()
-    store.check()
-    return store
+from fleet.store import Campaign, Measurement, Store, TrialResult, connect
 
 
 def submit(spec: CampaignSpec, store: Store | None = None) -> Campaign:

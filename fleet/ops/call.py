@@ -22,9 +22,9 @@ from typing import Any
 
 import click
 
-from fleet.api import connect
 from fleet.errors import BrokerError, FleetError, NotFound, SpecError
 from fleet.settings import get_settings, redact
+from fleet.store import connect
 
 ADHOC = "adhoc"
 

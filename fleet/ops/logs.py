@@ -301,7 +301,7 @@ def logs_command(worker: str | None, trial: int | None, follow_: bool, lines: in
         raise NotFound(f"no worker logs under {directory}")
     pattern = None
     if trial is not None:
-        from fleet.api import connect
+        from fleet.store import connect
 
         store = connect()
         ran = trial_workers(store, trial)

@@ -271,7 +271,7 @@ def metrics_command(port: int | None, address: str) -> None:
     """Queue health and live workers as Prometheus metrics: printed once, or served at /metrics."""
     from prometheus_client import generate_latest
 
-    from fleet.api import connect
+    from fleet.store import connect
 
     reg = registry(connect())
     if port is None:

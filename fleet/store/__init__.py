@@ -1,5 +1,6 @@
 """The store: problems, campaigns, trials, artifacts, measurements, machines and workers."""
 
+from fleet.store._connect import connect
 from fleet.store._models import (
     TERMINAL_STATES,
     TRIAL_STATES,
@@ -34,5 +35,6 @@ __all__ = [
     "TrialResult",
     "TrialWork",
     "Worker",
+    "connect",
     "utcnow",
 ]
