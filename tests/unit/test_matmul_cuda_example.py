@@ -1,0 +1,169 @@
+"""examples/matmul-cuda without a GPU: the spec loads, its constraints keep every configuration the kernel refuses
+out of the space, the kernel computes the right product when emulated on the CPU, nvcc (where installed) compiles
+it, and ``fleet tune`` without nvcc stops with one line."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleet.campaign import load_spec
+from fleet.space import Space
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "matmul-cuda"
+SPEC = EXAMPLE / "spec.json"
+DEFINES = {
+    "block_x": "BLOCK_X",
+    "block_y": "BLOCK_Y",
+    "tile_m": "TILE_M",
+    "tile_n": "TILE_N",
+    "tile_k": "TILE_K",
+    "unroll": "UNROLL",
+    "vector": "VECTOR",
+    "shared": "SHARED",
+}
+GXX = shutil.which("g++")
+CPP = shutil.which("cpp")
+NVCC = shutil.which("nvcc")
+
+
+def _space() -> Space:
+    return load_spec(SPEC).space
+
+
+def _defines(config: dict) -> list[str]:
+    return [f"-D{DEFINES[name]}={int(value) if isinstance(value, bool) else value}" for name, value in config.items()]
+
+
+def test_spec_routes_to_sm_90_with_the_default_strategy() -> None:
+    spec = load_spec(SPEC)
+    assert spec.target == "sm_90"
+    assert spec.strategy["name"] == "auto"
+    assert [p.params for p in spec.problems] == [{"n": 4096}]
+    assert spec.workload["run"] == ["./matmul", "{n}"]
+    assert spec.workload["objective"] == {"name": "gflops", "json": "gflops", "goal": "max"}
+    # Every knob reaches the build as the define the kernel reads, and the build is for the spec's target.
+    build = spec.workload["build"]
+    assert {f"-D{define}={{{knob}}}" for knob, define in DEFINES.items()} <= set(build)
+    assert "-arch=sm_90" in build
+    assert [k.name for k in spec.space.knobs] == list(DEFINES)
+
+
+@pytest.mark.skipif(CPP is None, reason="no C preprocessor")
+def test_every_configuration_of_the_space_passes_the_kernels_rules(tmp_path: Path) -> None:
+    """One preprocessor run over the whole space: kernel.cuh's #error rules fire for none of its configurations."""
+    space = _space()
+    valid = list(space)
+    assert 5_000 < len(valid) < math.prod(len(k.values) for k in space.knobs)  # some ruled out, not all
+    lines = []
+    for index, config in enumerate(valid):
+        lines.append(f'#line 1 "config-{index}"')
+        for name, value in config.items():
+            lines += [f"#undef {DEFINES[name]}", f"#define {DEFINES[name]} {int(value)}"]
+        lines.append(f'#include "{EXAMPLE / "kernel.cuh"}"')
+    source = tmp_path / "all.c"
+    source.write_text("\n".join(lines) + "\n")
+    done = subprocess.run([CPP, "-P", str(source), "-o", os.devnull], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[:2000]
+    assert "#error" not in done.stderr
+
+
+@pytest.mark.skipif(CPP is None, reason="no C preprocessor")
+@pytest.mark.parametrize(
+    ("change", "rule"),
+    [
+        ({"vector": 4, "tile_m": 2}, "multiples of VECTOR"),
+        ({"vector": 2, "tile_k": 4, "tile_n": 1}, "multiples of VECTOR"),
+        ({"shared": True, "block_x": 32, "block_y": 32, "tile_m": 8, "tile_n": 8, "tile_k": 32}, "48 KiB"),
+    ],
+)
+def test_configurations_the_kernel_refuses_are_outside_the_space(change: dict, rule: str, tmp_path: Path) -> None:
+    space = _space()
+    config = {"block_x": 16, "block_y": 16, "tile_m": 4, "tile_n": 4, "tile_k": 16, "unroll": 4, "vector": 4}
+    config |= {"shared": True} | change
+    assert not space.is_valid(config)
+    done = subprocess.run(
+        [CPP, "-P", *_defines(config), str(EXAMPLE / "kernel.cuh"), "-o", os.devnull],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0 and rule in done.stderr
+
+
+EMULATED = [
+    {},  # the kernel's defaults: 16 x 16 threads of 4 x 4, shared memory, float4
+    {"SHARED": 0},
+    {"BLOCK_X": 8, "BLOCK_Y": 4, "TILE_M": 2, "TILE_N": 8, "TILE_K": 8, "VECTOR": 2, "UNROLL": 8},
+    {"BLOCK_X": 4, "BLOCK_Y": 8, "TILE_M": 8, "TILE_N": 4, "TILE_K": 4, "VECTOR": 4, "SHARED": 0},
+    {"BLOCK_X": 8, "BLOCK_Y": 8, "TILE_M": 1, "TILE_N": 1, "TILE_K": 32, "VECTOR": 1, "UNROLL": 2},
+]
+
+
+@pytest.mark.skipif(GXX is None, reason="no g++")
+@pytest.mark.parametrize("defines", EMULATED, ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()) or "defaults")
+def test_kernel_emulated_on_the_cpu_computes_the_product(defines: dict, tmp_path: Path) -> None:
+    """An order that is no multiple of the tiles, so the padding, the last tiles and the barriers all count."""
+    binary = tmp_path / "emulate"
+    flags = [f"-D{k}={v}" for k, v in defines.items()]
+    build = subprocess.run(
+        [GXX, "-std=c++20", "-O1", "-pthread", *flags, str(EXAMPLE / "emulate.cpp"), "-o", str(binary)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    done = subprocess.run([str(binary), "37"], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["check"] == "ok" and result["n"] == 37 and result["ld"] >= 37
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("defines", [EMULATED[0], EMULATED[3]], ids=["shared", "global"])
+def test_nvcc_compiles_the_kernel_for_sm_90(defines: dict, tmp_path: Path) -> None:
+    flags = [f"-D{k}={v}" for k, v in defines.items()]
+    out = tmp_path / "matmul.ptx"
+    done = subprocess.run(
+        [NVCC, "-ptx", "-arch=sm_90", *flags, str(EXAMPLE / "matmul.cu"), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ".entry _Z11tuned_sgemmPKfS0_Pfi" in out.read_text()
+
+
+def test_a_sample_of_the_space_builds_with_distinct_arguments() -> None:
+    """The build template fills every knob, so two configurations never share an artifact by accident."""
+    from fleet.workers.workloads.command import fill
+
+    spec = load_spec(SPEC)
+    sample = random.Random(5).sample(list(spec.space), 20)
+    argvs = {tuple(fill(spec.workload["build"], {**spec.problems[0].params, **c})) for c in sample}
+    assert len(argvs) == 20
+    assert all(arg.startswith("-DSHARED=") and arg[-1] in "01" for argv in argvs for arg in argv if "SHARED" in arg)
+
+
+def test_tune_without_nvcc_stops_with_one_line(tmp_path: Path) -> None:
+    fleet = Path(sys.executable).with_name("fleet")
+    path = os.pathsep.join(d for d in ("/usr/bin", "/bin") if not (Path(d) / "nvcc").exists())
+    env = {"PATH": path, "HOME": str(tmp_path), "FLEET_HOME": str(tmp_path / "home"), "LANG": "C.UTF-8"}
+    done = subprocess.run(
+        [str(fleet), "tune", str(SPEC)], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "fleet: error: cannot run the toolchain command ['nvcc', '--version']: "
+        "[Errno 2] No such file or directory: 'nvcc'"
+    ]
