@@ -21,6 +21,7 @@ from fleet.settings import Settings
 from fleet.space import build_part
 from fleet.store import INLINE_BYTES, Store, TrialWork
 from fleet.workers.cache import ArtifactCache
+from fleet.workers.observers import observed
 from fleet.workers.workloads import Job, Workload, load_workload
 
 BUILD_POLL_SECONDS = 0.2
@@ -191,7 +192,8 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
                 tick_seconds=ctx.tick_seconds,
                 env=ctx.env,
             )
-            measured = workload.evaluate(job, data)
+            # The GPU's clocks, power and energy while it ran become metrics (fleet.workers.observers).
+            measured = observed(ctx.gpu, lambda: workload.evaluate(job, data), workload.definition.get("objective"))
     except Exception as error:
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}")
         raise
