@@ -4,12 +4,11 @@ The Python API is re-exported here: :func:`load_spec`, :class:`CampaignSpec`, :f
 :func:`status`, :func:`best`; see :mod:`fleet.api`.
 """
 
-__version__ = "0.1.0"
-
+from fleet._version import __version__
 from fleet.api import best, connect, run, status, submit
-from fleet.campaign import CampaignSpec, ProblemSpec, load_spec
 from fleet.errors import FleetError
 from fleet.space import Knob, Space
+from fleet.spec import CampaignSpec, ProblemSpec, load_spec
 
 __all__ = [
     "CampaignSpec",

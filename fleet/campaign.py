@@ -1,6 +1,6 @@
-"""Campaigns: what to tune, and the driver that keeps the fleet busy with it.
+"""Campaigns: writing a spec to the store, and the driver that keeps the fleet busy with it.
 
-A :class:`CampaignSpec` is validated whole before anything is written. :func:`submit` writes it;
+A :class:`~fleet.spec.CampaignSpec` is validated whole before anything is written. :func:`submit` writes it;
 :class:`Driver` asks each problem's searcher for configurations, writes trials, sends them with a bounded
 window, and feeds finished runs back. Everything it knows is in the database, so a driver that dies is
 resumed by running it again: trials are found instead of created, and finished ones are replayed.
@@ -8,221 +8,33 @@ resumed by running it again: trials are found instead of created, and finished o
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import platform
-import re
 import socket
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet.bundle import pack, read_files
 from fleet.errors import SpecError
-from fleet.search import WAIT, Proposals, Run, Searcher, make_searcher
-from fleet.space import Config, Space, check_value, digest
+from fleet.search import Run, Searcher
+from fleet.search.feed import Feed
+from fleet.space import Config, Space
 from fleet.space_files import load_space_file
+from fleet.spec import (  # noqa: F401 - the spec's names, re-exported for callers that predate fleet.spec
+    CampaignSpec,
+    ProblemSpec,
+    chains_on_fleet,
+    check_target,
+    load_spec,
+    new_searcher,
+    parse_spec,
+)
+from fleet.spec.keys import trial_keys
+from fleet.spec.workloads import load_workload_spec
 from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
-from fleet.workers.gpus import cpu_target
-from fleet.workers.workloads import load_workload
-
-TARGET = re.compile(r"^(sm_[0-9]{2,3}[a-z]?|gfx[0-9a-f]{3,5}(:[1-9][0-9]*)?|cpu-[A-Za-z0-9_]+)$")
-_SPEC_KEYS = {"name", "target", "problems", "space", "strategy", "workload", "baseline", "options"}
-
-
-def check_target(target: Any) -> str:
-    """``target`` if it names a GPU architecture or a CPU, else :class:`SpecError`."""
-    if not isinstance(target, str) or not TARGET.fullmatch(target):
-        raise SpecError(
-            f"unknown target {target!r}: expected sm_<compute capability> (sm_90), gfx<arch>:<compute units> "
-            "(gfx90a:104) or cpu-<machine> (cpu-x86_64)"
-        )
-    return target
-
-
-@dataclass(frozen=True)
-class ProblemSpec:
-    kind: str
-    params: dict[str, Any]
-    tags: tuple[str, ...] = ()
-
-
-@dataclass
-class CampaignSpec:
-    """A campaign, validated: problems, target, space, strategy, budget and workload.
-
-    Parameters
-    ----------
-    name:
-        Unique name; running the same spec again under the same name resumes the campaign.
-    problems:
-        What to tune.
-    target:
-        Where results are valid; names the queues.
-    space:
-        The knobs.
-    strategy:
-        ``{"name": ..., "budget": ..., "seed": ..., "options": {...}}``.
-    workload:
-        The workload definition, with source files already bundled (``bundle``: a digest).
-    files:
-        The bundle's bytes by digest, stored with the campaign.
-    baseline:
-        A configuration measured alongside, for the speedup; its values may lie outside the space.
-    """
-
-    name: str
-    problems: list[ProblemSpec]
-    target: str
-    space: Space
-    workload: dict[str, Any]
-    strategy: dict[str, Any] = field(default_factory=lambda: {"name": "grid"})
-    files: dict[str, bytes] = field(default_factory=dict)
-    baseline: Config | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    searcher_factory: Callable[[Space], Searcher] | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        if not self.name or not isinstance(self.name, str):
-            raise SpecError("the campaign needs a name")
-        check_target(self.target)
-        if not self.problems:
-            raise SpecError("the campaign has no problems")
-        workload = load_workload(self.workload)
-        for problem in self.problems:
-            workload.check(self.space.names, problem.params)
-        strategy = self.strategy
-        budget = strategy.get("budget")
-        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
-            raise SpecError("strategy 'budget' must be a positive integer")
-        seed = strategy.get("seed", 0)
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise SpecError("strategy 'seed' must be an integer")
-        if chains_on_fleet(strategy):
-            _check_chain_options(strategy, self.space)
-        else:
-            new_searcher(strategy, self.space, factory=self.searcher_factory)
-        if self.baseline is not None:
-            if not isinstance(self.baseline, Mapping):
-                raise SpecError("'baseline' must be an object of knob values")
-            missing = [n for n in self.space.names if n not in self.baseline and n not in self.space.run_knobs]
-            if missing:
-                raise SpecError(f"baseline lacks knob {missing[0]!r}")
-            for key, value in self.baseline.items():
-                if key not in self.space.names:
-                    raise SpecError(f"baseline names {key!r}, which is not a knob")
-                check_value(f"baseline {key!r}", value)
-
-    @property
-    def maximize(self) -> bool:
-        return load_workload(self.workload).maximize
-
-
-def chains_on_fleet(strategy: Mapping[str, Any]) -> bool:
-    """Whether a strategy runs as annealing chains on the fleet (see :mod:`fleet.chains`)."""
-    return strategy.get("name") == "anneal" and bool((strategy.get("options") or {}).get("on_fleet"))
-
-
-def _check_chain_options(strategy: Mapping[str, Any], space: Space) -> None:
-    options = strategy.get("options") or {}
-    unknown = set(options) - {"on_fleet", "chains", "temperature", "cooling"}
-    if unknown:
-        raise SpecError(f"annealing on the fleet has no option {sorted(unknown)[0]!r}")
-    for name, low in (("chains", 1), ("temperature", 0), ("cooling", 0)):
-        value = options.get(name, 1)
-        if not isinstance(value, int | float) or isinstance(value, bool) or value < low:
-            raise SpecError(f"annealing option {name!r} must be a number >= {low}")
-    if space.predicate is not None:
-        raise SpecError("annealing on the fleet needs constraints as expressions: META_is_config_valid runs only here")
-
-
-def _problems(raw: Any) -> list[ProblemSpec]:
-    if not isinstance(raw, list) or not raw:
-        raise SpecError('\'problems\' must be a non-empty list of {"kind": ..., "params": {...}}')
-    problems = []
-    for index, entry in enumerate(raw):
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("kind"), str) or not entry["kind"]:
-            raise SpecError(f"problem {index}: needs a 'kind'")
-        params = entry.get("params", {})
-        if not isinstance(params, Mapping):
-            raise SpecError(f"problem {index}: 'params' must be an object")
-        for key, value in params.items():
-            check_value(f"problem {index} parameter {key!r}", value)
-        tags = entry.get("tags", [])
-        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-            raise SpecError(f"problem {index}: 'tags' must be a list of strings")
-        problems.append(ProblemSpec(entry["kind"], dict(params), tuple(tags)))
-    return problems
-
-
-def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | None = None) -> CampaignSpec:
-    """A :class:`CampaignSpec` from the JSON form of a spec file; ``base`` is where its sources are."""
-    if not isinstance(data, Mapping):
-        raise SpecError("a spec is a JSON object")
-    unknown = set(data) - _SPEC_KEYS
-    if unknown:
-        raise SpecError(f"the spec has an unknown field {sorted(unknown)[0]!r}")
-    workload = data.get("workload")
-    if not isinstance(workload, Mapping):
-        raise SpecError("the spec needs a 'workload' object")
-    workload = dict(workload)
-    files: dict[str, bytes] = {}
-    sources = workload.pop("sources", None)
-    if sources is not None:
-        if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
-            raise SpecError("workload 'sources' must be a list of file names")
-        for source in sources:
-            if Path(source).is_absolute() or ".." in Path(source).parts:
-                raise SpecError(f"workload source {source!r} must be a path inside the spec's directory")
-        try:
-            bundle = pack(read_files(base, sources))
-        except OSError as error:
-            raise SpecError(f"workload source {error.filename}: {error.strerror}") from None
-        workload["bundle"] = digest_bytes(bundle)
-        files[workload["bundle"]] = bundle
-    strategy = data.get("strategy", {"name": "grid"})
-    if not isinstance(strategy, Mapping):
-        raise SpecError('\'strategy\' must be an object such as {"name": "random", "budget": 50}')
-    extra = set(strategy) - {"name", "budget", "seed", "options"}
-    if extra:
-        raise SpecError(f"strategy has an unknown field {sorted(extra)[0]!r}")
-    options = data.get("options", {})
-    if not isinstance(options, Mapping):
-        raise SpecError("'options' must be an object")
-    options = dict(options)
-    space, factory = _space(data.get("space"), base, options)
-    return CampaignSpec(
-        name=name or data.get("name") or "",
-        problems=_problems(data.get("problems")),
-        target=target or data.get("target") or cpu_target(),
-        space=space,
-        strategy={"name": "grid", **strategy},
-        workload=workload,
-        files=files,
-        baseline=data.get("baseline"),
-        options=options,
-        searcher_factory=factory,
-    )
-
-
-def _space(raw: Any, base: Path, options: dict[str, Any]) -> tuple[Space, Callable[[Space], Searcher] | None]:
-    """The spec's space: inline, or a space file (recorded in ``options`` so a resumed driver reloads it)."""
-    if isinstance(raw, str):
-        raw = {"file": raw}
-    if not (isinstance(raw, Mapping) and "file" in raw):
-        return Space.from_dict(raw), None
-    extra = set(raw) - {"file", "base"}
-    if extra or not isinstance(raw["file"], str) or not isinstance(raw.get("base", {}), Mapping):
-        raise SpecError('a space file is named as "space": "grid.py" or {"file": "grid.py", "base": {...}}')
-    path = (base / raw["file"]).resolve()
-    loaded = load_space_file(path, raw.get("base"))
-    options["space_file"] = {"path": str(path), "digest": loaded.digest, "base": dict(raw.get("base", {}))}
-    return loaded.space, loaded.searcher
 
 
 def campaign_space(campaign: Campaign) -> tuple[Space, Callable[[Space], Searcher] | None]:
@@ -236,62 +48,11 @@ def campaign_space(campaign: Campaign) -> tuple[Space, Callable[[Space], Searche
     return loaded.space, loaded.searcher
 
 
-def new_searcher(
-    strategy: Mapping[str, Any],
-    space: Space,
-    *,
-    maximize: bool = False,
-    index: int = 0,
-    factory: Callable[[Space], Searcher] | None = None,
-) -> Searcher:
-    """The searcher of one problem: the space file's own, or the strategy's (seeded per problem)."""
-    if factory is not None:
-        return factory(space)
-    return make_searcher(
-        strategy.get("name", "grid"),
-        space,
-        budget=strategy.get("budget"),
-        maximize=maximize,
-        seed=int(strategy.get("seed", 0)) + index,
-        options=strategy.get("options"),
-    )
-
-
-def load_spec(
-    path: Path, *, name: str | None = None, target: str | None = None, budget: int | None = None
-) -> CampaignSpec:
-    """Read and validate a JSON spec file."""
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise SpecError(f"{path}: {error.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SpecError(f"{path}: not valid JSON: {error.msg} at line {error.lineno}") from None
-    if budget is not None and isinstance(data, dict):
-        strategy = data.get("strategy") if isinstance(data.get("strategy"), dict) else {"name": "grid"}
-        data["strategy"] = {**strategy, "budget": budget}
-    try:
-        return parse_spec(
-            data,
-            path.parent,
-            name=name or (data.get("name") if isinstance(data, dict) else None) or path.stem,
-            target=target,
-        )
-    except SpecError as error:
-        raise SpecError(f"{path}: {error}") from None
-
-
-def digest_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def provenance(toolchain: str) -> dict[str, Any]:
     """Where and with what a campaign was submitted."""
     import celery
 
-    from fleet import __version__
+    from fleet._version import __version__
 
     return {
         "toolchain": toolchain,
@@ -306,7 +67,7 @@ def provenance(toolchain: str) -> dict[str, Any]:
 
 def submit(store: Store, spec: CampaignSpec) -> Campaign:
     """Write ``spec`` (problems, source bundle, campaign); resubmitting the same spec returns the campaign."""
-    workload = load_workload(spec.workload)
+    workload = load_workload_spec(spec.workload)
     toolchain = workload.toolchain()
     problem_ids = [store.add_problem(p.kind, p.params, p.tags) for p in spec.problems]
     for data in spec.files.values():
@@ -322,57 +83,6 @@ def submit(store: Store, spec: CampaignSpec) -> Campaign:
         provenance=provenance(toolchain),
         baseline=spec.baseline,
     )
-
-
-def trial_keys(campaign: Campaign, problem_id: int, config: Config, space: Space) -> tuple[str, str]:
-    """The build key (what decides the artifact) and the measure key (what decides the measurement)."""
-    toolchain = campaign.provenance.get("toolchain", "")
-    build_workload = {
-        k: v for k, v in campaign.workload.items() if k not in ("run", "repeats", "warmup", "run_timeout", "objective")
-    }
-    build_key = digest(["build", problem_id, campaign.target, space.build_part(config), toolchain, build_workload])
-    measure_key = digest(["measure", problem_id, campaign.target, config, toolchain, campaign.workload])
-    return build_key, measure_key
-
-
-_EMPTY = object()
-
-
-class _Feed:
-    """One problem's searcher, driven through its generator protocol.
-
-    Runs wait in an inbox and go in one per ``send``, so a proposal that a send returns is never lost.
-    """
-
-    def __init__(self, proposals: Proposals) -> None:
-        self.proposals = proposals
-        self.started = False
-        self.done = False
-        self.pending: Any = _EMPTY
-        self.inbox: deque[Run] = deque()
-
-    def ask(self) -> Config | None:
-        """The next configuration, or None when the searcher waits for runs or has finished."""
-        while not self.done:
-            if self.pending is not _EMPTY and self.pending is not WAIT:
-                config, self.pending = self.pending, _EMPTY
-                return config
-            if self.pending is WAIT and not self.inbox:
-                return None
-            try:
-                if not self.started:
-                    self.started = True
-                    self.pending = next(self.proposals)
-                else:
-                    self.pending = self.proposals.send(self.inbox.popleft() if self.inbox else None)
-            except StopIteration:
-                self.done = True
-        return None
-
-    @property
-    def blocked(self) -> bool:
-        """Waiting for runs that have all been delivered already: this searcher can do no more."""
-        return self.pending is WAIT and not self.inbox
 
 
 def baseline_configs(space: Space, baseline: Mapping[str, Any]) -> list[Config]:
@@ -456,7 +166,7 @@ class Driver:
         self.heartbeat_seconds = heartbeat_seconds
         self.requeue_seconds = requeue_seconds
         self.space, factory = campaign_space(campaign)
-        self.maximize = load_workload(campaign.workload).maximize
+        self.maximize = load_workload_spec(campaign.workload).maximize
         # A TVM trial is built and measured on the evaluation worker in one task (see fleet.tasks.tvm).
         self.first_task = "tvm_measure" if campaign.workload.get("kind") == "tvm" else "compile"
         self.problems = [p.id for p in store.campaign_problems(campaign.id)]
@@ -466,7 +176,7 @@ class Driver:
             )
             for index, problem in enumerate(store.campaign_problems(campaign.id))
         ]
-        self.feeds = [_Feed(searcher.generate()) for searcher in self.searchers]
+        self.feeds = [Feed(searcher.generate()) for searcher in self.searchers]
         self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
         self.results: list[TrialResult] = []
         self.best: dict[int, TrialResult] = {}
@@ -632,7 +342,7 @@ class Driver:
 
 def summarize(store: Store, campaign: Campaign) -> list[Summary]:
     """Per problem of ``campaign``: its best trial, its baseline trial, and trial counts by state."""
-    maximize = load_workload(campaign.workload).maximize
+    maximize = load_workload_spec(campaign.workload).maximize
     results = store.results(campaign_id=campaign.id)
     summaries = []
     for problem in store.campaign_problems(campaign.id):

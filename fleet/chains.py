@@ -17,8 +17,8 @@ from fleet.campaign import Summary, baseline_configs, campaign_space, summarize,
 from fleet.search import RandomSearch
 from fleet.search.anneal import TEMPERATURE
 from fleet.space import Space
+from fleet.spec.workloads import load_workload_spec
 from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
-from fleet.workers.workloads import load_workload
 
 DEFAULT_CHAINS = 4
 DEFAULT_BUDGET = 100
@@ -99,7 +99,7 @@ class ChainDriver:
         """Start the chains, wait until every one is done, and return what they found."""
         self.submit_all()
         total = sum(c.steps for c in self.store.chains(self.campaign.id))
-        maximize = load_workload(self.campaign.workload).maximize
+        maximize = load_workload_spec(self.campaign.workload).maximize
         last_check = time.monotonic()
         reported = -1
         while True:

@@ -31,6 +31,7 @@ from typing import Any
 
 from fleet.errors import SpecError
 from fleet.search.base import Run, Searcher
+from fleet.search.feed import Feed
 from fleet.space import Config, Knob, Space, Value, check_value
 
 OVERHEAD_S = 0.01
@@ -360,10 +361,7 @@ def simulate(
     overhead_s:
         Simulated seconds each evaluation costs besides its recorded ones.
     """
-    # Imported here: fleet.campaign imports the workloads, and the replay workload imports this module.
-    from fleet.campaign import _Feed
-
-    feed = _Feed(searcher.generate())
+    feed = Feed(searcher.generate())
     slots = max(1, slots)
     in_flight: dict[Key, _Flight] = {}
     finished: dict[Key, Run] = {}

@@ -75,8 +75,8 @@ class Composer(Searcher):
                 raise SpecError(f"strategy 'composer': item {index} must be (searcher, predicate)")
             return item[0], item[1]
         if isinstance(item, Mapping):
-            # Imported here: the registry imports this module.
-            from fleet.search import make_searcher
+            # Imported here: the table is filled by the package, which imports this module.
+            from fleet.search.registry import make_searcher
 
             extra = set(item) - {"name", "options"}
             if extra:

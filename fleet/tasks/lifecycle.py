@@ -18,6 +18,7 @@ from celery import signals
 
 from fleet.settings import get_settings
 from fleet.store import Store
+from fleet.tasks.sending import send, send_steps
 from fleet.workers.execute import WorkerContext
 
 log = logging.getLogger("fleet.worker")
@@ -72,8 +73,6 @@ def _register(sender: Any = None, **_: Any) -> None:
 
 
 def _heartbeat(ctx: WorkerContext) -> None:
-    from fleet.tasks.trials import send, send_steps
-
     requeue_after = ctx.settings.requeue_seconds
     beats = 0
     while not _stop.wait(ctx.settings.heartbeat_seconds):

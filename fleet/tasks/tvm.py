@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from celery import Task
 
-from fleet.tasks import app
+from fleet.tasks._app import app
 from fleet.tasks.lifecycle import context
 
 

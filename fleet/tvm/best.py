@@ -40,7 +40,7 @@ def resolve(store: Any, problem: Any) -> tuple[int | None, str, dict[str, Any]]:
 
 def best(problem: Any, target: str, store: Any = None, limit: int = 1) -> list[tuple[dict[str, Any], Any]]:
     """The best known configurations of a TVM problem on ``target``, best first: (knobs, measurement) pairs."""
-    from fleet.api import connect
+    from fleet.store import connect
 
     store = store or connect()
     problem_id, _, _ = resolve(store, problem)
@@ -83,7 +83,7 @@ def build_best(problem: Any, target: str, store: Any = None) -> Compiled:
     store:
         The database; the environment's by default.
     """
-    from fleet.api import connect
+    from fleet.store import connect
     from fleet.tvm.measure import build
 
     store = store or connect()

@@ -37,7 +37,7 @@ def tune_model_command(
     from fleet.cli import _check_broker, _ProgressBar
     from fleet.local import LocalFleet
     from fleet.settings import get_settings
-    from fleet.tvm import check_tvm
+    from fleet.tvm.available import check_tvm
     from fleet.tvm.models import model
     from fleet.tvm.tune import tune_layers
 
@@ -102,7 +102,7 @@ def run_model_command(model_name: str, target: str | None, batch: int, repeats: 
     """Run MODEL's operators with their best configurations: time per operator and in all, against NumPy and the
     untuned default schedule. Nothing is tuned; an operator with no best runs its default schedule."""
     from fleet.api import connect
-    from fleet.tvm import require_tvm
+    from fleet.tvm.available import require_tvm
     from fleet.tvm.models import model
     from fleet.tvm.run import run_layers
 

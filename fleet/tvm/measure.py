@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.errors import SpecError
-from fleet.tvm import require_tvm
+from fleet.tvm.available import require_tvm
 from fleet.tvm.operators import flops, output_shape, random_inputs, reference
 from fleet.tvm.schedule import scheduled
 

@@ -167,7 +167,7 @@ def define(kind: str, p: Mapping[str, Any], config: Mapping[str, Any] | None = N
     ``[n / vec_j, k, vec_j]`` blocks, ``pack`` (conv2d) packs the kernel into ``[f / reg_f, c, kh, kw, reg_f]``, so
     the vectorised loop reads contiguous memory. ``config`` None is the plain definition.
     """
-    from fleet.tvm import require_tvm
+    from fleet.tvm.available import require_tvm
 
     require_tvm()
     from tvm import te

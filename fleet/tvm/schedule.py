@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from fleet.tvm import require_tvm
+from fleet.tvm.available import require_tvm
 from fleet.tvm.operators import BATCH_MATMUL, CONV2D, DENSE, define
 from fleet.tvm.spaces import is_cpu
 

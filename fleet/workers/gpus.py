@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import platform
 import re
 import shutil
 import signal
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.errors import FleetError
+from fleet.spec.targets import cpu_target
 
 __all__ = [
     "KFD_TOPOLOGY",
@@ -100,11 +100,6 @@ class Gpu:
         if self.vendor == "amd":
             return {"HIP_VISIBLE_DEVICES": str(self.index)}
         raise ValueError(f"GPU {self.index} has unknown vendor {self.vendor!r}; expected 'nvidia' or 'amd'")
-
-
-def cpu_target() -> str:
-    """The target of a node that evaluates on its CPU, ``"cpu-"`` and the machine type (``cpu-x86_64``)."""
-    return "cpu-" + (platform.machine() or "unknown")
 
 
 def parse_nvidia_smi(text: str) -> list[Gpu]:

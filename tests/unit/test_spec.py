@@ -98,9 +98,11 @@ def test_valid_spec_bundles_its_sources_by_digest(base: Path, tmp_path: Path) ->
     assert (out / "k.c").read_bytes() == SOURCE
 
 
-def test_strategy_defaults_to_grid(base: Path) -> None:
+def test_strategy_defaults_to_grid_when_the_space_fits_and_auto_when_it_does_not(base: Path) -> None:
     assert parse_spec(make(strategy=None), base).strategy == {"name": "grid"}
-    assert parse_spec(make(strategy={"budget": 2}), base).strategy == {"name": "grid", "budget": 2}
+    size = parse_spec(make(strategy=None), base).space.size
+    assert parse_spec(make(strategy={"budget": size}), base).strategy == {"name": "grid", "budget": size}
+    assert parse_spec(make(strategy={"budget": size - 1}), base).strategy == {"name": "auto", "budget": size - 1}
 
 
 def test_target_defaults_to_this_cpu(base: Path) -> None:

@@ -1,11 +1,14 @@
-"""Workloads: how each kind of problem is built and measured."""
+"""Workloads on a worker: how each kind of problem is built and measured.
+
+Each class here extends its definition in :mod:`fleet.spec.workloads` with ``build`` and ``evaluate``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from fleet.errors import SpecError
+from fleet.spec.workloads import workload_class
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 from fleet.workers.workloads.command import CommandWorkload
 from fleet.workers.workloads.miopen import MiopenWorkload
@@ -20,12 +23,9 @@ WORKLOADS: dict[str, type[Workload]] = {
 
 def load_workload(definition: Mapping[str, Any]) -> Workload:
     """The workload that ``definition`` describes; raises SpecError for an unknown or invalid one."""
-    if not isinstance(definition, Mapping):
-        raise SpecError("the workload must be an object with a 'kind'")
-    kind = definition.get("kind")
-    if kind not in WORKLOADS:
-        raise SpecError(f"unknown workload kind {kind!r} (known: {', '.join(sorted(WORKLOADS))})")
-    return WORKLOADS[kind](definition)
+    cls = workload_class(definition, WORKLOADS)
+    assert issubclass(cls, Workload)
+    return cls(definition)
 
 
 __all__ = ["WORKLOADS", "Built", "Job", "Measured", "Workload", "load_workload"]

@@ -1,4 +1,4 @@
-"""The workload interface: how one kind of problem is built and measured on a worker."""
+"""The worker's side of a workload: how one kind of problem is built and measured on a worker."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from fleet.errors import SpecError
 from fleet.space import Config
+from fleet.spec.workloads.base import WorkloadSpec
 
 
 @dataclass(frozen=True)
@@ -88,41 +88,11 @@ class Measured:
         )
 
 
-class Workload(ABC):
-    """One kind of build-and-measure.
+class Workload(WorkloadSpec, ABC):
+    """What a worker does with a workload definition: build it and measure it.
 
-    Parameters
-    ----------
-    definition:
-        The workload's JSON definition, as a campaign stores it. Constructing the workload validates it,
-        so a bad spec fails on the user's side before anything is written.
+    Each kind subclasses its :class:`fleet.spec.workloads.WorkloadSpec`, which validates the definition.
     """
-
-    kind: ClassVar[str]
-
-    def __init__(self, definition: Mapping[str, Any]) -> None:
-        self.definition = dict(definition)
-
-    def refuse_unknown(self, known: set[str], hint: str = "") -> None:
-        """Raise SpecError naming the first field of the definition outside ``known`` (a typo, usually)."""
-        unknown = sorted(set(self.definition) - known)
-        if unknown:
-            raise SpecError(f"{self.kind} workload has an unknown field {unknown[0]!r}{hint}")
-
-    @property
-    def objective_name(self) -> str:
-        return str(self.definition.get("objective", {}).get("name", "objective"))
-
-    @property
-    def maximize(self) -> bool:
-        return self.definition.get("objective", {}).get("goal", "min") == "max"
-
-    def toolchain(self) -> str:
-        """The versions of the tools that build and run this workload, as text; part of the build key."""
-        return ""
-
-    def check(self, knobs: list[str], problem: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
-        """Raise SpecError if the definition names a knob or parameter that does not exist."""
 
     @abstractmethod
     def build(self, job: Job) -> Built:

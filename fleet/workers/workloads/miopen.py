@@ -28,12 +28,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from fleet.bundle import pack, unpack
-from fleet.errors import MIOpenDbError, SpecError
+from fleet.errors import MIOpenDbError
+from fleet.spec.workloads.miopen import MiopenSpec
 from fleet.workers.runner import Completed, run
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
@@ -43,7 +43,6 @@ NO_MIOPEN = (
     "MIOpen is not installed on this node: no MIOpenDriver on PATH or in /opt/rocm/bin "
     f"(install MIOpen, or set {DRIVER_ENV} to MIOpenDriver's path)"
 )
-_KEYS = {"kind", "imported", "build_timeout", "run_timeout"}
 _TIME = re.compile(r"GPU Kernel (?:Min )?Time .*?Elapsed:\s*([0-9.eE+-]+)\s*ms")
 _SOLUTION = re.compile(r"MIOpen .*? Algorithm:\s*(\d+)(?:,\s*Solution:\s*(?:\d+/)?(\S+))?")
 _VERSION = re.compile(r"\.HIP\.([0-9][0-9_A-Za-z]*)\.")
@@ -64,30 +63,8 @@ def find_driver() -> tuple[str | None, str | None]:
     return None, NO_MIOPEN
 
 
-class MiopenWorkload(Workload):
-    """MIOpen's perf tuning and find step; see the module docstring."""
-
-    kind = "miopen"
-
-    def __init__(self, definition: Mapping[str, Any]) -> None:
-        super().__init__(definition)
-        self.refuse_unknown(_KEYS)
-        for name in ("build_timeout", "run_timeout"):
-            value = self.definition.get(name, 1)
-            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-                raise SpecError(f"miopen workload {name!r} must be a positive number of seconds")
-
-    @property
-    def objective_name(self) -> str:
-        return "time_ms"
-
-    @property
-    def maximize(self) -> bool:
-        return False
-
-    def check(self, knobs: list[str], problem: Mapping[str, Any]) -> None:
-        if knobs != ["step"]:
-            raise SpecError("the miopen workload takes one knob, 'step' (perf or find)")
+class MiopenWorkload(MiopenSpec, Workload):
+    """MIOpen's perf tuning and find step on a worker; see the module docstring."""
 
     def _env(self, job: Job, step: str, compile_only: bool) -> dict[str, str]:
         env = {

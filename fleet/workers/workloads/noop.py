@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from fleet.space import canonical_json
+from fleet.spec.workloads.noop import NoopSpec
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
 
-class NoopWorkload(Workload):
+class NoopWorkload(NoopSpec, Workload):
     """Each build returns its configuration as the artifact; each evaluation measures 0."""
-
-    kind = "noop"
 
     def build(self, job: Job) -> Built:
         return Built(canonical_json(job.config).encode())

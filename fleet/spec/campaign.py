@@ -1,0 +1,279 @@
+"""A campaign spec: what to tune, where, over what and how, validated whole before anything is written.
+
+A spec file is JSON (see ``docs/spec.md`` and ``fleet/spec/schema.json``); :func:`load_spec` reads one,
+:func:`parse_spec` takes its parsed form, and :class:`CampaignSpec` can be built by hand in Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet.bundle import pack, read_files
+from fleet.errors import SpecError
+from fleet.search import Searcher, make_searcher
+from fleet.space import Config, Space, check_value
+from fleet.space_files import load_space_file
+from fleet.spec.targets import check_target, cpu_target
+from fleet.spec.workloads import load_workload_spec
+
+_SPEC_KEYS = {"name", "target", "problems", "space", "strategy", "workload", "baseline", "options"}
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    kind: str
+    params: dict[str, Any]
+    tags: tuple[str, ...] = ()
+
+
+@dataclass
+class CampaignSpec:
+    """A campaign, validated: problems, target, space, strategy, budget and workload.
+
+    Parameters
+    ----------
+    name:
+        Unique name; running the same spec again under the same name resumes the campaign.
+    problems:
+        What to tune.
+    target:
+        Where results are valid; names the queues.
+    space:
+        The knobs.
+    strategy:
+        ``{"name": ..., "budget": ..., "seed": ..., "options": {...}}``.
+    workload:
+        The workload definition, with source files already bundled (``bundle``: a digest).
+    files:
+        The bundle's bytes by digest, stored with the campaign.
+    baseline:
+        A configuration measured alongside, for the speedup; its values may lie outside the space.
+    """
+
+    name: str
+    problems: list[ProblemSpec]
+    target: str
+    space: Space
+    workload: dict[str, Any]
+    strategy: dict[str, Any] = field(default_factory=lambda: {"name": "grid"})
+    files: dict[str, bytes] = field(default_factory=dict)
+    baseline: Config | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    searcher_factory: Callable[[Space], Searcher] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise SpecError("the campaign needs a name")
+        check_target(self.target)
+        if not self.problems:
+            raise SpecError("the campaign has no problems")
+        workload = load_workload_spec(self.workload)
+        for problem in self.problems:
+            workload.check(self.space.names, problem.params)
+        strategy = self.strategy
+        budget = strategy.get("budget")
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+            raise SpecError("strategy 'budget' must be a positive integer")
+        seed = strategy.get("seed", 0)
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise SpecError("strategy 'seed' must be an integer")
+        if chains_on_fleet(strategy):
+            _check_chain_options(strategy, self.space)
+        else:
+            new_searcher(strategy, self.space, factory=self.searcher_factory)
+        if self.baseline is not None:
+            if not isinstance(self.baseline, Mapping):
+                raise SpecError("'baseline' must be an object of knob values")
+            missing = [n for n in self.space.names if n not in self.baseline and n not in self.space.run_knobs]
+            if missing:
+                raise SpecError(f"baseline lacks knob {missing[0]!r}")
+            for key, value in self.baseline.items():
+                if key not in self.space.names:
+                    raise SpecError(f"baseline names {key!r}, which is not a knob")
+                check_value(f"baseline {key!r}", value)
+
+    @property
+    def maximize(self) -> bool:
+        return load_workload_spec(self.workload).maximize
+
+
+def chains_on_fleet(strategy: Mapping[str, Any]) -> bool:
+    """Whether a strategy runs as annealing chains on the fleet (see :mod:`fleet.chains`)."""
+    return strategy.get("name") == "anneal" and bool((strategy.get("options") or {}).get("on_fleet"))
+
+
+def _check_chain_options(strategy: Mapping[str, Any], space: Space) -> None:
+    options = strategy.get("options") or {}
+    unknown = set(options) - {"on_fleet", "chains", "temperature", "cooling"}
+    if unknown:
+        raise SpecError(f"annealing on the fleet has no option {sorted(unknown)[0]!r}")
+    for name, low in (("chains", 1), ("temperature", 0), ("cooling", 0)):
+        value = options.get(name, 1)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < low:
+            raise SpecError(f"annealing option {name!r} must be a number >= {low}")
+    if space.predicate is not None:
+        raise SpecError("annealing on the fleet needs constraints as expressions: META_is_config_valid runs only here")
+
+
+def _problems(raw: Any) -> list[ProblemSpec]:
+    if not isinstance(raw, list) or not raw:
+        raise SpecError('\'problems\' must be a non-empty list of {"kind": ..., "params": {...}}')
+    problems = []
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("kind"), str) or not entry["kind"]:
+            raise SpecError(f"problem {index}: needs a 'kind'")
+        params = entry.get("params", {})
+        if not isinstance(params, Mapping):
+            raise SpecError(f"problem {index}: 'params' must be an object")
+        for key, value in params.items():
+            check_value(f"problem {index} parameter {key!r}", value)
+        tags = entry.get("tags", [])
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise SpecError(f"problem {index}: 'tags' must be a list of strings")
+        problems.append(ProblemSpec(entry["kind"], dict(params), tuple(tags)))
+    return problems
+
+
+def default_strategy(space: Space, budget: Any) -> str:
+    """The strategy of a spec that names none: ``grid`` when the whole space fits the budget, else ``auto``.
+
+    Parameters
+    ----------
+    space:
+        The spec's space; its size before constraints is what a grid would walk at most.
+    budget:
+        The strategy's budget, None for none (a grid of the whole space).
+    """
+    if budget is None or not isinstance(budget, int) or isinstance(budget, bool) or space.size <= budget:
+        return "grid"
+    return "auto"
+
+
+def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | None = None) -> CampaignSpec:
+    """A :class:`CampaignSpec` from the JSON form of a spec file; ``base`` is where its sources are."""
+    if not isinstance(data, Mapping):
+        raise SpecError("a spec is a JSON object")
+    unknown = set(data) - _SPEC_KEYS
+    if unknown:
+        raise SpecError(f"the spec has an unknown field {sorted(unknown)[0]!r}")
+    workload = data.get("workload")
+    if not isinstance(workload, Mapping):
+        raise SpecError("the spec needs a 'workload' object")
+    workload = dict(workload)
+    files: dict[str, bytes] = {}
+    sources = workload.pop("sources", None)
+    if sources is not None:
+        if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+            raise SpecError("workload 'sources' must be a list of file names")
+        for source in sources:
+            if Path(source).is_absolute() or ".." in Path(source).parts:
+                raise SpecError(f"workload source {source!r} must be a path inside the spec's directory")
+        try:
+            bundle = pack(read_files(base, sources))
+        except OSError as error:
+            raise SpecError(f"workload source {error.filename}: {error.strerror}") from None
+        workload["bundle"] = digest_bytes(bundle)
+        files[workload["bundle"]] = bundle
+    strategy = data.get("strategy", {})
+    if not isinstance(strategy, Mapping):
+        raise SpecError('\'strategy\' must be an object such as {"name": "random", "budget": 50}')
+    extra = set(strategy) - {"name", "budget", "seed", "options"}
+    if extra:
+        raise SpecError(f"strategy has an unknown field {sorted(extra)[0]!r}")
+    options = data.get("options", {})
+    if not isinstance(options, Mapping):
+        raise SpecError("'options' must be an object")
+    options = dict(options)
+    space, factory = _space(data.get("space"), base, options)
+    return CampaignSpec(
+        name=name or data.get("name") or "",
+        problems=_problems(data.get("problems")),
+        target=target or data.get("target") or cpu_target(),
+        space=space,
+        strategy={"name": default_strategy(space, strategy.get("budget")), **strategy},
+        workload=workload,
+        files=files,
+        baseline=data.get("baseline"),
+        options=options,
+        searcher_factory=factory,
+    )
+
+
+def _space(raw: Any, base: Path, options: dict[str, Any]) -> tuple[Space, Callable[[Space], Searcher] | None]:
+    """The spec's space: inline, or a space file (recorded in ``options`` so a resumed driver reloads it)."""
+    if isinstance(raw, str):
+        raw = {"file": raw}
+    if not (isinstance(raw, Mapping) and "file" in raw):
+        return Space.from_dict(raw), None
+    extra = set(raw) - {"file", "base"}
+    if extra or not isinstance(raw["file"], str) or not isinstance(raw.get("base", {}), Mapping):
+        raise SpecError('a space file is named as "space": "grid.py" or {"file": "grid.py", "base": {...}}')
+    path = (base / raw["file"]).resolve()
+    loaded = load_space_file(path, raw.get("base"))
+    options["space_file"] = {"path": str(path), "digest": loaded.digest, "base": dict(raw.get("base", {}))}
+    return loaded.space, loaded.searcher
+
+
+def new_searcher(
+    strategy: Mapping[str, Any],
+    space: Space,
+    *,
+    maximize: bool = False,
+    index: int = 0,
+    factory: Callable[[Space], Searcher] | None = None,
+) -> Searcher:
+    """The searcher of one problem: the space file's own, or the strategy's (seeded per problem)."""
+    if factory is not None:
+        return factory(space)
+    return make_searcher(
+        strategy.get("name", "grid"),
+        space,
+        budget=strategy.get("budget"),
+        maximize=maximize,
+        seed=int(strategy.get("seed", 0)) + index,
+        options=strategy.get("options"),
+    )
+
+
+def load_spec(
+    path: str | Path, *, name: str | None = None, target: str | None = None, budget: int | None = None
+) -> CampaignSpec:
+    """Read and validate a JSON spec file.
+
+    Parameters
+    ----------
+    path:
+        The spec file; its ``sources`` are relative to its directory.
+    name, target, budget:
+        Override the spec's own.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise SpecError(f"{path}: {error.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecError(f"{path}: not valid JSON: {error.msg} at line {error.lineno}") from None
+    if budget is not None and isinstance(data, dict):
+        strategy = data.get("strategy") if isinstance(data.get("strategy"), dict) else {}
+        data["strategy"] = {**strategy, "budget": budget}
+    try:
+        return parse_spec(
+            data,
+            path.parent,
+            name=name or (data.get("name") if isinstance(data, dict) else None) or path.stem,
+            target=target,
+        )
+    except SpecError as error:
+        raise SpecError(f"{path}: {error}") from None
+
+
+def digest_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

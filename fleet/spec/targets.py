@@ -1,0 +1,26 @@
+"""Targets: the hardware a result is valid for, which also names the queues."""
+
+from __future__ import annotations
+
+import platform
+import re
+from typing import Any
+
+from fleet.errors import SpecError
+
+TARGET = re.compile(r"^(sm_[0-9]{2,3}[a-z]?|gfx[0-9a-f]{3,5}(:[1-9][0-9]*)?|cpu-[A-Za-z0-9_]+)$")
+
+
+def check_target(target: Any) -> str:
+    """``target`` if it names a GPU architecture or a CPU, else :class:`SpecError`."""
+    if not isinstance(target, str) or not TARGET.fullmatch(target):
+        raise SpecError(
+            f"unknown target {target!r}: expected sm_<compute capability> (sm_90), gfx<arch>:<compute units> "
+            "(gfx90a:104) or cpu-<machine> (cpu-x86_64)"
+        )
+    return target
+
+
+def cpu_target() -> str:
+    """The target of a node that evaluates on its CPU, ``"cpu-"`` and the machine type (``cpu-x86_64``)."""
+    return "cpu-" + (platform.machine() or "unknown")

@@ -1,0 +1,161 @@
+"""The ``command`` workload: build and run argument lists filled from knob values.
+
+Definition (JSON)::
+
+    {"kind": "command",
+     "bundle": "<digest of the source files>",
+     "build": ["gcc", "-O2", "-DTILE={tile}", {"if": "fast_math", "then": ["-ffast-math"]}, "k.c", "-o", "k"],
+     "artifacts": ["k"],
+     "run": ["./k", "{n}"],
+     "objective": {"name": "gflops", "goal": "max", "json": "gflops"},   # or "regex": "GFLOPS: (\\S+)"
+     "repeats": 3, "warmup": 1, "build_timeout": 120, "run_timeout": 60}
+
+``{name}`` in an argument is replaced by the knob or problem parameter ``name`` (``{{`` for a brace);
+booleans become ``1``/``0``. An ``{"if": KNOB, "then": [...], "else": [...]}`` item adds arguments when the
+knob is true. The result is always a list of arguments; no shell ever sees it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fleet.errors import SpecError
+from fleet.spec.workloads.base import WorkloadSpec
+
+_FIELD = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_KEYS = {
+    "kind",
+    "bundle",
+    "build",
+    "artifacts",
+    "run",
+    "objective",
+    "repeats",
+    "warmup",
+    "build_timeout",
+    "run_timeout",
+    "toolchain",
+    "env",
+}
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def fill(template: Sequence[Any], values: Mapping[str, Any]) -> list[str]:
+    """The argument list of ``template`` with ``values`` filled in."""
+    argv: list[str] = []
+    for item in template:
+        if isinstance(item, Mapping):
+            chosen = item.get("then", []) if values[item["if"]] else item.get("else", [])
+            argv.extend(fill(chosen, values))
+            continue
+
+        def field(match: re.Match[str]) -> str:
+            token = match.group(0)
+            if token in ("{{", "}}"):
+                return token[0]
+            return _render(values[match.group(1)])
+
+        argv.append(_FIELD.sub(field, item))
+    return argv
+
+
+def names_in(template: Sequence[Any]) -> set[str]:
+    """The knob and parameter names a template uses."""
+    names: set[str] = set()
+    for item in template:
+        if isinstance(item, Mapping):
+            names.add(item["if"])
+            names |= names_in(item.get("then", [])) | names_in(item.get("else", []))
+        else:
+            names |= {m.group(1) for m in _FIELD.finditer(item) if m.group(1)}
+    return names
+
+
+def _check_template(where: str, template: Any) -> None:
+    if not isinstance(template, list) or not template:
+        raise SpecError(f"workload {where!r} must be a non-empty list of arguments (a shell string is not allowed)")
+    for item in template:
+        if isinstance(item, Mapping):
+            if set(item) - {"if", "then", "else"} or not isinstance(item.get("if"), str):
+                raise SpecError(
+                    f"workload {where!r}: a conditional item is {{'if': KNOB, 'then': [...], 'else': [...]}}"
+                )
+            for branch in ("then", "else"):
+                if item.get(branch):
+                    _check_template(where, item[branch])
+        elif not isinstance(item, str):
+            raise SpecError(f"workload {where!r}: argument {item!r} is not a string")
+
+
+class CommandSpec(WorkloadSpec):
+    """Build with one command and measure with another; see the module docstring."""
+
+    kind = "command"
+
+    def __init__(self, definition: Mapping[str, Any]) -> None:
+        super().__init__(definition)
+        d = self.definition
+        unknown = set(d) - _KEYS
+        if unknown:
+            raise SpecError(f"workload has an unknown field {sorted(unknown)[0]!r}")
+        if d.get("build") is not None:
+            _check_template("build", d["build"])
+        _check_template("run", d.get("run"))
+        objective = d.get("objective")
+        if not isinstance(objective, Mapping) or ("json" in objective) == ("regex" in objective):
+            raise SpecError("workload 'objective' must name a 'json' field or a 'regex' with one group")
+        if objective.get("goal", "min") not in ("min", "max"):
+            raise SpecError("workload objective 'goal' must be 'min' or 'max'")
+        if "regex" in objective:
+            try:
+                pattern = re.compile(objective["regex"])
+            except re.error as error:
+                raise SpecError(f"workload objective regex: {error}") from None
+            if pattern.groups != 1:
+                raise SpecError("workload objective regex must have exactly one group")
+        for name, low in (("repeats", 1), ("warmup", 0)):
+            value = d.get(name, low)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise SpecError(f"workload {name!r} must be an integer >= {low}")
+        for name in ("build_timeout", "run_timeout"):
+            value = d.get(name, 1)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise SpecError(f"workload {name!r} must be a positive number of seconds")
+        artifacts = d.get("artifacts", [])
+        if not isinstance(artifacts, list) or not all(isinstance(a, str) for a in artifacts):
+            raise SpecError("workload 'artifacts' must be a list of file names the build produces")
+
+    @property
+    def objective_name(self) -> str:
+        objective = self.definition["objective"]
+        return str(objective.get("name") or objective.get("json") or "objective")
+
+    def check(self, knobs: list[str], problem: Mapping[str, Any]) -> None:
+        known = set(knobs) | set(problem)
+        for where in ("build", "run"):
+            for name in sorted(names_in(self.definition.get(where) or [])):
+                if name not in known:
+                    raise SpecError(
+                        f"workload {where!r} uses {{{name}}}, which is neither a knob nor a problem parameter"
+                    )
+
+    def toolchain(self) -> str:
+        argv = self.definition.get("toolchain") or (
+            [self.definition["build"][0], "--version"] if self.definition.get("build") else None
+        )
+        if not argv:
+            return ""
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise SpecError(f"cannot run the toolchain command {argv}: {error}") from None
+        first = (done.stdout or done.stderr).strip().splitlines()
+        return first[0] if first else ""
