@@ -167,3 +167,45 @@ def test_tune_without_nvcc_stops_with_one_line(tmp_path: Path) -> None:
         "fleet: error: cannot run the toolchain command ['nvcc', '--version']: "
         "[Errno 2] No such file or directory: 'nvcc'"
     ]
+
+
+GPU_CHECK = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check"
+
+
+def test_gpu_check_dry_run_lists_its_offline_steps(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(GPU_CHECK), "run", "--dry-run", "--wheelhouse", str(tmp_path / "wheels")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    steps = [line.removeprefix("+ ").split() for line in done.stderr.splitlines()]
+    assert steps[1][1:] == ["install", "--no-index", "--find-links", str(tmp_path / "wheels"), "fleet-tune[gpu]"]
+    assert steps[2][1:] == ["tune", str(SPEC), "--json"]
+    assert steps[3][0] == "nvcc" and "-DMATMUL_CUBLAS" in steps[3] and steps[3][-1] == "-lcublas"
+    assert steps[4][1:] == ["4096", "--cublas"]
+    assert done.stdout == ""
+
+
+def test_gpu_check_summarizes_a_finished_embedded_campaign(tmp_path: Path) -> None:
+    """The whole script on this machine's CPU, with the C example in place of the CUDA one and no cuBLAS."""
+    out = tmp_path / "summary.json"
+    spec = EXAMPLE.parent / "matmul-c" / "spec.json"
+    done = subprocess.run(
+        [sys.executable, str(GPU_CHECK), "run", "--spec", str(spec), "--budget", "2", "--no-cublas", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(out.read_text())
+    assert json.loads(done.stdout) == summary
+    assert summary["campaign"] == "matmul-c" and summary["spec"] == "examples/matmul-c/spec.json"
+    assert summary["every_check_passed"] is True and summary["trials"]["evaluated"] >= 2
+    assert summary["gflops"] > 0 and set(summary["best_config"]) == {"tile_i", "tile_j", "tile_k", "unroll"}
+    assert summary["cublas_gflops"] is None and summary["ratio"] is None
+    assert summary["observer"] == {}  # a CPU worker observes no GPU
+    assert summary["date"].startswith("20") and len(summary["commit"]) == 40
