@@ -1,8 +1,10 @@
 """Settings from the environment.
 
 With no ``FLEET_DATABASE_URL`` and no ``FLEET_BROKER_URL`` set, Fleet runs *embedded*: SQLite and a local
-broker under ``FLEET_HOME`` (``./.fleet/`` by default), with worker processes started on this machine. With
-them set, the same code talks to PostgreSQL and Redis.
+broker under ``FLEET_HOME``, with worker processes started on this machine. With them set, the same code
+talks to PostgreSQL and Redis. ``FLEET_HOME`` defaults to the nearest ``.fleet/`` that holds a database, in the
+current directory or above it (as git finds ``.git/``), else ``./.fleet/``: commands run from a subdirectory
+of a project see the project's history.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class Settings:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
-        home = Path(env.get("FLEET_HOME") or ".fleet").absolute()
+        home = Path(env["FLEET_HOME"]).absolute() if env.get("FLEET_HOME") else find_home(Path.cwd())
         database_url = env.get("FLEET_DATABASE_URL", "")
         broker_url = env.get("FLEET_BROKER_URL", "")
         if database_url and not database_url.startswith(("postgresql", "sqlite")):
@@ -104,6 +106,21 @@ class Settings:
             visibility_timeout=_number(env, "FLEET_VISIBILITY_TIMEOUT", 3600.0),
             requeue_seconds=_number(env, "FLEET_REQUEUE_SECONDS", 300.0),
         )
+
+
+def find_home(start: Path) -> Path:
+    """The nearest ``.fleet/`` with a database in ``start`` or a directory above it, else ``start/.fleet``.
+
+    Parameters
+    ----------
+    start:
+        Where to look first: the current directory.
+    """
+    start = start.absolute()
+    for folder in (start, *start.parents):
+        if (folder / ".fleet" / "fleet.db").is_file():
+            return folder / ".fleet"
+    return start / ".fleet"
 
 
 def _embedded_broker_url(home: Path) -> str:

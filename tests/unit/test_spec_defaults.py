@@ -53,3 +53,19 @@ def test_the_walkthrough_example_tunes_two_problem_sizes_with_the_default_strate
     assert [p.params["n"] for p in spec.problems] == [1024, 2048]
     assert spec.strategy["name"] == "auto"
     assert spec.space.size > spec.strategy["budget"]
+
+
+def test_embedded_state_is_the_nearest_fleet_folder_above_the_current_directory(tmp_path: Path) -> None:
+    from fleet.settings import Settings, find_home
+
+    project = tmp_path / "project"
+    (project / ".fleet").mkdir(parents=True)
+    deep = project / "src" / "kernels"
+    deep.mkdir(parents=True)
+    # A .fleet folder without a database is not a project's state yet: the current directory's is used.
+    assert find_home(deep) == deep / ".fleet"
+    (project / ".fleet" / "fleet.db").write_bytes(b"")
+    assert find_home(deep) == project / ".fleet"
+    assert find_home(tmp_path) == tmp_path / ".fleet"
+    # FLEET_HOME, when set, wins.
+    assert Settings.from_env({"FLEET_HOME": str(tmp_path / "elsewhere")}).home == tmp_path / "elsewhere"
