@@ -18,7 +18,7 @@ Two ways to run the workers, chosen per node:
 
 The artifact cache (``FLEET_CACHE_DIR``) is outside the virtual environment, so a redeploy keeps it.
 Environment read here: ``FLEET_DATABASE_URL`` and ``FLEET_BROKER_URL`` (required), ``FLEET_STOP_TIMEOUT``
-(seconds a stop waits for a measurement, default 900), ``FLEET_WHEELHOUSE`` (a wheelhouse to reuse),
+(seconds a stop waits for a measurement, default 840), ``FLEET_WHEELHOUSE`` (a wheelhouse to reuse),
 ``FLEET_NODE_PYTHON`` (the interpreter that builds it: the nodes' Python, default ``python3``), and
 ``FLEET_LEASE_SECONDS``, ``FLEET_HEARTBEAT_SECONDS``, ``FLEET_MAX_ATTEMPTS``, ``FLEET_REQUEUE_SECONDS``,
 ``FLEET_VISIBILITY_TIMEOUT``, which are passed on to the nodes.
@@ -47,7 +47,7 @@ PASSED_ON = (
     "FLEET_REQUEUE_SECONDS",
     "FLEET_VISIBILITY_TIMEOUT",
 )
-DEFAULT_STOP_TIMEOUT = 900
+DEFAULT_STOP_TIMEOUT = 840  # as `fleet worker --stop-timeout`, compose.yaml and .env.example; systemd waits 60 s more
 
 
 @dataclass(frozen=True)
