@@ -21,7 +21,8 @@ from fleet.space_files import load_space_file
 from fleet.spec.targets import check_target, cpu_target
 from fleet.spec.workloads import load_workload_spec
 
-_SPEC_KEYS = {"name", "target", "problems", "space", "strategy", "workload", "baseline", "options"}
+# "$schema" lets an editor find fleet/spec/schema.json; the loader ignores it.
+_SPEC_KEYS = {"$schema", "name", "target", "problems", "space", "strategy", "workload", "baseline", "options"}
 
 
 @dataclass(frozen=True)

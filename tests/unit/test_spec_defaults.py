@@ -69,3 +69,9 @@ def test_embedded_state_is_the_nearest_fleet_folder_above_the_current_directory(
     assert find_home(tmp_path) == tmp_path / ".fleet"
     # FLEET_HOME, when set, wins.
     assert Settings.from_env({"FLEET_HOME": str(tmp_path / "elsewhere")}).home == tmp_path / "elsewhere"
+
+
+def test_a_spec_may_name_its_schema_for_editors() -> None:
+    spec = _spec({"budget": 4})
+    spec["$schema"] = "../fleet/spec/schema.json"
+    assert parse_spec(spec, Path(".")).name == "defaults"
