@@ -1,4 +1,8 @@
-"""``fleet bench miopen``: import a find-db of real size, and look problems up by MIOpen key.
+"""``fleet bench miopen``: import each of MIOpen's shipped databases, a find-db of real size, and look problems up
+by MIOpen key.
+
+First the four files of ``../shared/miopen`` (two find-dbs, two perf-dbs), each imported whole into its own
+target: records per second, a record being a find-db line or a perf-db row of either table.
 
 The find-db is made from the real keys of ``gfx803_36.HIP.fdb.txt`` (MIOpen's shipped find-db, in
 ``../shared/miopen``), varied in batch size until it holds ``--problems`` distinct keys, each with that
@@ -22,7 +26,9 @@ from typing import Any
 
 import click
 
-SOURCE = Path(__file__).resolve().parents[2].parent / "shared" / "miopen" / "gfx803_36.HIP.fdb.txt.bz2"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "miopen"
+SOURCE = SHARED / "gfx803_36.HIP.fdb.txt.bz2"
+FILES = ("gfx803_36.HIP.fdb.txt.bz2", "gfx90a68.HIP.fdb.txt.bz2", "gfx900_56.db.bz2", "gfx1030_36.db.bz2")
 BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 
 
@@ -65,8 +71,8 @@ def _parse_only(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def run(problems: int = 120_000, lookups: int = 1000) -> dict[str, Any]:
-    """Import a ``problems``-key find-db into PostgreSQL and time key lookups; return the figures."""
+def run(problems: int = 120_000, lookups: int = 1000, files: bool = True) -> dict[str, Any]:
+    """Import the shipped files and a ``problems``-key find-db into PostgreSQL, time key lookups; return the figures."""
     import os
 
     from fleet.services import PostgresServer
@@ -83,6 +89,20 @@ def run(problems: int = 120_000, lookups: int = 1000) -> dict[str, Any]:
         store = Store(url)
         stack.callback(store.close)
         store.upgrade()
+        shipped = []
+        for name in FILES if files else ():
+            start = time.perf_counter()
+            imported = import_db(store, SHARED / name, f"gfx{uuid.uuid4().hex[:3]}:{len(shipped) + 1}")
+            seconds = time.perf_counter() - start
+            shipped.append(
+                {
+                    "file": name,
+                    "records": imported.records,
+                    "unmapped": len(imported.unmapped),
+                    "import_s": round(seconds, 2),
+                    "records_per_s": round(imported.records / seconds, 1),
+                }
+            )
         path = workdir / f"bench{uuid.uuid4().hex[:6]}_36.HIP.fdb.txt"
         count = make_find_db(SOURCE, problems, path)
         parse_s = _parse_only(path)
@@ -99,6 +119,7 @@ def run(problems: int = 120_000, lookups: int = 1000) -> dict[str, Any]:
             if not found:
                 raise RuntimeError(f"key {key} was imported but is not found")
     return {
+        "files": shipped,
         "problems": count,
         "imported_problems": done.problems,
         "import_s": round(import_s, 2),
@@ -113,16 +134,22 @@ def run(problems: int = 120_000, lookups: int = 1000) -> dict[str, Any]:
 @click.command("miopen")
 @click.option("--problems", type=click.IntRange(100), default=120_000, show_default=True, help="Keys in the find-db.")
 @click.option("--lookups", type=click.IntRange(1), default=1000, show_default=True, help="Key lookups to time.")
+@click.option("--no-files", is_flag=True, help="Skip the four shipped files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def bench_command(problems: int, lookups: int, as_json: bool) -> None:
-    """Import a 120,000-problem find-db into PostgreSQL, and time a query by MIOpen key.
+def bench_command(problems: int, lookups: int, no_files: bool, as_json: bool) -> None:
+    """Import MIOpen's four shipped databases and a 120,000-problem find-db into PostgreSQL; time a query by key.
 
     Uses FLEET_DATABASE_URL when it names PostgreSQL, else a private PostgreSQL started for the run.
     """
-    result = run(problems, lookups)
+    result = run(problems, lookups, files=not no_files)
     if as_json:
         click.echo(json.dumps(result))
         return
+    for item in result["files"]:
+        click.echo(
+            f"import   {item['file']:<28} {item['records']:>7} records in {item['import_s']:6.1f} s "
+            f"({item['records_per_s']:.0f} records/s; {item['unmapped']} kept as records only)"
+        )
     click.echo(
         f"import   {result['problems']} problems in {result['import_s']:.1f} s "
         f"({result['import_problems_per_s']:.0f}/s; parsing alone {result['parse_only_s']:.1f} s)"

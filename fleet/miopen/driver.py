@@ -1,8 +1,8 @@
 """MIOpenDriver command lines, as tuning teams feed them in, turned into Fleet problems.
 
 A line such as ``./bin/MIOpenDriver conv -n 128 -c 1024 -H 14 -W 14 -k 256 -y 1 -x 1 -F 1 -t 1`` becomes a
-:class:`DriverLine`: the command, the kind of problem (``conv`` or ``bnorm``), its canonical parameters and the
-directions it asks for. :func:`problems` gives one Fleet problem per direction; :func:`driver_argv` goes back.
+:class:`DriverLine`: the command, the kind of problem (``conv``, ``bnorm`` or ``pool``), its canonical parameters
+and the directions it asks for. :func:`problems` gives one Fleet problem per direction; :func:`driver_argv` goes back.
 
 Parsing follows MIOpenDriver's own rules: every flag takes a value (``-n 128``, ``--batchsize 128`` and
 ``--batchsize=128`` are the same), the last occurrence of a flag wins, a flag the driver does not know is an
@@ -14,7 +14,7 @@ Canonical parameters (JSON scalars only) are in the *driver's* frame: ``in_*`` i
 ``out_channels`` its output y, whatever the direction; :mod:`fleet.miopen.keys` swaps sides for the MIOpen key.
 
 conv
-    ``spatial_dim`` (2 or 3), ``precision`` (``FP32``, ``FP16``, ``BF16``), ``batchsize``, ``in_channels``,
+    ``spatial_dim`` (2 or 3), ``precision`` (``FP32``, ``FP16``, ``BF16``, ``INT8``), ``batchsize``, ``in_channels``,
     ``out_channels``, ``in_d in_h in_w``, ``fil_d fil_h fil_w``, ``pad_d pad_h pad_w``,
     ``conv_stride_d conv_stride_h conv_stride_w``, ``dilation_d dilation_h dilation_w``, ``group_count``,
     ``in_layout fil_layout out_layout``, ``bias``. A 2-D problem carries the neutral depth values MIOpen's
@@ -32,7 +32,15 @@ bnorm
     (``--forw 2``) or ``B`` backward (``--forw 0 --back 1``). Flags that do not matter to that direction are
     dropped (``run`` in backward, ``save`` in inference) so equal problems compare equal.
 
-Not supported, each with a clear :class:`~fleet.errors.DriverLineError`: other drivers (``pool``, ``lrn``,
+pool
+    ``spatial_dim`` (2), ``precision`` (``FP32`` from ``pool``, ``FP16`` from ``poolfp16``), ``batchsize``,
+    ``in_channels``, ``in_h``, ``in_w``, ``win_h``, ``win_w``, ``pool_stride_h``, ``pool_stride_w``, ``pad_h``,
+    ``pad_w``, ``mode`` (``max``, ``avg``, ``avg_in``), ``pad_mode`` (``default``, ``same``, ``valid``) and
+    ``index_type`` (``miopenIndexUint8`` ...). Directions: ``F`` and ``B`` (``-F 0``, the driver's default) or
+    ``F`` alone (``-F 1``). MIOpen keeps no find-db or perf-db for pooling: these problems have no key and are
+    never tuned; they are known so that a network's whole driver list is.
+
+Not supported, each with a clear :class:`~fleet.errors.DriverLineError`: other drivers (``lrn``, ``activ``,
 ...), transposed convolutions (``-m trans``), vectorised tensors (``-Z``/``-L``), cast types (``-U -T -R``),
 ``-z same`` when it would pad asymmetrically, and layouts other than NCHW/NHWC (2-D) and NCDHW/NDHWC (3-D).
 """
@@ -49,10 +57,16 @@ from typing import Any
 
 from fleet.errors import DriverLineError
 
-CONV_COMMANDS = {"conv": "FP32", "convfp16": "FP16", "convbfp16": "BF16"}
+CONV_COMMANDS = {"conv": "FP32", "convfp16": "FP16", "convbfp16": "BF16", "convint8": "INT8"}
 BNORM_COMMANDS = {"bnorm": "FP32", "bnormfp16": "FP16"}
-COMMANDS = {**{name: "conv" for name in CONV_COMMANDS}, **{name: "bnorm" for name in BNORM_COMMANDS}}
-PRECISIONS = ("FP32", "FP16", "BF16")
+POOL_COMMANDS = {"pool": "FP32", "poolfp16": "FP16"}
+COMMANDS = {
+    **{name: "conv" for name in CONV_COMMANDS},
+    **{name: "bnorm" for name in BNORM_COMMANDS},
+    **{name: "pool" for name in POOL_COMMANDS},
+}
+# The precisions a conv problem can have: those MIOpenDriver has a conv command for.
+PRECISIONS = tuple(CONV_COMMANDS.values())
 CONV_DIRECTIONS = ("F", "B", "W")
 BNORM_DIRECTIONS = ("F", "I", "B")
 LAYOUTS = {2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
@@ -136,6 +150,32 @@ _BNORM_FLAGS: dict[str, tuple[str, str]] = {
     "wall": ("w", "0"),
 }
 
+# MIOpenDriver pool flags, from driver/pool_driver.hpp AddCmdLineArgs (2-D). Note -v is the stride in height.
+_POOL_FLAGS: dict[str, tuple[str, str]] = {
+    "forw": ("F", "0"),
+    "batchsize": ("n", "100"),
+    "in_channels": ("c", "3"),
+    "in_h": ("H", "32"),
+    "in_w": ("W", "32"),
+    "win_h": ("y", "3"),
+    "win_w": ("x", "3"),
+    "pool_stride_1": ("v", "1"),
+    "pool_stride_0": ("u", "1"),
+    "pad_h": ("p", "0"),
+    "pad_w": ("q", "0"),
+    "pad_val": ("r", "0"),
+    "iter": ("i", "10"),
+    "verify": ("V", "1"),
+    "time": ("t", "0"),
+    "wall": ("w", "0"),
+    "print": ("P", "1"),
+    "mode": ("m", "max"),
+    "pad_mode": ("z", "default"),
+    "index_type": ("I", "miopenIndexUint8"),
+}
+POOL_MODES = ("max", "avg", "avg_in")
+INDEX_TYPES = ("miopenIndexUint8", "miopenIndexUint16", "miopenIndexUint32", "miopenIndexUint64")
+
 _DIRECTION_BITS = (("F", 1), ("B", 2), ("W", 4))
 
 
@@ -146,14 +186,15 @@ class DriverLine:
     Parameters
     ----------
     command:
-        The driver command: ``conv``, ``convfp16``, ``convbfp16``, ``bnorm`` or ``bnormfp16``.
+        The driver command: ``conv``, ``convfp16``, ``convbfp16``, ``convint8``, ``bnorm``, ``bnormfp16``,
+        ``pool`` or ``poolfp16``.
     kind:
-        The Fleet problem kind, ``conv`` or ``bnorm``.
+        The Fleet problem kind, ``conv``, ``bnorm`` or ``pool``.
     params:
         Canonical problem parameters without the direction (see the module docstring).
     directions:
         The directions the line asks for: conv a subset of ``F``, ``B``, ``W`` in that order; bnorm one of
-        ``F`` (training), ``I`` (inference), ``B`` (backward).
+        ``F`` (training), ``I`` (inference), ``B`` (backward); pool ``F`` and ``B``, or ``F``.
     """
 
     command: str
@@ -186,6 +227,9 @@ def parse_line(text: str) -> DriverLine:
     if kind == "conv":
         values = _flags(args, _CONV_FLAGS, _CONV_ALIASES, command)
         params, directions = _conv(values, CONV_COMMANDS[command])
+    elif kind == "pool":
+        values = _flags(args, _POOL_FLAGS, _POOL_ALIASES, command)
+        params, directions = _pool(values, POOL_COMMANDS[command])
     else:
         values = _flags(args, _BNORM_FLAGS, {}, command)
         params, directions = _bnorm(values, BNORM_COMMANDS[command])
@@ -238,9 +282,9 @@ def with_command(line: DriverLine, command: str) -> DriverLine:
     line:
         A parsed line.
     command:
-        ``conv``, ``convfp16`` or ``convbfp16`` for a conv line; ``bnorm`` or ``bnormfp16`` for a bnorm line.
+        A conv command for a conv line, a bnorm command for a bnorm line, a pool command for a pool line.
     """
-    table = CONV_COMMANDS if line.kind == "conv" else BNORM_COMMANDS
+    table = _TABLES[line.kind]
     if command not in table:
         raise DriverLineError(f"command {command!r} cannot replace {line.command!r}: use one of {', '.join(table)}")
     return dataclasses.replace(line, command=command, params={**line.params, "precision": table[command]})
@@ -268,13 +312,13 @@ def command_for(kind: str, precision: str) -> str:
     Parameters
     ----------
     kind:
-        ``conv`` or ``bnorm``.
+        ``conv``, ``bnorm`` or ``pool``.
     precision:
-        ``FP32``, ``FP16`` or ``BF16``.
+        e.g. ``FP32``, ``FP16``, ``BF16``, ``INT8``.
     """
-    table = CONV_COMMANDS if kind == "conv" else BNORM_COMMANDS if kind == "bnorm" else None
+    table = _TABLES.get(kind)
     if table is None:
-        raise DriverLineError(f"problem kind {kind!r} has no MIOpenDriver command; use conv or bnorm")
+        raise DriverLineError(f"problem kind {kind!r} has no MIOpenDriver command; use conv, bnorm or pool")
     for command, value in table.items():
         if value == precision:
             return command
@@ -282,7 +326,7 @@ def command_for(kind: str, precision: str) -> str:
 
 
 def problem_kind(params: Mapping[str, Any]) -> str:
-    """``conv`` or ``bnorm``, told apart by the parameters each kind has.
+    """``conv``, ``bnorm`` or ``pool``, told apart by the parameters each kind has.
 
     Parameters
     ----------
@@ -291,9 +335,14 @@ def problem_kind(params: Mapping[str, Any]) -> str:
     """
     if "fil_h" in params and "out_channels" in params:
         return "conv"
+    if "win_h" in params and "mode" in params:
+        return "pool"
     if "layout" in params and "mode" in params:
         return "bnorm"
-    raise DriverLineError("parameters are neither a conv problem (fil_h, out_channels) nor a bnorm one (layout, mode)")
+    raise DriverLineError(
+        "parameters are neither a conv problem (fil_h, out_channels), a bnorm one (layout, mode) "
+        "nor a pool one (win_h, mode)"
+    )
 
 
 def driver_argv(params: Mapping[str, Any]) -> list[str]:
@@ -333,6 +382,8 @@ def driver_argv(params: Mapping[str, Any]) -> list[str]:
             argv += ["--in_layout", p["in_layout"], "--fil_layout", p["fil_layout"], "--out_layout", p["out_layout"]]
         argv += ["-F", bits[direction]]
         return [str(item) for item in argv]
+    if kind == "pool":
+        return _pool_argv(params, direction)
     if direction not in BNORM_DIRECTIONS:
         raise DriverLineError(f"bnorm direction must be one of F, I, B, not {direction!r}")
     argv = [command_for("bnorm", params["precision"])]
@@ -621,3 +672,57 @@ def _bnorm(values: dict[str, str], precision: str) -> tuple[dict, tuple[str, ...
         "run": 0 if direction == "B" else run,
     }
     return params, (direction,)
+
+
+_TABLES = {"conv": CONV_COMMANDS, "bnorm": BNORM_COMMANDS, "pool": POOL_COMMANDS}
+# Older drivers' names for the pool strides; Fleet names them by axis.
+_POOL_ALIASES = {"pool_stride_h": "pool_stride_1", "pool_stride_w": "pool_stride_0"}
+
+
+def _pool(values: dict[str, str], precision: str) -> tuple[dict, tuple[str, ...]]:
+    def get(name: str, minimum: int) -> int:
+        return _int(values, name, minimum, _POOL_FLAGS[name][0])
+
+    forw = get("forw", 0)
+    if forw > 1:
+        raise DriverLineError(f"-F (forw) of pool must be 0 (forward and backward) or 1 (forward only), not {forw}")
+    mode = values["mode"].strip()
+    if mode not in POOL_MODES:
+        raise DriverLineError(f"-m (mode) of pool must be one of {', '.join(POOL_MODES)}, not {mode!r}")
+    pad_mode = values["pad_mode"].strip()
+    if pad_mode not in ("default", "same", "valid"):
+        raise DriverLineError(f"-z (pad_mode) must be default, same or valid, not {pad_mode!r}")
+    index_type = values["index_type"].strip()
+    if index_type not in INDEX_TYPES:
+        raise DriverLineError(f"-I (index_type) must be one of {', '.join(INDEX_TYPES)}, not {index_type!r}")
+    params = {
+        "spatial_dim": 2,
+        "precision": precision,
+        "batchsize": get("batchsize", 1),
+        "in_channels": get("in_channels", 1),
+        "in_h": get("in_h", 1),
+        "in_w": get("in_w", 1),
+        "win_h": get("win_h", 1),
+        "win_w": get("win_w", 1),
+        "pool_stride_h": get("pool_stride_1", 1),
+        "pool_stride_w": get("pool_stride_0", 1),
+        "pad_h": get("pad_h", 0),
+        "pad_w": get("pad_w", 0),
+        "mode": mode,
+        "pad_mode": pad_mode,
+        "index_type": index_type,
+    }
+    return params, ("F", "B") if forw == 0 else ("F",)
+
+
+def _pool_argv(params: Mapping[str, Any], direction: Any) -> list[str]:
+    if direction not in ("F", "B"):
+        raise DriverLineError(f"pool direction must be F or B, not {direction!r}")
+    p = params
+    argv = [command_for("pool", p["precision"])]
+    argv += ["-n", p["batchsize"], "-c", p["in_channels"], "-H", p["in_h"], "-W", p["in_w"]]
+    argv += ["-y", p["win_h"], "-x", p["win_w"], "-v", p["pool_stride_h"], "-u", p["pool_stride_w"]]
+    argv += ["-p", p["pad_h"], "-q", p["pad_w"], "-m", p["mode"], "-z", p["pad_mode"], "-I", p["index_type"]]
+    # The driver runs backward only together with forward (-F 0).
+    argv += ["-F", 1 if direction == "F" else 0]
+    return [str(item) for item in argv]

@@ -6,8 +6,11 @@ One line a problem, ``KEY=entry;entry;...``, the key as :func:`fleet.miopen.keys
 algorithm (``miopenConvolutionFwdAlgoGEMM``), then ``FindDbData``'s fields in order: the solver, its time, its
 workspace and the kernel-cache key the solver's kernels are stored under (``<unused>`` network config for
 solvers that do not use the kernel cache). MIOpen 3.x (the ``current`` style) writes
-``solver:time_ms,workspace_bytes,algorithm``. :func:`read_find_db` reads both; :func:`write_find_db` writes
-either. Times are written as MIOpen's C++ streams write a ``float`` (``%g``, six significant digits), which
+``solver:time_ms,workspace_bytes,algorithm``. :func:`read_find_db` reads both and notes on each record the
+format it came in (:attr:`FindRecord.style`); :func:`write_find_db` writes either. Users call the two formats
+``older`` and ``newer`` (:data:`FORMATS`). MIOpen writes a record's entries fastest first, but not every shipped
+file keeps to it (equal times, hand-merged files): ``keep_order`` writes them as they were read.
+Times are written as MIOpen's C++ streams write a ``float`` (``%g``, six significant digits), which
 reproduces the shipped files' values exactly.
 """
 
@@ -23,6 +26,8 @@ from typing import TextIO
 from fleet.errors import MIOpenDbError
 
 STYLES = ("legacy", "current")
+# The line formats by the names users know them by.
+FORMATS = {"older": "legacy", "newer": "current"}
 UNUSED = "<unused>"
 _FORBIDDEN = set("=;:,\n\r")
 
@@ -46,6 +51,9 @@ class FindEntry:
     kernel_algorithm:
         The kernel-cache algorithm name (legacy style's fourth field, e.g. ``rocBlas`` for GEMM); empty means
         the same as ``algorithm``.
+    time_text:
+        The time as the file spelt it, when that is not how :func:`format_time` writes it (``2.0`` for ``2``):
+        written back as it was. Empty for the usual spelling.
     """
 
     algorithm: str
@@ -54,6 +62,7 @@ class FindEntry:
     workspace: int
     kernel_group: str = UNUSED
     kernel_algorithm: str = ""
+    time_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -66,10 +75,13 @@ class FindRecord:
         The problem's MIOpen key.
     entries:
         Its solvers' results, fastest first.
+    style:
+        The line format it was read in (``legacy`` or ``current``); empty for a record Fleet made.
     """
 
     key: str
     entries: tuple[FindEntry, ...]
+    style: str = ""
 
 
 def read_find_db(path: str | Path) -> Iterator[FindRecord]:
@@ -115,22 +127,27 @@ def parse_record(line: str) -> FindRecord:
     if not body:
         raise MIOpenDbError(f"record {key} has no entries")
     entries = []
+    counts = set()
     for text in body.split(";"):
         ident, sep, values = text.partition(":")
         fields = values.split(",")
         if not sep or not ident or len(fields) not in (3, 5):
             raise MIOpenDbError(f"entry {text!r} of {key} is not id:values with 3 or 5 values")
+        counts.add(len(fields))
+        time_field = fields[1 if len(fields) == 5 else 0]
         try:
-            time_ms = float(fields[1 if len(fields) == 5 else 0])
+            time_ms = float(time_field)
             workspace = int(fields[2 if len(fields) == 5 else 1])
         except ValueError:
             raise MIOpenDbError(f"entry {text!r} of {key} has a time or workspace that is not a number") from None
+        time_text = "" if format_time(time_ms) == time_field else time_field
         if len(fields) == 5:
             solver, _, _, kernel_algorithm, kernel_group = fields
-            entries.append(FindEntry(ident, solver, time_ms, workspace, kernel_group, kernel_algorithm))
+            entries.append(FindEntry(ident, solver, time_ms, workspace, kernel_group, kernel_algorithm, time_text))
         else:
-            entries.append(FindEntry(fields[2], ident, time_ms, workspace, "", ""))
-    return FindRecord(key, tuple(entries))
+            entries.append(FindEntry(fields[2], ident, time_ms, workspace, "", "", time_text))
+    style = "" if len(counts) != 1 else "legacy" if counts == {5} else "current"
+    return FindRecord(key, tuple(entries), style)
 
 
 def format_time(time_ms: float) -> str:
@@ -144,7 +161,7 @@ def format_time(time_ms: float) -> str:
     return f"{time_ms:g}"
 
 
-def format_record(record: FindRecord, *, style: str = "legacy") -> str:
+def format_record(record: FindRecord, *, style: str = "legacy", keep_order: bool = False) -> str:
     """One find-db line (without the newline), entries fastest first.
 
     Parameters
@@ -153,6 +170,8 @@ def format_record(record: FindRecord, *, style: str = "legacy") -> str:
         The record.
     style:
         ``legacy`` (MIOpen 2.x entries) or ``current`` (MIOpen 3.x).
+    keep_order:
+        Write the entries in the record's order instead of fastest first.
     """
     if style not in STYLES:
         raise MIOpenDbError(f"find-db style must be one of {', '.join(STYLES)}, not {style!r}")
@@ -162,28 +181,31 @@ def format_record(record: FindRecord, *, style: str = "legacy") -> str:
     if not record.entries:
         raise MIOpenDbError(f"record {record.key} has no entries")
     parts = []
-    for entry in sorted(record.entries, key=_entry_order):
+    for entry in record.entries if keep_order else sorted(record.entries, key=_entry_order):
         for name in ("algorithm", "solver", "kernel_group", "kernel_algorithm"):
             _check_text(getattr(entry, name), name, record.key)
         if not entry.algorithm or not entry.solver:
             raise MIOpenDbError(f"an entry of {record.key} has no algorithm or no solver")
         if not math.isfinite(entry.time_ms) or entry.time_ms < 0 or entry.workspace < 0:
             raise MIOpenDbError(f"entry {entry.solver} of {record.key} has a negative or non-finite value")
+        time = _time_text(entry)
         if style == "legacy":
             values = [
                 entry.solver,
-                format_time(entry.time_ms),
+                time,
                 str(entry.workspace),
                 entry.kernel_algorithm or entry.algorithm,
                 entry.kernel_group or UNUSED,
             ]
             parts.append(f"{entry.algorithm}:{','.join(values)}")
         else:
-            parts.append(f"{entry.solver}:{format_time(entry.time_ms)},{entry.workspace},{entry.algorithm}")
+            parts.append(f"{entry.solver}:{time},{entry.workspace},{entry.algorithm}")
     return f"{record.key}={';'.join(parts)}"
 
 
-def write_find_db(records: Iterable[FindRecord], out: TextIO, *, style: str = "legacy") -> int:
+def write_find_db(
+    records: Iterable[FindRecord], out: TextIO, *, style: str = "legacy", keep_order: bool = False
+) -> int:
     """Write records as a find-db text file: sorted by key, entries fastest first, ``\\n`` line ends.
 
     Parameters
@@ -194,6 +216,8 @@ def write_find_db(records: Iterable[FindRecord], out: TextIO, *, style: str = "l
         A text stream. Everything is formatted before the first write, so a bad record writes nothing.
     style:
         ``legacy`` (default, MIOpen 2.x) or ``current`` (MIOpen 3.x).
+    keep_order:
+        Write each record's entries in its own order instead of fastest first.
 
     Returns
     -------
@@ -205,9 +229,20 @@ def write_find_db(records: Iterable[FindRecord], out: TextIO, *, style: str = "l
         if record.key in by_key:
             raise MIOpenDbError(f"two find-db records for key {record.key}")
         by_key[record.key] = record
-    lines = [format_record(by_key[key], style=style) + "\n" for key in sorted(by_key)]
+    lines = [format_record(by_key[key], style=style, keep_order=keep_order) + "\n" for key in sorted(by_key)]
     out.write("".join(lines))
     return len(lines)
+
+
+def _time_text(entry: FindEntry) -> str:
+    # The file's own spelling survives only while it still says the same number.
+    if entry.time_text:
+        try:
+            if float(entry.time_text) == entry.time_ms and not _FORBIDDEN & set(entry.time_text):
+                return entry.time_text
+        except ValueError:
+            pass
+    return format_time(entry.time_ms)
 
 
 def _entry_order(entry: FindEntry) -> tuple:

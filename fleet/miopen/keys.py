@@ -33,6 +33,10 @@ from fleet.errors import DriverLineError, MIOpenDbError, SpecError
 from fleet.miopen.driver import DEFAULT_LAYOUT, LAYOUTS, PRECISIONS, _conv_checked, output_sizes, problem_kind
 
 STYLES = ("legacy", "current")
+# Every data type name MIOpen writes in a key (GetDataTypeName); a key whose tensors differ in type writes the
+# three names one after the other. Fleet makes problems of those MIOpenDriver can run (PRECISIONS); the
+# databases' records of the others are kept as they are (see fleet.tuna.databases).
+DATA_TYPES = ("FP32", "FP16", "BF16", "INT8", "INT8x4", "INT32", "FP64", "FP8", "BFP8")
 DIRECTIONS = ("F", "B", "W")
 
 
@@ -77,7 +81,7 @@ def db_key(params: Mapping[str, Any], *, style: str = "legacy") -> str:
     Raises
     ------
     SpecError
-        For a batch-norm problem, or parameters that are not a valid conv problem.
+        For a batch-norm or pooling problem, or parameters that are not a valid conv problem.
     """
     if style not in STYLES:
         raise SpecError(f"key style must be one of {', '.join(STYLES)}, not {style!r}")
@@ -87,6 +91,8 @@ def db_key(params: Mapping[str, Any], *, style: str = "legacy") -> str:
         kind = "conv"
     if kind == "bnorm":
         raise SpecError("batch-norm problems have no MIOpen find-db/perf-db key; only conv problems do")
+    if kind == "pool":
+        raise SpecError("pooling problems have no MIOpen find-db/perf-db key: MIOpen keeps no tuning database for them")
     f = key_frame(params)
     three = f["spatial_dim"] == 3
 
@@ -229,7 +235,8 @@ def _parse_parts(parts: list[str], three: bool) -> dict[str, Any] | str:
             return f"optional part _{options} is not supported (only _g<groups>)"
         groups = int(options[1:])
     if precision not in PRECISIONS:
-        return f"precision {precision!r} is not supported ({', '.join(PRECISIONS)})"
+        known = "a data type MIOpenDriver has no conv command for" if precision in DATA_TYPES else "not a data type"
+        return f"precision {precision!r} is {known} ({', '.join(PRECISIONS)} are)"
     spatial_dim = 3 if three else 2
     if len(layouts) == 1:
         if layouts[0] not in ("NCHW", DEFAULT_LAYOUT[spatial_dim]):

@@ -23,7 +23,7 @@ import contextlib
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,20 +149,9 @@ def _from_config(row: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
-def read_perf_db(path: str | Path) -> Iterator[PerfRecord]:
-    """Read a perf-db, ``.bz2``-compressed (decompressed to a temporary file) or not.
-
-    Parameters
-    ----------
-    path:
-        The SQLite file.
-
-    Yields
-    ------
-    PerfRecord
-        In the file's ``perf_db`` row order.
-    """
-    path = Path(path)
+@contextlib.contextmanager
+def _connect(path: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to a perf-db, ``.bz2``-compressed (decompressed to a temporary file) or not."""
     with contextlib.ExitStack() as stack:
         if path.suffix == ".bz2":
             directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-perfdb-"))
@@ -181,6 +170,29 @@ def read_perf_db(path: str | Path) -> Iterator[PerfRecord]:
         except sqlite3.Error as error:
             raise MIOpenDbError(f"cannot open perf-db {path}: {error}") from None
         stack.callback(connection.close)
+        yield connection
+
+
+def read_perf_db(path: str | Path) -> Iterator[PerfRecord]:
+    """Read a perf-db, ``.bz2``-compressed (decompressed to a temporary file) or not.
+
+    Parameters
+    ----------
+    path:
+        The SQLite file.
+
+    Yields
+    ------
+    PerfRecord
+        In the file's ``perf_db`` row order.
+
+    Raises
+    ------
+    MIOpenDbError
+        On the first config row that is no conv problem; :func:`read_perf_rows` reads every row as it is.
+    """
+    path = Path(path)
+    with _connect(path) as connection:
         columns = ", ".join(f"c.{name}" for name in CONFIG_COLUMNS)
         query = f"SELECT {columns}, p.solver, p.params FROM perf_db p JOIN config c ON c.id = p.config ORDER BY p.id"
         try:
@@ -189,6 +201,99 @@ def read_perf_db(path: str | Path) -> Iterator[PerfRecord]:
                 yield PerfRecord(params_from_config(config), row[-2], row[-1])
         except sqlite3.Error as error:
             raise MIOpenDbError(f"perf-db {path} is not a MIOpen perf-db: {error}") from None
+
+
+@dataclass(frozen=True)
+class PerfRows:
+    """Every row of a perf-db as it is, whether or not Fleet can make a problem of it.
+
+    Parameters
+    ----------
+    configs:
+        ``config`` rows in id order: (id, {column: value}) over :data:`CONFIG_COLUMNS`.
+    perf:
+        ``perf_db`` rows in id order: (id, solver, config id, params).
+    """
+
+    configs: list[tuple[int, dict[str, Any]]]
+    perf: list[tuple[int, str, int, str]]
+
+
+def read_perf_rows(path: str | Path) -> PerfRows:
+    """Read every row of a perf-db (``.bz2`` too), configs without perf rows included, changing nothing.
+
+    Parameters
+    ----------
+    path:
+        The SQLite file.
+
+    Raises
+    ------
+    MIOpenDbError
+        When the file is not a MIOpen perf-db, or a perf row names a config the file does not hold.
+    """
+    path = Path(path)
+    with _connect(path) as connection:
+        try:
+            configs = [
+                (row[0], dict(zip(CONFIG_COLUMNS, row[1:], strict=True)))
+                for row in connection.execute(f"SELECT id, {', '.join(CONFIG_COLUMNS)} FROM config ORDER BY id")
+            ]
+            perf = [
+                tuple(row) for row in connection.execute("SELECT id, solver, config, params FROM perf_db ORDER BY id")
+            ]
+        except sqlite3.Error as error:
+            raise MIOpenDbError(f"perf-db {path} is not a MIOpen perf-db: {error}") from None
+    ids = {number for number, _ in configs}
+    for number, solver, config, _ in perf:
+        if config not in ids:
+            raise MIOpenDbError(
+                f"perf-db {path}: perf_db row {number} ({solver}) names config {config}, which is not there"
+            )
+    return PerfRows(configs, perf)  # type: ignore[arg-type]
+
+
+def write_perf_rows(
+    path: str | Path, configs: Sequence[tuple[int, Mapping[str, Any]]], perf: Sequence[tuple[int, str, int, str]]
+) -> tuple[int, int]:
+    """Write ``config`` and ``perf_db`` rows as they are (ids included) into a new perf-db at ``path``.
+
+    Parameters
+    ----------
+    path:
+        The SQLite file to create or replace, only once complete.
+    configs:
+        (id, {column: value}) rows; written in id order.
+    perf:
+        (id, solver, config id, params) rows; written in id order.
+
+    Raises
+    ------
+    MIOpenDbError
+        When ids repeat, a row repeats a unique index of MIOpen's, or a perf row names no config.
+    """
+    config_rows = sorted((number, *(row[name] for name in CONFIG_COLUMNS)) for number, row in configs)
+    perf_rows = sorted(tuple(row) for row in perf)
+    ids = [row[0] for row in config_rows]
+    if len(set(ids)) != len(ids) or len({row[1:] for row in config_rows}) != len(config_rows):
+        raise MIOpenDbError("perf-db config rows repeat an id or a problem")
+    if len({row[0] for row in perf_rows}) != len(perf_rows) or len({row[1:3] for row in perf_rows}) != len(perf_rows):
+        raise MIOpenDbError("perf-db perf rows repeat an id or a (solver, config)")
+    known = set(ids)
+    for number, solver, config, _ in perf_rows:
+        if config not in known:
+            raise MIOpenDbError(f"perf row {number} ({solver}) names config {config}, which is not written")
+    _write(Path(path), config_rows, perf_rows)
+    return len(config_rows), len(perf_rows)
+
+
+def _write(path: Path, config_rows: list[tuple], perf_rows: list[tuple]) -> None:
+    marks = ", ".join("?" * (len(CONFIG_COLUMNS) + 1))
+    inserts = [
+        (f"INSERT INTO config (id, {', '.join(CONFIG_COLUMNS)}) VALUES ({marks})", config_rows),
+        ("INSERT INTO perf_db (id, solver, config, params) VALUES (?, ?, ?, ?)", perf_rows),
+    ]
+    write_sqlite(path, "perf-db", SCHEMA, inserts)
 
 
 def write_perf_db(path: str | Path, records: Iterable[PerfRecord], *, style: str = "legacy") -> tuple[int, int]:
@@ -227,10 +332,53 @@ def write_perf_db(path: str | Path, records: Iterable[PerfRecord], *, style: str
     for number, config in enumerate(configs, start=1):
         for solver in sorted(values[config]):
             perf_rows.append((len(perf_rows) + 1, solver, number, values[config][solver]))
-    marks = ", ".join("?" * (len(CONFIG_COLUMNS) + 1))
-    inserts = [
-        (f"INSERT INTO config (id, {', '.join(CONFIG_COLUMNS)}) VALUES ({marks})", config_rows),
-        ("INSERT INTO perf_db (id, solver, config, params) VALUES (?, ?, ?, ?)", perf_rows),
-    ]
-    write_sqlite(path, "perf-db", SCHEMA, inserts)
+    _write(path, config_rows, perf_rows)
     return len(config_rows), len(perf_rows)
+
+
+def config_key(row: Mapping[str, Any]) -> str:
+    """A find-db style key for any ``config`` row, even one that is no conv problem (e.g. a negative size).
+
+    The row's own numbers, in key order; the key side's output sizes are computed as MIOpen would for ``F``
+    and as :func:`params_from_config` rebuilds x for ``B`` and ``W``, without clamping, so the key says what
+    the row says. For a row that is a problem, it is that problem's legacy key.
+
+    Parameters
+    ----------
+    row:
+        The row's columns by name.
+    """
+    three = int(row["spatial_dim"]) == 3
+    axes = ("d", "h", "w") if three else ("h", "w")
+    outs = []
+    for axis in axes:
+        size, fil, pad = row[f"in_{axis}"], row[f"fil_{axis}"], row[f"pad_{axis}"]
+        stride, dilation = row[f"conv_stride_{axis}"], row[f"dilation_{axis}"]
+        if row["direction"] == "F":
+            outs.append((size + 2 * pad - dilation * (fil - 1) - 1) // max(stride, 1) + 1)
+        else:
+            outs.append((size - 1) * stride + dilation * (fil - 1) + 1 - 2 * pad)
+
+    def joined(prefix: str, sep: str) -> str:
+        return sep.join(str(row[prefix + axis]) for axis in axes)
+
+    pads = joined("pad_", "x")
+    if three and pads == "0x0x0" and row["layout"] == "NCHW":
+        pads = "0x0"  # MIOpen 2.x's spelling, as its 3-D rows with layout NCHW are
+    groups = int(row["group_count"])
+    parts = [
+        str(row["in_channels"]),
+        joined("in_", "-"),
+        joined("fil_", "x"),
+        str(row["out_channels"]),
+        "-".join(str(v) for v in outs),
+        str(row["batchsize"]),
+        pads,
+        joined("conv_stride_", "x"),
+        joined("dilation_", "x"),
+        str(row["bias"]),
+        str(row["layout"]),
+        str(row["data_type"]),
+        str(row["direction"]) + (f"_g{groups}" if groups != 1 else ""),
+    ]
+    return "-".join(parts)

@@ -162,12 +162,16 @@ def query_command(line: tuple[str, ...], as_json: bool) -> None:
         click.echo(json.dumps(found, indent=2))
         return
     for problem in found["problems"]:
-        head = f"{problem['kind']} {problem['direction']}"
+        head = f"{problem['kind']} {problem['direction'] or problem['key']}"
         if problem["id"] is None:
             click.echo(f"{head}: not imported")
+            if problem.get("note"):
+                click.echo(f"  {problem['note']}")
             continue
         tags = ", ".join(problem["tags"]) or "no tags"
         click.echo(f"{head}: problem {problem['id']} ({tags})")
+        if problem.get("note"):
+            click.echo(f"  {problem['note']}")
         if not problem["trials"]:
             click.echo("  no trials")
         for t in problem["trials"]:
@@ -184,7 +188,7 @@ def query_command(line: tuple[str, ...], as_json: bool) -> None:
             click.echo(
                 f"  {t['target']:<12} {t['reason']:<24} {t['step'] or '-':<5} {t['state']}{why}{result}  [{when}]"
             )
-    click.echo("keys:")
+    click.echo("keys:" if found["keys"] else "keys: none")
     for key in found["keys"]:
         click.echo(f"  {key}")
 
@@ -337,20 +341,31 @@ def jobs_list(
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--target", required=True, help="The target the database was tuned for, e.g. gfx803:36.")
 @click.option("-t", "--tag", "tags", multiple=True, help="Tag the database's problems.")
-def import_db_command(file: Path, target: str, tags: tuple[str, ...]) -> None:
-    """Load a find-db text or perf-db SQLite file (.bz2 too) into Fleet as results on a target."""
+@click.option("--strict", is_flag=True, help="Import nothing, and fail, if any record maps to no driver problem.")
+def import_db_command(file: Path, target: str, tags: tuple[str, ...], strict: bool) -> None:
+    """Load a find-db text or perf-db SQLite file (.bz2 too) into Fleet as results on a target.
+
+    Every record is kept. One that maps to no driver problem (a data type MIOpenDriver cannot run, a row no
+    input gives) is kept as it is: exported unchanged, queryable by its key, never tuned; one warning line
+    counts them.
+    """
     from fleet.tuna.databases import import_db
 
     _target(target)
     if not file.is_file():
         raise NotFound(f"{file}: no such file")
     store = _store()
-    done = import_db(store, file, target, tags=tags)
-    for line in done.skipped[:10]:
-        click.echo(f"{file}: skipped {line}", err=True)
+    done = import_db(store, file, target, tags=tags, strict=strict)
+    if done.unmapped:
+        click.echo(
+            f"fleet: warning: {file}: {len(done.unmapped)} records map to no driver problem; kept as they are, "
+            f"queryable by key, never tuned (first: {done.unmapped[0]})",
+            err=True,
+        )
+    line_format = f" ({done.line_format} line format)" if done.line_format else ""
     click.echo(
-        f"{file}: {done.format}, {done.records} records, {done.problems} problems ({done.created} new) "
-        f"as campaign {done.campaign}" + (f"; {len(done.skipped)} records skipped" if done.skipped else "")
+        f"{file}: {done.format}{line_format}, {done.records} records, {done.problems} problems "
+        f"({done.created} new, {len(done.unmapped)} kept as records only) as campaign {done.campaign}"
     )
 
 
@@ -371,6 +386,7 @@ def _export(kind: str) -> click.Command:
         tags: tuple[str, ...],
         select_text: str | None,
         output: Path | None,
+        line_format: str | None = None,
     ) -> None:
         from fleet.tuna import databases
 
@@ -378,14 +394,29 @@ def _export(kind: str) -> click.Command:
         what = databases.Selection(target, campaign, golden, version, tags, select_text)
         output = output or Path(default_name(kind, target))
         store = _store()
-        write = {
-            "find-db": databases.export_find_db,
-            "perf-db": databases.export_perf_db,
-            "kernel-db": databases.export_kernel_db,
-        }[kind]
-        records = write(store, what, output)
-        click.echo(f"{records} records written to {output} (provenance in {output.name}.provenance.json)")
+        tail = f"(provenance in {output.name}.provenance.json)"
+        if kind == "find-db":
+            done = databases.export_find_db(store, what, output, line_format)
+            came = ", ".join(f"{n} {name}" for name, n in sorted(done.came_in.items()))
+            how = f" in the {done.line_format} line format"
+            if line_format is None and len(done.came_in) > 1:
+                how += f" (the records came in both: {came}; --format older|newer chooses)"
+            click.echo(f"{done.records} records written to {output}{how} {tail}")
+            return
+        if kind == "perf-db":
+            records = databases.export_perf_db(store, what, output).records
+        else:
+            records = databases.export_kernel_db(store, what, output)
+        click.echo(f"{records} records written to {output} {tail}")
 
+    if kind == "find-db":
+        command = click.option(
+            "--format",
+            "line_format",
+            type=click.Choice(["older", "newer"]),
+            help="The line format: older (algorithm:solver,time,workspace,algorithm,<unused>) or newer "
+            "(solver:time,workspace,algorithm). Default: the one the records came in.",
+        )(command)
     return command
 
 

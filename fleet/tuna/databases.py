@@ -32,7 +32,7 @@ from fleet.errors import FleetError, NotFound, SpecError
 from fleet.space import digest
 from fleet.store import Artifact, Campaign, Measurement, Store, Trial, utcnow
 from fleet.store._models import GoldenEntry, GoldenVersion
-from fleet.tuna import KINDS
+from fleet.tuna import KINDS, RAW
 from fleet.tuna.problems import chunks, db_key_of, ensure_problems, select_problems
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -43,13 +43,27 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 @dataclass
 class Imported:
+    """What ``import_db`` did: the campaign, the file's format, and what it held."""
+
     campaign: str
     format: str
     records: int
     problems: int
     created: int
     sha256: str
-    skipped: list[str] = field(default_factory=list)
+    unmapped: list[str] = field(default_factory=list)
+    line_format: str | None = None
+
+
+@dataclass
+class Record:
+    """One record of a database file as the import writes it: a problem (or a raw record) and its result."""
+
+    kind: str
+    params: dict[str, Any]
+    metrics: dict[str, Any]
+    objective: float | None
+    why: str | None = None  # why it maps to no driver problem
 
 
 @contextmanager
@@ -89,45 +103,89 @@ def detect_format(path: Path) -> str:
 
 
 def entry_row(entry: Any) -> list[Any]:
-    """A find entry as stored in a result's metrics: [algorithm, solver, time_ms, workspace, group, kernel algo]."""
-    return [entry.algorithm, entry.solver, entry.time_ms, entry.workspace, entry.kernel_group, entry.kernel_algorithm]
+    """A find entry as stored in a result's metrics: [algorithm, solver, time_ms, workspace, group, kernel algo]
+    and, when the file spelt the time its own way, that spelling."""
+    row = [entry.algorithm, entry.solver, entry.time_ms, entry.workspace, entry.kernel_group, entry.kernel_algorithm]
+    return [*row, entry.time_text] if getattr(entry, "time_text", "") else row
 
 
-def _read(path: Path, kind: str) -> tuple[list[tuple[dict[str, Any], dict[str, Any], float | None]], list[str]]:
-    """(problem params, metrics, objective) per problem of a database file, and what could not be read."""
+# The user's names of the find-db line formats, by fleet.miopen.finddb's style names.
+LINE_FORMATS = {"legacy": "older", "current": "newer"}
+
+
+def _read(path: Path, kind: str) -> list[Record]:
+    """Every record of a database file, each as it came: a problem where it maps to one, else a raw record."""
     from fleet.miopen.keys import parse_key
 
-    skipped: list[str] = []
-    out: list[tuple[dict[str, Any], dict[str, Any], float | None]] = []
+    out: list[Record] = []
+    seen: dict[str, str] = {}
+
+    def add(
+        params: dict[str, Any] | None, raw: dict[str, Any], name: str, metrics: dict, objective: Any, why: str
+    ) -> None:
+        if params is not None:
+            first = seen.setdefault(digest(params), name)
+            if first == name:
+                out.append(Record("conv", params, metrics, objective))
+                return
+            # One problem, two records (two spellings of one key): both are kept, the second as it is.
+            why = f"the same problem as {first}"
+        out.append(Record(RAW, raw, metrics, objective, f"{name}: {why}"))
+
     if kind == "find-db":
         from fleet.miopen.finddb import read_find_db
 
         for record in read_find_db(path):
+            entries = [entry_row(e) for e in record.entries]  # as the file orders them
+            metrics = {"find": entries, "key": record.key, "format": LINE_FORMATS.get(record.style)}
+            objective = min(e[2] for e in entries)
             try:
-                params = parse_key(record.key)
+                params, why = parse_key(record.key), ""
             except FleetError as error:
-                skipped.append(f"{record.key}: {error}")
-                continue
-            entries = sorted((entry_row(e) for e in record.entries), key=lambda e: e[2])
-            out.append((params, {"find": entries}, entries[0][2] if entries else None))
-        return out, skipped
-    from fleet.miopen.perfdb import read_perf_db
+                params, why = None, str(error)
+            add(params, {"db": "find-db", "key": record.key}, record.key, metrics, objective, why)
+        return out
+    from fleet.miopen.perfdb import config_key, params_from_config, read_perf_rows
 
-    records = list(read_perf_db(path))  # MIOpenDbError names the file and what is wrong with it
-    by_problem: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
-    for record in records:
-        params, solvers = by_problem.setdefault(digest(record.params), (record.params, {}))
-        solvers[record.solver] = record.values
-    for params, solvers in by_problem.values():
-        out.append((params, {"perf": sorted([s, v] for s, v in solvers.items())}, None))
-    return out, skipped
+    rows = read_perf_rows(path)  # MIOpenDbError names the file and what is wrong with it
+    by_config: dict[int, list[tuple[int, str, str]]] = {}
+    for number, solver, config, values in rows.perf:
+        by_config.setdefault(config, []).append((number, solver, values))
+    for number, row in rows.configs:
+        perf = by_config.get(number, [])
+        metrics = {
+            "perf": [[solver, values] for _, solver, values in perf],
+            "perf_ids": [n for n, _, _ in perf],
+            "config": {"id": number, **row},
+        }
+        key = config_key(row)
+        try:
+            params, why = params_from_config(row), ""
+        except FleetError as error:
+            params, why = None, str(error).rsplit(": ", 1)[-1]
+        add(params, {"db": "perf-db", "key": key, "config": row}, f"config {number}", metrics, None, why)
+    return out
 
 
-def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()) -> Imported:
-    """Load a find-db text or perf-db SQLite file (``.bz2`` too) as results on ``target``.
+def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = (), strict: bool = False) -> Imported:
+    """Load a find-db text or perf-db SQLite file (``.bz2`` too) as results on ``target``, every record of it.
 
-    One transaction: a file that fails half way leaves nothing behind. Importing the same file again
-    finds its campaign and adds nothing.
+    A record that maps to a driver problem becomes that problem's result; one that does not (a data type
+    MIOpenDriver cannot run, a row no input size gives, a second spelling of one problem) is kept as it is, as
+    a ``miopen-record`` problem: queryable by its key, exported unchanged, never tuned. One transaction: a file
+    that fails half way leaves nothing behind. Importing the same file again finds its campaign and adds
+    nothing.
+
+    Parameters
+    ----------
+    path:
+        The file.
+    target:
+        The target it was tuned for.
+    tags:
+        Tags for every problem of the file.
+    strict:
+        Import nothing, and raise, when any record maps to no driver problem.
     """
     check_target(target)
     sha = _sha256(path) if path.is_file() else None
@@ -135,19 +193,26 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
         raise NotFound(f"{path}: no such file")
     with _plain(path) as plain:
         kind = detect_format(plain)
-        rows, skipped = _read(plain, kind)
+        rows = _read(plain, kind)
     if not rows:
-        raise SpecError(f"{path}: no {kind} record could be read" + (f" ({skipped[0]})" if skipped else ""))
+        raise SpecError(f"{path}: no {kind} record in it")
+    unmapped = [r.why or "" for r in rows if r.kind == RAW]
+    if strict and unmapped:
+        raise SpecError(
+            f"{path}: {len(unmapped)} of {len(rows)} records map to no driver problem "
+            f"(first: {unmapped[0]}); --strict imports nothing"
+        )
     step = "find" if kind == "find-db" else "perf"
-    # A find-db line is one record; a perf-db record is one (problem, solver) row.
-    records = sum(len(metrics["perf"]) if "perf" in metrics else 1 for _, metrics, _ in rows)
+    formats = sorted({r.metrics.get("format") or "" for r in rows} - {""})
+    # A find-db line is one record; a perf-db record is one row of either table.
+    records = len(rows) if step == "find" else len(rows) + sum(len(r.metrics["perf"]) for r in rows)
     stem = path.name.removesuffix(".bz2")
     name = f"import-{stem}-{sha[:12]}@{target}"
     toolchain = f"imported {stem} sha256:{sha}"
     source = {"source": str(path.resolve()), "file": path.name, "sha256": sha, "format": kind}
     now = utcnow()
     with store.transaction() as connection:
-        ids, created = ensure_problems(connection, store, [("conv", params) for params, _, _ in rows], tags=tags)
+        ids, created = ensure_problems(connection, store, [(r.kind, r.params) for r in rows], tags=tags)
         campaign_id = connection.scalar(
             store.insert(Campaign)
             .values(
@@ -168,27 +233,47 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
             .returning(Campaign.id)
         )
         if campaign_id is None:
-            return Imported(name, kind, records, len(set(ids)), 0, sha, skipped)
-        from fleet.store._models import CampaignProblem
+            return Imported(name, kind, records, len(set(ids)), 0, sha, unmapped, "/".join(formats) or None)
+        _write_results(store, connection, campaign_id, target, sha, step, toolchain, ids, rows, now)
+    return Imported(name, kind, records, len(set(ids)), created, sha, unmapped, "/".join(formats) or None)
 
-        unique: dict[int, tuple[dict[str, Any], float | None]] = {}
-        for problem_id, (_, metrics, objective) in zip(ids, rows, strict=True):
-            assert problem_id is not None
-            unique[problem_id] = (metrics, objective)
-        order = sorted(unique)
-        rows_cp = [{"campaign_id": campaign_id, "problem_id": p, "position": i} for i, p in enumerate(order)]
-        store.insert_many(connection, CampaignProblem, rows_cp)
-        config = {"step": step}
-        config_key = digest(config)
-        trial_rows = [
+
+def _write_results(
+    store: Store,
+    connection: Any,
+    campaign_id: int,
+    target: str,
+    sha: str,
+    step: str,
+    toolchain: str,
+    ids: Sequence[int | None],
+    rows: Sequence[Record],
+    now: Any,
+) -> None:
+    """The campaign's problems, one evaluated trial each, and its measurement: the record's result."""
+    from fleet.store._models import CampaignProblem
+
+    unique: dict[int, Record] = {}
+    for problem_id, row in zip(ids, rows, strict=True):
+        assert problem_id is not None
+        unique[problem_id] = row
+    order = sorted(unique)
+    rows_cp = [{"campaign_id": campaign_id, "problem_id": p, "position": i} for i, p in enumerate(order)]
+    store.insert_many(connection, CampaignProblem, rows_cp)
+    config = {"step": step}
+    config_key = digest(config)
+    trial_rows = []
+    for i, p in enumerate(order):
+        key = digest(["import", sha, p, step])
+        trial_rows.append(
             {
                 "campaign_id": campaign_id,
                 "problem_id": p,
                 "target": target,
                 "config": config,
                 "config_key": config_key,
-                "build_key": digest(["import", sha, p, step]),
-                "measure_key": digest(["import", sha, p, step]),
+                "build_key": key,
+                "measure_key": key,
                 "seq": i,
                 "baseline": False,
                 "state": "evaluated",
@@ -199,41 +284,37 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
                 "finished_at": now,
                 "worker": "import",
             }
-            for i, p in enumerate(order)
-        ]
-        store.insert_many(connection, Trial, trial_rows)
-        trial_ids: dict[int, int] = {}
-        for part in chunks(order):
-            trial_ids.update(
-                (r.problem_id, r.id)
-                for r in connection.execute(
-                    select(Trial.problem_id, Trial.id).where(
-                        Trial.campaign_id == campaign_id, Trial.problem_id.in_(part)
-                    )
-                )
+        )
+    store.insert_many(connection, Trial, trial_rows)
+    trial_ids: dict[int, int] = {}
+    for part in chunks(order):
+        trial_ids.update(
+            (r.problem_id, r.id)
+            for r in connection.execute(
+                select(Trial.problem_id, Trial.id).where(Trial.campaign_id == campaign_id, Trial.problem_id.in_(part))
             )
-        measurements = [
-            {
-                "trial_id": trial_ids[p],
-                "problem_id": p,
-                "target": target,
-                "measure_key": digest(["import", sha, p, step]),
-                "objective_name": "time_ms",
-                "maximize": False,
-                "objective": unique[p][1],
-                "valid": True,
-                "samples": [],
-                "metrics": unique[p][0],
-                "toolchain": toolchain,
-                "node": None,
-                "gpu": None,
-                "worker": "import",
-                "created_at": now,
-            }
-            for p in order
-        ]
-        store.insert_many(connection, Measurement, measurements)
-    return Imported(name, kind, records, len(order), created, sha, skipped)
+        )
+    measurements = [
+        {
+            "trial_id": trial_ids[p],
+            "problem_id": p,
+            "target": target,
+            "measure_key": trial_rows[i]["measure_key"],
+            "objective_name": "time_ms",
+            "maximize": False,
+            "objective": unique[p].objective,
+            "valid": True,
+            "samples": [],
+            "metrics": {k: v for k, v in unique[p].metrics.items() if v is not None},
+            "toolchain": toolchain,
+            "node": None,
+            "gpu": None,
+            "worker": "import",
+            "created_at": now,
+        }
+        for i, p in enumerate(order)
+    ]
+    store.insert_many(connection, Measurement, measurements)
 
 
 # -- what an export reads -------------------------------------------------------------------------------------
@@ -251,6 +332,11 @@ class Result:
     trial_id: int | None
     build_key: str | None = None
     campaign: str | None = None
+
+
+# What an import keeps beside a result so that the export writes the record as it came: the key as spelt,
+# the find-db line format, the perf-db config row (with its id) and its perf rows' ids.
+KEPT = ("key", "format", "config", "perf_ids")
 
 
 def _better(step: str, new: Result, old: Result | None) -> bool:
@@ -305,7 +391,7 @@ def campaign_results(
             result = Result(
                 row.problem_id,
                 row_step,
-                {row_step: metrics[row_step]},
+                {name: metrics[name] for name in (row_step, *KEPT) if name in metrics},
                 m.objective,
                 # A job's campaign is created where MIOpen may be absent; the worker records the version it ran.
                 m.toolchain or (f"MIOpen {metrics['miopen_version']}" if metrics.get("miopen_version") else ""),
@@ -380,7 +466,8 @@ def gather(store: Store, what: Selection, step: str | None) -> tuple[dict[tuple[
     if step is not None:
         results = {k: v for k, v in results.items() if k[1] == step}
     if what.tags or what.selection:
-        keep = {pid for pid, _, _ in select_problems(store, tags=what.tags, selection=what.selection, kinds=KINDS)}
+        kinds = KINDS if what.selection else (*KINDS, RAW)  # a selection is over driver parameters
+        keep = {pid for pid, _, _ in select_problems(store, tags=what.tags, selection=what.selection, kinds=kinds)}
         results = {k: v for k, v in results.items() if k[0] in keep}
     source["toolchains"] = sorted({r.toolchain for r in results.values()})
     return results, source
@@ -427,44 +514,114 @@ def _sidecar(output: Path, kind: str, source: dict[str, Any], records: int) -> P
     return sidecar
 
 
-def export_find_db(store: Store, what: Selection, output: Path) -> int:
-    """Write the find-db text of ``what`` to ``output`` (and its sidecar); return the records written."""
-    from fleet.miopen.finddb import FindEntry, FindRecord, write_find_db
+@dataclass
+class Written:
+    """What an export wrote: how many records, and for a find-db the line format and what the records came in."""
+
+    records: int
+    line_format: str | None = None
+    came_in: dict[str, int] = field(default_factory=dict)
+
+
+def choose_format(came_in: dict[str, int], wanted: str | None) -> str:
+    """The find-db line format to write: ``wanted``, else the one the records came in, else the commoner one.
+
+    Parameters
+    ----------
+    came_in:
+        How many records came in each format (``older``, ``newer``); results of Fleet's own jobs count in none.
+    wanted:
+        ``older``, ``newer`` or None.
+    """
+    from fleet.miopen.finddb import FORMATS
+
+    if wanted is not None:
+        if wanted not in FORMATS:
+            raise SpecError(f"find-db line format must be one of {', '.join(FORMATS)}, not {wanted!r}")
+        return wanted
+    if not came_in:
+        return "older"
+    # The commoner format; on a tie the older one, which every MIOpen of the shipped files reads.
+    return max(sorted(came_in), key=lambda name: (came_in[name], name == "older"))
+
+
+def export_find_db(store: Store, what: Selection, output: Path, line_format: str | None = None) -> Written:
+    """Write the find-db text of ``what`` to ``output`` (and its sidecar).
+
+    Imported records come out as they came in: key as spelt, entries in the file's order, times as written;
+    Fleet's own results fastest first. ``line_format`` (``older`` or ``newer``) chooses the line format;
+    without it, the format the records came in (the commoner one when they came in both).
+    """
+    from fleet.miopen.finddb import FORMATS, FindEntry, FindRecord, write_find_db
 
     results, source = gather(store, what, "find")
     problems = _problems(store, [pid for pid, _ in results])
     records = []
+    came_in: dict[str, int] = {}
     for (pid, _), result in results.items():
-        key = problems[pid][2]
+        key = result.payload.get("key") or problems[pid][2]
         if key is None:
             continue
-        entries = sorted(result.payload["find"], key=lambda e: e[2])
-        records.append(FindRecord(key, [FindEntry(*entry) for entry in entries]))
+        entries = result.payload["find"]
+        if "format" in result.payload:
+            came_in[result.payload["format"]] = came_in.get(result.payload["format"], 0) + 1
+        else:
+            entries = sorted(entries, key=lambda e: e[2])
+        records.append(FindRecord(key, tuple(FindEntry(*entry) for entry in entries)))
     if not records:
         raise NotFound(f"no find results to export on {what.target}")
+    chosen = choose_format(came_in, line_format)
     records.sort(key=lambda r: r.key)
     with _atomic(output) as partial, partial.open("w", newline="\n") as out:
-        write_find_db(records, out)
-    _sidecar(output, "find-db", source, len(records))
-    return len(records)
+        write_find_db(records, out, style=FORMATS[chosen], keep_order=True)
+    _sidecar(output, "find-db", {**source, "line_format": chosen, "came_in": came_in}, len(records))
+    return Written(len(records), chosen, came_in)
 
 
-def export_perf_db(store: Store, what: Selection, output: Path) -> int:
-    """Write the perf-db (MIOpen's SQLite schema) of ``what`` to ``output``; return the records written."""
-    from fleet.miopen.perfdb import PerfRecord, write_perf_db
+def export_perf_db(store: Store, what: Selection, output: Path) -> Written:
+    """Write the perf-db (MIOpen's SQLite schema) of ``what`` to ``output``.
+
+    Imported rows come out as they came in, ids included; where two sources claim one id (a merge), or for
+    Fleet's own results, rows get the next free ids, in key order. Returns the perf rows written.
+    """
+    from fleet.miopen.perfdb import CONFIG_COLUMNS, perf_config, write_perf_rows
 
     results, source = gather(store, what, "perf")
     problems = _problems(store, [pid for pid, _ in results])
-    records = []
-    for (pid, _), result in sorted(results.items(), key=lambda kv: problems[kv[0][0]][2] or ""):
-        for solver, values in result.payload["perf"]:
-            records.append(PerfRecord(problems[pid][1], solver, values))
-    if not records:
+    items = []
+    for (pid, _), result in results.items():
+        stored = result.payload.get("config")
+        row = {name: stored[name] for name in CONFIG_COLUMNS} if stored else perf_config(problems[pid][1])
+        perf = result.payload["perf"]
+        ids = result.payload.get("perf_ids") or [None] * len(perf)
+        items.append((stored["id"] if stored else None, problems[pid][2] or "", row, list(zip(ids, perf, strict=True))))
+    if not any(perf for *_, perf in items) and not any(stored is not None for stored, *_ in items):
         raise NotFound(f"no perf results to export on {what.target}")
+    # Rows that keep their id first (in id order), then the others in key order.
+    items.sort(key=lambda item: (item[0] is None, item[0] or 0, item[1]))
+    configs: list[tuple[int, dict[str, Any]]] = []
+    perf_rows: list[tuple[int, str, int, str]] = []
+    used_configs: set[int] = set()
+    used_perf: set[int] = set()
+    wanted_perf = [n for *_, perf in items for n, _ in perf if n is not None]
+    next_config = max([i for i, *_ in items if i is not None], default=0)
+    next_perf = max(wanted_perf, default=0)
+    for number, _, row, perf in items:
+        if number is None or number in used_configs:
+            next_config += 1
+            number = next_config
+        used_configs.add(number)
+        configs.append((number, row))
+        for perf_id, (solver, values) in sorted(perf, key=lambda p: (p[0] is None, p[0] or 0, p[1][0])):
+            if perf_id is None or perf_id in used_perf:
+                next_perf += 1
+                perf_id = next_perf
+            used_perf.add(perf_id)
+            perf_rows.append((perf_id, solver, number, values))
     with _atomic(output) as partial:
-        write_perf_db(partial, records)
-    _sidecar(output, "perf-db", source, len(records))
-    return len(records)
+        write_perf_rows(partial, configs, perf_rows)
+    _sidecar(output, "perf-db", source, len(perf_rows))
+    return Written(len(perf_rows))
 
 
 def export_kernel_db(store: Store, what: Selection, output: Path) -> int:

@@ -16,7 +16,10 @@ from fleet.errors import FleetError, SpecError
 from fleet.space import digest
 from fleet.store import Campaign, Measurement, Problem, Store, Trial, utcnow
 from fleet.store._models import MiopenKey, ProblemTag
-from fleet.tuna import KINDS, RECURRENT
+from fleet.tuna import KINDS, POOL, RAW, RECURRENT
+
+NO_POOL_DB = "MIOpen keeps no tuning database for pooling: this problem has no db key and is never tuned"
+RAW_NOTE = "a database record that maps to no driver problem: kept as it is, never tuned"
 
 CHUNK = 5000  # rows per IN (...) list: well inside SQLite's limit of bound variables
 
@@ -27,9 +30,13 @@ def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
 
 
 def db_key_of(kind: str, params: dict[str, Any]) -> str | None:
-    """MIOpen's database key of a problem, or None when MIOpen has none for it."""
+    """MIOpen's database key of a problem, or None when MIOpen has none for it (bnorm, pool)."""
     from fleet.miopen.keys import db_key
 
+    if kind == RAW:
+        return params.get("key")
+    if kind != "conv":
+        return None
     try:
         return db_key(params)
     except (FleetError, KeyError, ValueError, TypeError):
@@ -158,13 +165,27 @@ def import_lines(
 
 
 def problems_by_key(store: Store, key: str) -> list[Problem]:
-    """The problems whose MIOpen key is ``key`` (an index lookup)."""
+    """The problems whose MIOpen key is ``key`` (an index lookup), raw records included.
+
+    A key spelt another way than Fleet keeps it (MIOpen 3.x's 3-D keys) finds its problem through the
+    problem's own key.
+    """
+    from fleet.miopen.keys import db_key, parse_key
+
     with store.session() as session:
-        return list(
-            session.scalars(
-                select(Problem).join(MiopenKey, MiopenKey.problem_id == Problem.id).where(MiopenKey.db_key == key)
-            )
-        )
+
+        def lookup(text: str) -> list[Problem]:
+            query = select(Problem).join(MiopenKey, MiopenKey.problem_id == Problem.id).where(MiopenKey.db_key == text)
+            return list(session.scalars(query.order_by(Problem.id)))
+
+        found = lookup(key)
+        try:
+            canonical = db_key(parse_key(key))
+        except FleetError:
+            return found
+        if canonical != key:
+            found += [p for p in lookup(canonical) if p.id not in {f.id for f in found}]
+        return found
 
 
 def select_problems(
@@ -197,7 +218,8 @@ def select_problems(
 def parse_query(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """What ``fleet query`` was given: ("driver", problems) for a driver line, ("db", [problem]) for a db line.
 
-    A find-db or perf-db text line (``KEY=...``), or a bare key, gives the one problem of its key.
+    A find-db or perf-db text line (``KEY=...``), or a bare key, gives the one problem of its key; a key that
+    is no driver problem gives the raw record ``(miopen-record, {"key": KEY})``, found by its key.
     """
     from fleet.miopen.driver import DriverLineError, parse_line, problems
     from fleet.miopen.keys import parse_key
@@ -210,7 +232,9 @@ def parse_query(text: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
         try:
             params = parse_key(key)
         except FleetError:
-            raise SpecError(f"not a MIOpenDriver line, nor a find-db or perf-db line: {driver_error}") from None
+            if key.count("-") < 14 or " " in key:
+                raise SpecError(f"not a MIOpenDriver line, nor a find-db or perf-db line: {driver_error}") from None
+            return "db", [(RAW, {"key": key})]
         return "db", [("conv", params)]
     return "driver", [(line.kind, params) for params in problems(line)]
 
@@ -221,13 +245,15 @@ def describe(store: Store, text: str) -> dict[str, Any]:
     out: list[dict[str, Any]] = []
     keys: list[str] = []
     with store.transaction() as connection:
-        for kind, params in items:
+        for kind, params in _resolved(connection, items):
             key = db_key_of(kind, params)
-            if key is not None:
+            if key is not None and key not in keys:
                 keys.append(key)
-            problem_id = connection.scalar(
-                select(Problem.id).where(Problem.kind == kind, Problem.params_key == digest(params))
-            )
+            problem_id = params.pop("_id", None) if kind == RAW else None
+            if kind != RAW:
+                problem_id = connection.scalar(
+                    select(Problem.id).where(Problem.kind == kind, Problem.params_key == digest(params))
+                )
             entry: dict[str, Any] = {
                 "id": problem_id,
                 "kind": kind,
@@ -237,6 +263,10 @@ def describe(store: Store, text: str) -> dict[str, Any]:
                 "tags": [],
                 "trials": [],
             }
+            if kind == POOL:
+                entry["note"] = NO_POOL_DB
+            elif kind == RAW:
+                entry["note"] = RAW_NOTE
             if problem_id is not None:
                 entry["tags"] = sorted(
                     connection.scalars(select(ProblemTag.tag).where(ProblemTag.problem_id == problem_id))
@@ -244,6 +274,23 @@ def describe(store: Store, text: str) -> dict[str, Any]:
                 entry["trials"] = _trials(connection, problem_id)
             out.append(entry)
     return {"query": text.strip(), "source": source, "problems": out, "keys": keys}
+
+
+def _resolved(connection: Connection, items: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """The items, a raw record's key replaced by the records kept under it (or left as is when none is)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for kind, params in items:
+        if kind != RAW:
+            out.append((kind, params))
+            continue
+        rows = connection.execute(
+            select(Problem.id, Problem.params)
+            .join(MiopenKey, MiopenKey.problem_id == Problem.id)
+            .where(MiopenKey.db_key == params["key"], Problem.kind == RAW)
+            .order_by(Problem.id)
+        ).all()
+        out += [(RAW, {**r.params, "_id": r.id}) for r in rows] or [(RAW, dict(params))]
+    return out
 
 
 def _trials(connection: Connection, problem_id: int) -> list[dict[str, Any]]:

@@ -19,13 +19,14 @@ def lines(name: str) -> list[str]:
 
 def test_alexnet_imports_one_problem_per_direction_and_reports_bad_lines(store: Store) -> None:
     report = import_lines(store, lines("alexnet.txt"), tags=["alexnet"])
-    # alexnet.txt: 14 conv lines with one direction each, and three pool lines MIOpen's Tuna cannot tune here.
-    assert (report.created, report.known, report.tagged) == (14, 0, 14)
-    assert [n for n, _ in report.unreadable] == [15, 16, 17]
-    assert all("'pool' is not supported" in error for _, error in report.unreadable)
+    # alexnet.txt: 14 conv lines with one direction each, and three pool lines (forward and backward each).
+    assert (report.created, report.known, report.tagged) == (20, 0, 20)
+    assert report.unreadable == []
     again = import_lines(store, lines("alexnet.txt"), tags=["alexnet"])
-    assert (again.created, again.known) == (0, 14)
-    assert len(select_problems(store, tags=["alexnet"])) == 14
+    assert (again.created, again.known) == (0, 20)
+    assert len(select_problems(store, tags=["alexnet"])) == 14  # the kinds jobs tune
+    pools = select_problems(store, tags=["alexnet"], kinds=["pool"])
+    assert len(pools) == 6 and {p["mode"] for _, _, p in pools} == {"max"}
 
 
 def test_duplicates_are_found_by_the_problem_not_the_text(store: Store) -> None:
@@ -44,7 +45,7 @@ def test_tag_only_creates_nothing(store: Store) -> None:
     import_lines(store, lines("alexnet.txt"), tags=["alexnet"])
     report = import_lines(store, lines("alexnet.txt") + lines("google_net.txt"), tags=["cnn"], tag_only=True)
     assert report.created == 0
-    assert report.tagged == 14
+    assert report.tagged == 20
     assert report.missing > 0
     assert len(select_problems(store, tags=["cnn"])) == 14
     assert len(select_problems(store, tags=["cnn", "alexnet"])) == 14
@@ -109,3 +110,16 @@ def test_query_a_driver_line_and_a_find_db_line(store: Store) -> None:
     assert by_db_line["problems"][0]["id"] == shown["problems"][0]["id"]
     with pytest.raises(SpecError, match="not a MIOpenDriver line"):
         describe(store, "hello world")
+
+
+def test_pooling_lines_are_problems_with_no_db_key(store: Store) -> None:
+    pool = "./bin/MIOpenDriver pool -n 128 -c 192 -H 28 -W 28 -y 3 -x 3 -p 1 -q 1 -u 1 -v 1 -m max -t 1"
+    report = import_lines(store, [pool], tags=["gn"])
+    assert report.created == 2 and report.unreadable == []
+    shown = describe(store, pool)
+    assert [(p["kind"], p["direction"], p["key"]) for p in shown["problems"]] == [
+        ("pool", "F", None),
+        ("pool", "B", None),
+    ]
+    assert shown["keys"] == [] and all(p["tags"] == ["gn"] for p in shown["problems"])
+    assert all("no tuning database for pooling" in p["note"] for p in shown["problems"])

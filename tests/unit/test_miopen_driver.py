@@ -121,17 +121,53 @@ def test_directions_from_the_F_flag(forw: int, directions: str) -> None:
     assert parse_line(f"MIOpenDriver conv -F {forw}").directions == tuple(directions)
 
 
-def test_every_alexnet_and_googlenet_line_parses_or_is_reported() -> None:
+def test_every_alexnet_and_googlenet_line_parses() -> None:
     for name, conv_lines, pool_lines in (("alexnet.txt", 14, 3), ("google_net.txt", 49, 11)):
         results = parsed(name)
-        lines = [r for _, r in results if isinstance(r, DriverLine)]
-        errors = [(n, r) for n, r in results if isinstance(r, DriverLineError)]
-        assert len(lines) == conv_lines and all(line.kind == "conv" for line in lines)
-        assert len(errors) == pool_lines
-        assert all("'pool' is not supported" in str(error) for _, error in errors)
+        assert not [r for _, r in results if isinstance(r, DriverLineError)]
+        kinds = [r.kind for _, r in results if isinstance(r, DriverLine)]
+        assert (kinds.count("conv"), kinds.count("pool")) == (conv_lines, pool_lines)
     # alexnet.txt names one direction a line, google_net.txt asks for all three.
-    assert sum(len(problems(r)) for _, r in parsed("alexnet.txt") if isinstance(r, DriverLine)) == 14
-    assert sum(len(problems(r)) for _, r in parsed("google_net.txt") if isinstance(r, DriverLine)) == 147
+    convs = [r for _, r in parsed("alexnet.txt") if isinstance(r, DriverLine) and r.kind == "conv"]
+    assert sum(len(problems(r)) for r in convs) == 14
+    convs = [r for _, r in parsed("google_net.txt") if isinstance(r, DriverLine) and r.kind == "conv"]
+    assert sum(len(problems(r)) for r in convs) == 147
+
+
+def test_pool_lines_with_the_drivers_flags_and_defaults() -> None:
+    line = parse_line("./bin/MIOpenDriver pool -n 512 -c 192 -H 27 -W 27 -y 3 -x 2 -p 0 -q 1 -u 2 -v 3 -m avg -t 1")
+    assert (line.command, line.kind, line.directions) == ("pool", "pool", ("F", "B"))
+    assert line.params == {
+        "spatial_dim": 2,
+        "precision": "FP32",
+        "batchsize": 512,
+        "in_channels": 192,
+        "in_h": 27,
+        "in_w": 27,
+        "win_h": 3,
+        "win_w": 2,
+        "pool_stride_h": 3,  # -v is the stride in height, -u in width
+        "pool_stride_w": 2,
+        "pad_h": 0,
+        "pad_w": 1,
+        "mode": "avg",
+        "pad_mode": "default",
+        "index_type": "miopenIndexUint8",
+    }
+    half = parse_line("MIOpenDriver poolfp16 -F 1")
+    assert half.params["precision"] == "FP16" and half.directions == ("F",) and half.params["batchsize"] == 100
+    for problem in problems(line) + problems(half):
+        again = parse_line("MIOpenDriver " + " ".join(driver_argv(problem)))
+        assert again.params == {k: v for k, v in problem.items() if k != "direction"}
+        assert problem["direction"] in again.directions
+    with pytest.raises(DriverLineError, match="mode"):
+        parse_line("MIOpenDriver pool -m min")
+
+
+def test_int8_lines() -> None:
+    line = parse_line("MIOpenDriver convint8 -n 2 -c 8 -k 8 -F 1")
+    assert line.params["precision"] == "INT8"
+    assert driver_argv(problems(line)[0])[0] == "convint8"
 
 
 def test_nhwc_configs_parse_with_layouts_and_the_line_that_relies_on_defaults() -> None:
@@ -187,7 +223,7 @@ def test_batch_norm_defaults_and_3d() -> None:
     [
         ("ls -l", "not an MIOpenDriver command line"),
         ("./bin/MIOpenDriver", "without a command"),
-        ("./bin/MIOpenDriver pool -n 2", "'pool' is not supported"),
+        ("./bin/MIOpenDriver lrn -n 2", "'lrn' is not supported"),
         ("./bin/MIOpenDriver conv -n", "-n of MIOpenDriver conv has no value"),
         ("./bin/MIOpenDriver conv -n two", "-n (batchsize) must be an integer, not 'two'"),
         ("./bin/MIOpenDriver conv -n 0", "-n (batchsize) must be at least 1"),

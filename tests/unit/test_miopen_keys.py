@@ -36,7 +36,8 @@ def test_every_network_conv_problem_has_its_key_in_the_shipped_find_db(
 ) -> None:
     known = set(fdb_keys)
     with open(MIOPEN / name) as lines:
-        keys = [db_key(p) for _, line in parse_lines(lines) if isinstance(line, DriverLine) for p in problems(line)]
+        convs = [line for _, line in parse_lines(lines) if isinstance(line, DriverLine) and line.kind == "conv"]
+        keys = [db_key(p) for line in convs for p in problems(line)]
     assert len(keys) == count
     assert [key for key in keys if key not in known] == []
 
@@ -74,6 +75,21 @@ def test_key_frame_swaps_sides_for_backward_directions() -> None:
     frame = key_frame({**forward, "direction": "W"})
     assert (frame["in_channels"], frame["in_h"], frame["out_channels"], frame["out_h"]) == (64, 55, 3, 227)
     assert key_frame(forward)["out_h"] == 55
+
+
+def test_int8_keys_and_the_data_types_miopen_writes() -> None:
+    key = "1024-14-14-1x1-2048-7-7-1-0x0-2x2-1x1-0-NCHW-INT8-F"  # from the gfx90a find-db
+    assert parse_key(key)["precision"] == "INT8" and db_key(parse_key(key)) == key
+    with pytest.raises(MIOpenDbError, match="data type MIOpenDriver has no conv command for"):
+        parse_key(key.replace("INT8", "INT32"))
+    with pytest.raises(MIOpenDbError, match="not a data type"):
+        parse_key(key.replace("INT8", "INT7"))
+
+
+def test_pooling_problems_have_no_key() -> None:
+    pool = problems(parse_line("MIOpenDriver pool -n 2"))[0]
+    with pytest.raises(SpecError, match="no tuning database"):
+        db_key(pool)
 
 
 def test_batch_norm_problems_have_no_key() -> None:
