@@ -64,35 +64,46 @@ def _cpu_matmul(sch: Any, kind: str, c: Mapping[str, Any]) -> None:
     i, j, k = loops[-3:]
     i0, i1, i2 = sch.split(i, [None, c["tile_i"] // c["reg_i"], c["reg_i"]])
     j0, j1, j2 = sch.split(j, [None, c["tile_j"] // c["vec_j"], c["vec_j"]])
-    k0, k1 = sch.split(k, [None, c["tile_k"]])
-    middle = {"i": i1, "j": j1, "k": k1}
-    sch.reorder(*batch, i0, j0, k0, *(middle[axis] for axis in c["order"]), i2, j2)
-    if c["accumulate"]:
-        # C's block accumulates in a local buffer, written back once per (i0, j0) block.
-        local = sch.cache_write(block, 0, "local")
-        sch.reverse_compute_at(local, j0)
-        if c["vectorize"] == "j2":
-            _, inner = sch.split(sch.get_loops(local)[-1], [None, c["vec_j"]])
-            sch.vectorize(inner)
-    if c["unroll"] == "i2":
-        sch.unroll(i2)
-    elif c["unroll"] == "k1":
+    k0, k1 = sch.split(k, [None, c["unroll_k"]])
+    micro = (i1, j1) if c["order"] == "ij" else (j1, i1)
+    sch.reorder(*batch, i0, j0, *micro, k0, k1, i2, j2)
+    # The micro-tile's accumulators: a local buffer of reg_i x vec_j that LLVM keeps in registers (every index
+    # constant once i2 is unrolled and j2 vectorised), initialised before k0, written back to C once after it.
+    local = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(local, micro[1])
+    # The write-back's own loops, below [b] i0 j0 i1 j1.
+    _register_tile(sch, sch.get_loops(local)[len(batch) + 4 :], c["vec_j"] > 1)
+    _micro_kernel(sch, i2, j2, c["vec_j"] > 1)
+    if c["unroll_k"] > 1:
         sch.unroll(k1)
-    if c["vectorize"] == "j2":
-        sch.vectorize(j2)
     if c["parallel"] != "none":
         outer = [*batch, i0] if c["parallel"] == "i0" else [*batch, i0, j0]
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
-    _helper_stage(sch, "packedB", c["parallel"] != "none", c["vectorize"] != "none")
+    _helper_stage(sch, "packedB", c["parallel"] != "none", c["vec_j"] > 1)
     # Last: the initialisation moves out of the reduction, before its outermost loop.
     sch.decompose_reduction(block, k0)
+    _register_tile(sch, sch.get_loops(sch.get_sblock("C_init"))[-2:], c["vec_j"] > 1)
 
 
-_CONV_ORDERS = {
-    "fyx_r": ("f1", "y1", "x1", "rc1", "ry", "rx"),
-    "r_fyx": ("rc1", "ry", "rx", "f1", "y1", "x1"),
-    "fy_r_x": ("f1", "y1", "rc1", "ry", "rx", "x1"),
-}
+def _micro_kernel(sch: Any, row: Any, column: Any, vectorize: bool) -> None:
+    """A register tile's two innermost loops: the outer unrolled, the inner vectorised (or left alone)."""
+    sch.unroll(row)
+    if vectorize:
+        sch.vectorize(column)
+
+
+def _register_tile(sch: Any, loops: list[Any], vectorize: bool) -> None:
+    """The loops of a register tile's initialisation or write-back: all unrolled, as the micro-kernel's update,
+    the innermost vectorised where that reads and writes contiguous memory."""
+    if not loops:
+        return
+    *outer, last = loops
+    for loop in outer:
+        sch.unroll(loop)
+    if vectorize:
+        sch.vectorize(last)
+    else:
+        sch.unroll(last)
 
 
 def _cpu_conv2d(sch: Any, p: Mapping[str, Any], c: Mapping[str, Any]) -> None:
@@ -103,26 +114,22 @@ def _cpu_conv2d(sch: Any, p: Mapping[str, Any], c: Mapping[str, Any]) -> None:
     f0, f1, f2 = sch.split(f, [None, c["tile_f"] // c["reg_f"], c["reg_f"]])
     y0, y1 = sch.split(y, [None, c["tile_y"]])
     x0, x1, x2 = sch.split(x, [None, c["tile_x"] // c["reg_x"], c["reg_x"]])
-    rc0, rc1 = sch.split(rc, [None, c["tile_rc"]])
-    named = {"f1": f1, "y1": y1, "x1": x1, "rc1": rc1, "ry": ry, "rx": rx}
-    # The vectorised loop goes innermost.
-    micro = (x2, f2) if c["vectorize"] == "f2" else (f2, x2)
-    sch.reorder(n, f0, y0, x0, rc0, *(named[name] for name in _CONV_ORDERS[c["order"]]), *micro)
-    if c["accumulate"]:
-        local = sch.cache_write(block, 0, "local")
-        sch.reverse_compute_at(local, x0)
-        if c["vectorize"] == "f2":
-            # The accumulators, vectorised over output channels, need the channel innermost in the local buffer,
-            # or every update is a strided gather and scatter.
-            sch.transform_layout(block, ("write", 0), lambda q, ff, y, x: (q, y, x, ff))
-        if c["vectorize"] == "x2":
-            _, inner = sch.split(sch.get_loops(local)[-1], [None, c["reg_x"]])
-            sch.vectorize(inner)
-    unrolled = {"f2": f2, "x2": x2, "rx": rx}.get(c["unroll"])
-    if unrolled is not None:
-        sch.unroll(unrolled)
-    if c["vectorize"] != "none":
-        sch.vectorize(micro[-1])
+    micro = (f1, y1, x1) if c["order"] == "fyx" else (y1, x1, f1)
+    # The vectorised loop goes innermost; the other one is unrolled, as the matmul's rows.
+    rows, lanes = (x2, f2) if c["vectorize"] == "f2" else (f2, x2)
+    sch.reorder(n, f0, y0, x0, *micro, rc, ry, rx, rows, lanes)
+    local = sch.cache_write(block, 0, "local")
+    if c["vectorize"] == "f2":
+        # The accumulators, vectorised over output channels, need the channel innermost in the local buffer,
+        # or every update is a strided gather and scatter.
+        sch.transform_layout(block, ("write", 0), lambda q, ff, yy, xx: (q, yy, xx, ff))
+    sch.reverse_compute_at(local, micro[-1])
+    if c["unroll"] == "rx":
+        sch.unroll(rx)
+    # The write-back runs along x, contiguous in C: vectorised when the local buffer is laid out so too.
+    # The write-back's own loops, below n f0 y0 x0 and the micro-tile's three.
+    _register_tile(sch, sch.get_loops(local)[7:], c["vectorize"] == "x2")
+    _micro_kernel(sch, rows, lanes, c["vectorize"] != "none")
     if c["parallel"] != "none":
         outer = {"n": [n], "nf0": [n, f0], "nf0y0": [n, f0, y0]}[c["parallel"]]
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
@@ -130,7 +137,8 @@ def _cpu_conv2d(sch: Any, p: Mapping[str, Any], c: Mapping[str, Any]) -> None:
     _helper_stage(sch, "packed_kernel", parallel, c["vectorize"] != "none")
     if c.get("pad") == "root":
         _helper_stage(sch, "pad", parallel, False)
-    sch.decompose_reduction(block, rc0)
+    sch.decompose_reduction(block, rc)
+    _register_tile(sch, sch.get_loops(sch.get_sblock("C_init"))[-2:], c["vectorize"] != "none")
 
 
 def _spatial_count(kind: str) -> int:

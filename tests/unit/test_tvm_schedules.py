@@ -53,8 +53,8 @@ def test_sampled_schedules_match_numpy(kind: str, params: dict) -> None:
 def test_a_register_blocked_packed_matmul_is_built_and_correct() -> None:
     p = check_problem(DENSE, {"m": 32, "n": 64, "k": 32})
     config = {
-        "tile_i": 16, "reg_i": 4, "tile_j": 64, "vec_j": 16, "tile_k": 8, "order": "ijk", "pack_b": True,
-        "accumulate": True, "vectorize": "j2", "parallel": "i0j0", "unroll": "k1",
+        "tile_i": 16, "reg_i": 4, "tile_j": 64, "vec_j": 16, "unroll_k": 8, "order": "ji", "pack_b": True,
+        "parallel": "i0j0",
     }  # fmt: skip
     assert space_for(DENSE, p, TARGET).is_valid(config)
     module = build(DENSE, p, config, TARGET)
@@ -63,14 +63,32 @@ def test_a_register_blocked_packed_matmul_is_built_and_correct() -> None:
     np.testing.assert_allclose(output, inputs[0] @ inputs[1], rtol=1e-5, atol=1e-5)
 
 
+def test_the_micro_tile_accumulates_in_registers() -> None:
+    # The lowered loop nest: C's reg_i x vec_j tile lives in a local buffer, zeroed and written back with
+    # whole vectors, updated with vectors inside the reduction; B is read from its packed panels.
+    from fleet.tvm.schedule import scheduled
+
+    p = check_problem(DENSE, {"m": 32, "n": 64, "k": 32})
+    config = {
+        "tile_i": 32, "reg_i": 4, "tile_j": 32, "vec_j": 16, "unroll_k": 2, "order": "ij", "pack_b": True,
+        "parallel": "i0",
+    }  # fmt: skip
+    text = scheduled(DENSE, p, config, TARGET).script()
+    assert 'C_local = T.sblock_alloc_buffer((32, 64), scope="local")' in text  # compacted to 4 x 16 when lowered
+    assert "for i_2 in T.unroll(4):" in text and "for k_1 in T.unroll(2):" in text
+    assert text.count("T.vectorized(16)") >= 3  # the initialisation, the update and the write-back
+    assert "T.parallel" in text and "packedB" in text
+
+
 def test_a_channel_vectorised_packed_conv2d_is_built_and_correct() -> None:
     # Accumulators vectorised over output channels: the local buffer is re-laid out with channels innermost.
     p = check_problem(CONV2D, {"n": 1, "c": 8, "h": 7, "w": 7, "f": 32, "kh": 3, "kw": 3, "pad_h": 1, "pad_w": 1})
     config = {
-        "tile_f": 32, "reg_f": 16, "tile_y": 1, "tile_x": 7, "reg_x": 7, "tile_rc": 4, "order": "fyx_r",
-        "pack": "kernel", "accumulate": True, "vectorize": "f2", "parallel": "nf0", "unroll": "x2", "pad": "root",
+        "tile_f": 32, "reg_f": 16, "tile_y": 1, "tile_x": 7, "reg_x": 7, "order": "fyx", "pack": "kernel",
+        "vectorize": "f2", "parallel": "nf0", "unroll": "rx", "pad": "root",
     }  # fmt: skip
-    assert space_for(CONV2D, p, TARGET).is_valid(config)
+    space = space_for(CONV2D, p, TARGET)
+    assert space.is_valid(config) and set(config) == set(space.names)
     timing = measure(CONV2D, p, config, TARGET, repeats=1, min_repeat_ms=0)
     assert timing.correct, timing.error
 

@@ -26,7 +26,7 @@ from fleet.tvm.operators import (
     random_inputs,
 )
 from fleet.tvm.records import RecordError, parse_records
-from fleet.tvm.spaces import divisors, space_for
+from fleet.tvm.spaces import divisors, space_for, starting_points
 
 ALEXNET = Path(__file__).resolve().parents[2].parent / "shared" / "miopen" / "alexnet.txt"
 
@@ -81,23 +81,42 @@ def test_every_valid_configuration_splits_exactly(kind: str, params: dict) -> No
         else:
             assert p["m"] % c["tile_i"] == 0 and c["tile_i"] % c["reg_i"] == 0
             assert p["n"] % c["tile_j"] == 0 and c["tile_j"] % c["vec_j"] == 0
-            assert p["k"] % c["tile_k"] == 0
-            assert c["reg_i"] * c["vec_j"] <= 512
-            assert c["vectorize"] == "none" or c["vec_j"] > 1
-            assert c["unroll"] != "k1" or (c["order"] == "ijk" and c["tile_k"] <= 16)
+            assert p["k"] % c["unroll_k"] == 0
+            assert c["reg_i"] * c["vec_j"] <= 256
+            assert not c["pack_b"] or c["vec_j"] > 1
 
 
 def test_constraints_exclude_invalid_combinations() -> None:
     space = space_for(DENSE, {"m": 64, "n": 64, "k": 64}, "cpu-x86_64")
     good = {
-        "tile_i": 32, "reg_i": 4, "tile_j": 64, "vec_j": 16, "tile_k": 16, "order": "ijk", "pack_b": True,
-        "accumulate": True, "vectorize": "j2", "parallel": "i0j0", "unroll": "i2",
+        "tile_i": 32, "reg_i": 4, "tile_j": 64, "vec_j": 16, "unroll_k": 4, "order": "ij", "pack_b": True,
+        "parallel": "i0j0",
     }  # fmt: skip
     assert space.is_valid(good)
-    assert not space.is_valid({**good, "vec_j": 1, "pack_b": False})  # vectorising a loop of one
+    assert space.is_valid({**good, "vec_j": 1, "pack_b": False})  # a scalar micro-kernel, for odd widths
+    assert not space.is_valid({**good, "vec_j": 1, "pack_b": True})  # panels one column wide
     assert not space.is_valid({**good, "tile_i": 2})  # register tile larger than its cache tile
-    assert not space.is_valid({**good, "unroll": "k1", "order": "kij"})  # k1 is not innermost there
-    assert not space.is_valid({**good, "reg_i": 16, "vec_j": 64, "tile_i": 64})  # more accumulators than registers
+    assert not space.is_valid({**good, "reg_i": 8, "vec_j": 64})  # more accumulators than registers
+
+
+@pytest.mark.parametrize(
+    ("kind", "params"),
+    [(DENSE, {"m": 1024, "n": 1024, "k": 1024}), (DENSE, {"m": 7, "n": 3, "k": 5}), (BATCH_MATMUL, {"b": 2, "m": 8,
+     "n": 120, "k": 400}), (CONV2D, CONV), (CONV2D, {"n": 1, "c": 3, "h": 5, "w": 5, "f": 3, "kh": 1, "kw": 1})],
+)  # fmt: skip
+def test_starting_points_are_configurations_of_the_space(kind: str, params: dict) -> None:
+    space = space_for(kind, params, "cpu-x86_64")
+    points = starting_points(kind, params, "cpu-x86_64")
+    assert 1 <= len(points) <= 2
+    for point in points:
+        assert set(point) == set(space.names) and space.is_valid(point)
+        assert all(point[knob.name] in knob.values for knob in space.knobs)
+    assert starting_points(kind, params, "sm_90") == []
+
+
+def test_the_matmul_starts_from_register_tiles_of_a_fast_kernel() -> None:
+    first = starting_points(DENSE, {"m": 1024, "n": 1024, "k": 1024}, "cpu-x86_64")[0]
+    assert (first["reg_i"], first["vec_j"], first["pack_b"], first["parallel"]) == (8, 32, True, "i0j0")
 
 
 def test_gpu_targets_get_a_thread_space() -> None:
@@ -172,8 +191,8 @@ def _record(**changes: object) -> str:
         "problem": {"kind": DENSE, "params": {"m": 8, "n": 8, "k": 8}},
         "target": "cpu-x86_64",
         "knobs": {
-            "tile_i": 8, "reg_i": 2, "tile_j": 8, "vec_j": 8, "tile_k": 8, "order": "ijk", "pack_b": False,
-            "accumulate": False, "vectorize": "j2", "parallel": "none", "unroll": "none",
+            "tile_i": 8, "reg_i": 2, "tile_j": 8, "vec_j": 8, "unroll_k": 8, "order": "ij", "pack_b": False,
+            "parallel": "none",
         },
         "time_s": 1e-6, "gflops": 1.0, "valid": True, "samples": [1.0],
         "provenance": {"toolchain": "tvm", "node": "n1"},
