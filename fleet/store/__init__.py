@@ -1,6 +1,7 @@
 """The store: problems, campaigns, trials, artifacts, measurements, machines and workers."""
 
 from fleet.store._connect import connect
+from fleet.store._hotpath import INLINE_BYTES
 from fleet.store._models import (
     TERMINAL_STATES,
     TRIAL_STATES,
@@ -15,7 +16,8 @@ from fleet.store._models import (
     Worker,
     utcnow,
 )
-from fleet.store._store import INLINE_BYTES, NewTrial, Requeue, Store, TrialResult, TrialWork
+from fleet.store._store import Store
+from fleet.store._types import NewTrial, Requeue, TrialResult, TrialWork
 
 __all__ = [
     "INLINE_BYTES",

@@ -1,0 +1,305 @@
+"""What every concern of the store shares: the engines, sessions and transactions, the migrations, the
+errors a user can act on, the dialect's inserts, and the workers' hot path's held connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import JSON, Connection, Engine, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, ProgrammingError
+from sqlalchemy.orm import Session, sessionmaker
+
+from fleet.errors import StoreError
+from fleet.store._hotpath import HotPath
+from fleet.store._prepared import Prepared, refused
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # Autocommit at the driver level so SQLAlchemy's BEGIN below is the only transaction control.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _sqlite_begin(connection: Any) -> None:
+    # Take the write lock up front: a deferred transaction that later writes can fail with
+    # "database is locked" instead of waiting, when several worker processes share the file.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class StoreBase:
+    """The connections and helpers that each concern of :class:`fleet.store.Store` builds on (see its parameters)."""
+
+    def __init__(self, url: str, *, durable: bool = True) -> None:
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            raise StoreError(f"{url!r} is not a database URL") from None
+        self.url = url
+        self.display_url = parsed.render_as_string(hide_password=True)
+        self.dialect = parsed.get_backend_name()
+        try:
+            self.engine = self._engine(url, parsed, durable)
+            # The workers' hot path (see :meth:`_steps`) on PostgreSQL: a pool of its own, so that no
+            # connection switches between autocommit and transactions (each switch costs a round trip).
+            self._autocommit = (
+                self._engine(url, parsed, durable, isolation_level="AUTOCOMMIT")
+                if self.dialect == "postgresql"
+                else None
+            )
+        except (NoSuchModuleError, ModuleNotFoundError) as error:
+            raise StoreError(f"{self.display_url}: {error}; use postgresql+psycopg2:// or sqlite:///") from None
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._hot = HotPath(self.insert, self.dialect)
+        # The statements every trial runs, prepared on PostgreSQL (see fleet.store._prepared).
+        self._prepared: dict[str, Prepared] = {}
+        if self.dialect == "postgresql":
+            for name in (
+                "claim_and_create", "claim_compile", "create_build", "built_and_compiled", "claim_evaluate",
+                "record_measured",
+            ):  # fmt: skip
+                self._prepared[name] = Prepared(f"fleet_{name}", getattr(self._hot, name), self.engine.dialect)
+        self._campaign_cache: dict[int, dict[str, Any]] = {}
+        self._problem_cache: dict[int, dict[str, Any]] = {}
+        # The hot path's own connection, held between calls (see _steps), and the process it belongs to.
+        self._held: Connection | None = None
+        self._held_pid = os.getpid()
+        self._held_lock = threading.Lock()
+        self._inherited: list[Connection] = []
+
+    def _engine(self, url: str, parsed: Any, durable: bool, **options: Any) -> Engine:
+        if self.dialect == "sqlite":
+            if parsed.database:
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(url, connect_args={"timeout": 30})
+            event.listen(engine, "connect", _sqlite_pragmas)
+            event.listen(engine, "begin", _sqlite_begin)
+            return engine
+        if self.dialect == "postgresql":
+            # No pre-ping: it doubles the statements of the hot path. A dropped connection fails one
+            # transaction (the pool then reconnects), and leases make any one failure harmless.
+            session = {} if durable else {"options": "-c synchronous_commit=off"}
+            return create_engine(
+                url, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 5, **session}, **options
+            )
+        raise StoreError(f"{self.display_url}: Fleet stores its data in PostgreSQL or SQLite")
+
+    def close(self) -> None:
+        if self._held_lock.acquire(blocking=False):
+            try:
+                self._release_held()
+            finally:
+                self._held_lock.release()
+        for engine in (self.engine, self._autocommit):
+            if engine is not None:
+                engine.dispose()
+
+    def after_fork(self) -> None:
+        """Drop connections inherited from a parent process; they must not be shared."""
+        self._forget_parents()
+        self._held_lock = threading.Lock()  # another thread of the parent may have held it
+        for engine in (self.engine, self._autocommit):
+            if engine is not None:
+                engine.dispose(close=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session whose transaction commits at the end of the block, or rolls back on an error."""
+        try:
+            with self._sessions.begin() as session:
+                yield session
+        except (OperationalError, ProgrammingError) as error:
+            raise self._error(error) from error
+
+    def _error(self, error: Exception) -> StoreError:
+        """One line for a database error a user can act on."""
+        line = _first_line(error)
+        if _schema_missing(line):
+            return StoreError(f"database {self.display_url} has no Fleet schema ({line}): run `fleet db upgrade`")
+        return StoreError(f"database {self.display_url} does not answer: {line}")
+
+    # -- schema -----------------------------------------------------------------------------------------
+
+    def _alembic(self, connection: Any) -> Any:
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(resources.files("fleet.store") / "migrations"))
+        config.attributes["connection"] = connection
+        return config
+
+    def upgrade(self) -> str:
+        """Apply every migration; return the revision the database is at."""
+        from alembic import command
+
+        try:
+            with self.engine.begin() as connection:
+                command.upgrade(self._alembic(connection), "head")
+        except (OperationalError, ProgrammingError) as error:
+            raise self._error(error) from error
+        return self.revision() or ""
+
+    def revision(self) -> str | None:
+        """The database's current migration revision, or None before the first upgrade."""
+        from alembic.runtime.migration import MigrationContext
+
+        try:
+            with self.engine.connect() as connection:
+                return MigrationContext.configure(connection).get_current_revision()
+        except (OperationalError, ProgrammingError) as error:
+            raise self._error(error) from error
+
+    def head(self) -> str:
+        from alembic.script import ScriptDirectory
+
+        return ScriptDirectory.from_config(self._alembic(None)).get_current_head() or ""
+
+    def check(self) -> None:
+        """Raise :class:`StoreError` unless the database answers and is at the latest revision."""
+        current = self.revision()
+        if current != self.head():
+            raise StoreError(
+                f"database {self.display_url} is at revision {current or 'none'}, not {self.head()}: "
+                "run `fleet db upgrade`"
+            )
+
+    # -- transactions and the hot path's connection -----------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A Core transaction (a Connection), committed at the end of the block: no ORM bookkeeping."""
+        try:
+            with self.engine.begin() as connection:
+                yield connection
+        except (OperationalError, ProgrammingError) as error:
+            raise self._error(error) from error
+
+    @contextmanager
+    def _steps(self) -> Iterator[Connection]:
+        """A connection for the workers' hot path, whose statements each stand on their own.
+
+        On PostgreSQL every statement commits by itself, which saves the BEGIN and COMMIT round trips: the
+        hot path orders its statements so that stopping between two of them leaves work that a lease brings
+        back, and what must be atomic is one statement. SQLite runs them in one transaction, as its writers
+        take the database's lock anyway.
+
+        The store holds one such connection between calls: a pool's checkout and checkin cost a worker
+        more CPU than a statement. A thread that finds it in use takes one from the pool, and a call that
+        fails gives it back, so that the next one starts on a sound connection.
+        """
+        if self._autocommit is None:
+            with self.transaction() as connection:
+                yield connection
+            return
+        try:
+            if not self._held_lock.acquire(blocking=False):
+                with self._autocommit.connect() as connection:
+                    yield connection
+                return
+            try:
+                self._forget_parents()
+                if self._held is None:
+                    self._held = self._autocommit.connect()
+                try:
+                    yield self._held
+                except BaseException:
+                    self._release_held()
+                    raise
+            finally:
+                self._held_lock.release()
+        except (OperationalError, ProgrammingError) as error:
+            raise self._error(error) from error
+
+    def _release_held(self) -> None:
+        """Give the held connection back to the pool (which throws it away if it was invalidated)."""
+        self._forget_parents()
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
+
+    def _forget_parents(self) -> None:
+        """Set aside a held connection that a parent process opened: it runs on the parent's socket.
+
+        It stays referenced, so that it is never closed here nor goes back to this process's pool.
+        """
+        if self._held is not None and self._held_pid != os.getpid():
+            self._inherited.append(self._held)
+            self._held = None
+        self._held_pid = os.getpid()
+
+    def _run(self, connection: Connection, name: str, params: dict[str, Any]) -> Any:
+        """Run the hot statement ``name``: prepared where the server keeps prepared statements."""
+        prepared = self._prepared.get(name)
+        if prepared is not None:
+            try:
+                return prepared.run(connection, params)
+            except DBAPIError as error:
+                if not refused(error):
+                    raise
+                self._prepared.clear()  # this server forgets them: run every statement as text from now on
+        return connection.execute(getattr(self._hot, name), params)
+
+    # -- helpers ----------------------------------------------------------------------------------------
+
+    def insert(self, model: type) -> Any:
+        """The dialect's INSERT, which has ON CONFLICT DO NOTHING."""
+        return (postgresql if self.dialect == "postgresql" else sqlite).insert(model)
+
+    def insert_many(self, connection: Connection, model: type, rows: Sequence[dict[str, Any]]) -> None:
+        """INSERT ``rows`` (dicts with the same keys) in bulk, leaving rows that exist (by any unique constraint)
+        alone, in ``connection``'s transaction.
+
+        On PostgreSQL, psycopg2's ``execute_values`` sends pages of rows as multi-row VALUES: SQLAlchemy's
+        executemany of INSERT ... ON CONFLICT made one round trip per row. SQLite runs in-process, where
+        executemany is already fast.
+        """
+        if not rows:
+            return
+        if self.dialect != "postgresql":
+            for start in range(0, len(rows), 2000):
+                connection.execute(self.insert(model).on_conflict_do_nothing(), list(rows[start : start + 2000]))
+            return
+        from psycopg2.extras import execute_values
+
+        table = model.__table__  # type: ignore[attr-defined]
+        columns = list(rows[0])
+        json_columns = {c.name for c in table.columns if isinstance(c.type, JSON)}
+        quote = connection.dialect.identifier_preparer.quote
+        names = ", ".join(quote(c) for c in columns)
+        sql = f"INSERT INTO {quote(table.name)} ({names}) VALUES %s ON CONFLICT DO NOTHING"
+        values = [
+            tuple(json.dumps(row[c]) if c in json_columns and row[c] is not None else row[c] for c in columns)
+            for row in rows
+        ]
+        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            execute_values(cursor, sql, values, page_size=2000)
+        finally:
+            cursor.close()
+
+    def _insert_ignore(self, session: Session, model: type, values: dict[str, Any]) -> None:
+        """INSERT that leaves an existing row (by any unique constraint) alone."""
+        session.execute(self.insert(model).values(**values).on_conflict_do_nothing())
+
+
+def _schema_missing(text: str) -> bool:
+    return "no such table" in text or ("relation" in text and "does not exist" in text)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(getattr(error, "orig", error) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

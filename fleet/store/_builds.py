@@ -1,0 +1,144 @@
+"""The store's builds: artifacts, build claims, and a compile task's start and finish."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import namedtuple
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from fleet.space import build_part
+from fleet.store._hotpath import claim_params
+from fleet.store._models import Artifact, utcnow
+from fleet.store._trials import TrialStore
+from fleet.store._types import CompileStart, TrialWork
+
+# An artifact's row as a statement that creates it returns it.
+ArtifactRow = namedtuple("ArtifactRow", [column.key for column in Artifact.__table__.columns])  # type: ignore[misc]
+
+
+class BuildStore(TrialStore):
+    """Artifacts and their builds; a build is claimed with the trial that needs it."""
+
+    def start_compile(self, trial_id: int, worker: str, lease: float, max_attempts: int) -> CompileStart:
+        """Everything a compile task does before it builds (in one transaction on SQLite; see :meth:`_steps`).
+
+        The trial is claimed and so is its build (see :meth:`claim_build`); a trial whose artifact is
+        already built moves straight on to ``compiled``. On PostgreSQL, the claim creates the artifact
+        in the same statement when it is new, as it is for most trials.
+        """
+        with self._steps() as connection:
+            params = claim_params(trial_id, worker, lease)
+            merged = self._hot.claim_and_create is not None
+            row = self._run(connection, "claim_and_create" if merged else "claim_compile", params).first()
+            if row is None:
+                return CompileStart("skipped")
+            work = self._work(connection, row, "compile")
+            if not merged:
+                artifact = self._claim_build(connection, work, worker, lease, max_attempts)
+            elif row.artifact_id is not None:
+                created = ArtifactRow(*(getattr(row, f"artifact_{name}") for name in ArtifactRow._fields))
+                return CompileStart("claimed", work, created)
+            else:
+                artifact = self._take_build(connection, work.build_key, worker, lease, max_attempts)
+            if artifact.state == "built":
+                connection.execute(self._hot.compiled, {"trial": trial_id, "owner": worker, "now": utcnow()})
+                return CompileStart("compiled")
+            return CompileStart("claimed", work, artifact)
+
+    def claim_build(self, work: TrialWork, worker: str, lease: float, max_attempts: int) -> Any:
+        """The artifact of ``work``'s build key, claimed by ``worker`` when nobody holds a live lease on it.
+
+        The caller owns the build when the returned artifact is ``building`` with ``worker`` as its worker;
+        ``built`` and ``failed`` are final; ``building`` by another worker means wait for it. Returns a row
+        with the artifact's columns. A build whose lease expired ``max_attempts`` times is ``failed``.
+        """
+        with self._steps() as connection:
+            return self._claim_build(connection, work, worker, lease, max_attempts)
+
+    def _claim_build(
+        self, connection: Connection, work: TrialWork, worker: str, lease: float, max_attempts: int
+    ) -> Any:
+        now = utcnow()
+        created = self._run(
+            connection,
+            "create_build",
+            {
+                "build_key": work.build_key,
+                "problem_id": work.problem_id,
+                "target": work.target,
+                "build_config": build_part(work.space, work.config),
+                "toolchain": work.toolchain,
+                "state": "building",
+                "worker": worker,
+                "expires": now + timedelta(seconds=lease),
+                "now": now,
+            },
+        ).first()
+        if created is not None:
+            return created
+        return self._take_build(connection, work.build_key, worker, lease, max_attempts)
+
+    def _take_build(self, connection: Connection, build_key: str, worker: str, lease: float, max_attempts: int) -> Any:
+        """An artifact that exists: as it is, or taken over (or failed) when its builder's lease expired."""
+        hot = self._hot
+        now = utcnow()
+        key = {"key": build_key}
+        artifact = connection.execute(hot.build, key).one()
+        if artifact.state != "building" or artifact.lease_expires_at >= now:
+            return artifact
+        if artifact.attempts >= max_attempts:
+            why = f"the build was lost {max_attempts} times (its worker died)"
+            taken = connection.execute(hot.fail_build, key | {"now": now, "why": why}).first()
+        else:
+            expires = now + timedelta(seconds=lease)
+            taken = connection.execute(hot.take_build, key | {"now": now, "owner": worker, "expires": expires}).first()
+        return taken or connection.execute(hot.build, key).one()
+
+    def artifact(self, build_key: str) -> Artifact | None:
+        with self.session() as session:
+            return session.scalar(select(Artifact).where(Artifact.build_key == build_key))
+
+    def finish_build(
+        self,
+        build_key: str,
+        worker: str,
+        *,
+        data: bytes | None,
+        reason: str | None = None,
+        log_tail: str | None = None,
+        seconds: float | None = None,
+        trial_id: int | None = None,
+    ) -> bool:
+        """Record the build this worker owns: ``data`` when it succeeded, ``reason`` when it failed.
+
+        With ``trial_id``, the trial this worker holds moves to ``compiled`` with it.
+        """
+        now = utcnow()
+        blob = None if data is None else hashlib.sha256(data).hexdigest()
+        params = {
+            "key": build_key,
+            "owner": worker,
+            "final": "built" if data is not None else "failed",
+            "blob": blob,
+            "why": reason,
+            "log": log_tail,
+            "seconds": seconds,
+            "now": now,
+        }
+        with self._steps() as connection:
+            if data is not None and trial_id is not None and self._hot.built_and_compiled is not None:
+                params |= {"trial": trial_id, "blob_size": len(data), "blob_data": data}
+                return bool(self._run(connection, "built_and_compiled", params).scalar())
+            # In this order, so that a worker stopped between two statements leaves a trial that its lease
+            # gives back.
+            if data is not None:
+                connection.execute(
+                    self._hot.put_blob, {"digest": blob, "size": len(data), "data": data, "created_at": now}
+                )
+            done = connection.execute(self._hot.finish_build, params).rowcount
+            if done and data is not None and trial_id is not None:
+                connection.execute(self._hot.compiled, {"trial": trial_id, "owner": worker, "now": now})
+            return bool(done)

@@ -1,0 +1,158 @@
+"""The store's annealing chains and their steps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+
+from fleet.errors import NotFound
+from fleet.store._base import StoreBase
+from fleet.store._models import Campaign, Chain, ChainStep, utcnow
+
+
+class ChainStore(StoreBase):
+    """Annealing chains: one per start configuration, moved on one step at a time."""
+
+    # -- annealing chains -------------------------------------------------------------------------------
+
+    def create_chains(
+        self,
+        campaign_id: int,
+        problem_id: int,
+        starts: Sequence[dict[str, Any]],
+        *,
+        seed: int,
+        steps: int,
+        temperature: float,
+    ) -> list[int]:
+        """Create (or find, when resubmitted) one chain per start configuration; return their ids."""
+        now = utcnow()
+        rows = [
+            {
+                "campaign_id": campaign_id,
+                "problem_id": problem_id,
+                "index": index,
+                "seed": seed + index,
+                "steps": steps,
+                "step": 0,
+                "config": config,
+                "temperature": temperature,
+                "state": "running",
+                "created_at": now,
+                "updated_at": now,
+            }
+            for index, config in enumerate(starts)
+        ]
+        with self.transaction() as connection:
+            connection.execute(self.insert(Chain).on_conflict_do_nothing(), rows)
+            return list(
+                connection.scalars(
+                    select(Chain.id)
+                    .where(Chain.campaign_id == campaign_id, Chain.problem_id == problem_id)
+                    .order_by(Chain.index)
+                )
+            )
+
+    def chain(self, chain_id: int) -> Chain:
+        with self.session() as session:
+            chain = session.get(Chain, chain_id)
+        if chain is None:
+            raise NotFound(f"no chain {chain_id}")
+        return chain
+
+    def chains(self, campaign_id: int) -> list[Chain]:
+        with self.session() as session:
+            return list(
+                session.scalars(
+                    select(Chain).where(Chain.campaign_id == campaign_id).order_by(Chain.problem_id, Chain.index)
+                )
+            )
+
+    def finish_chain_step(
+        self,
+        chain: Chain,
+        *,
+        trial_id: int,
+        config: dict[str, Any],
+        objective: float | None,
+        accepted: bool,
+        temperature: float,
+        worker: str,
+        seconds: float,
+        maximize: bool,
+    ) -> bool:
+        """Record step ``chain.step`` and move the chain on; False if another run of the same step did first.
+
+        The chain's step number makes this idempotent: a step that ran twice (a redelivered message) is
+        recorded once, and only that run sends the next step.
+        """
+        now = utcnow()
+        values: dict[str, Any] = {"step": chain.step + 1, "temperature": temperature, "updated_at": now}
+        if chain.step + 1 >= chain.steps:
+            values["state"] = "done"
+        if accepted:
+            values |= {"config": config, "objective": objective}
+        better = objective is not None and (
+            chain.best_objective is None
+            or (objective > chain.best_objective if maximize else objective < chain.best_objective)
+        )
+        if better:
+            values |= {"best_config": config, "best_objective": objective}
+        with self.transaction() as connection:
+            moved = connection.execute(
+                update(Chain)
+                .where(Chain.id == chain.id, Chain.step == chain.step, Chain.state == "running")
+                .values(**values)
+            ).rowcount
+            if moved:
+                connection.execute(
+                    self.insert(ChainStep).values(
+                        chain_id=chain.id,
+                        step=chain.step,
+                        trial_id=trial_id,
+                        config=config,
+                        objective=objective,
+                        accepted=accepted,
+                        temperature=chain.temperature,
+                        worker=worker,
+                        seconds=seconds,
+                        created_at=now,
+                    )
+                )
+        return bool(moved)
+
+    def chain_steps(self, campaign_id: int) -> list[tuple[Chain, ChainStep]]:
+        """Every recorded step of the campaign's chains, in order."""
+        with self.session() as session:
+            return [
+                (chain, step)
+                for chain, step in session.execute(
+                    select(Chain, ChainStep)
+                    .join(ChainStep, ChainStep.chain_id == Chain.id)
+                    .where(Chain.campaign_id == campaign_id)
+                    .order_by(Chain.problem_id, Chain.index, ChainStep.step)
+                ).all()
+            ]
+
+    def stale_chains(self, older_than: float, campaign_id: int | None = None) -> list[tuple[int, int, str]]:
+        """Running chains that have not moved for ``older_than`` seconds: (chain id, step, target) to send again.
+
+        Their message may have been lost; a duplicate step is harmless (see :meth:`finish_chain_step`).
+        """
+        now = utcnow()
+        cutoff = now - timedelta(seconds=older_than)
+        query = (
+            update(Chain)
+            .where(Chain.state == "running", Chain.updated_at < cutoff)
+            .values(updated_at=now)
+            .returning(Chain.id, Chain.step, Chain.campaign_id)
+        )
+        if campaign_id is not None:
+            query = query.where(Chain.campaign_id == campaign_id)
+        with self.transaction() as connection:
+            rows = connection.execute(query).all()
+            targets = dict(connection.execute(select(Campaign.id, Campaign.target)).all()) if rows else {}
+        return [(r.id, r.step, targets[r.campaign_id]) for r in rows]

@@ -1,0 +1,242 @@
+"""The statements of the workers' hot path: claims, leases, builds and results."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Text,
+    and_,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+    or_,
+    select,
+    true,
+    update,
+)
+
+from fleet.store._models import Artifact, Blob, Campaign, Measurement, Trial, utcnow
+
+# An evaluation claim brings an artifact up to this size along: reading it back from a worker's disk
+# cache would cost more than the bytes.
+INLINE_BYTES = 64 * 1024
+
+
+def _default(column: str) -> Any:
+    default = Measurement.__table__.c[column].default
+    return default.arg if default is not None and default.is_scalar else None
+
+
+# What a worker measured, as :meth:`Store.record` takes it, with the model's default for each field it leaves out.
+MEASURED = {
+    name: _default(name)
+    for name in (
+        "objective_name", "maximize", "objective", "valid", "samples", "metrics", "toolchain", "node", "gpu", "worker",
+    )
+}  # fmt: skip
+
+
+def claim_params(trial_id: int, worker: str, lease: float) -> dict[str, Any]:
+    """The parameters of a claim statement: the trial, its new holder, now and when the lease expires."""
+    now = utcnow()
+    return {"trial": trial_id, "owner": worker, "now": now, "expires": now + timedelta(seconds=lease)}
+
+
+class HotPath:
+    """The statements of the workers' hot path, built once per store.
+
+    Building a SQLAlchemy statement costs more than running it; a statement built once is compiled once
+    and found in the engine's cache on every later execution.
+    """
+
+    def __init__(self, insert: Callable[[type], Any], dialect: str) -> None:
+        trial, owner, key = bindparam("trial"), bindparam("owner"), bindparam("key")
+        now, expires = bindparam("now", type_=DateTime()), bindparam("expires", type_=DateTime())
+        claimed = (
+            Trial.id,
+            Trial.campaign_id,
+            Trial.problem_id,
+            Trial.target,
+            Trial.config,
+            Trial.build_key,
+            Trial.measure_key,
+            Trial.attempts,
+        )
+
+        def claim(waiting: str, running: str, **values: Any) -> Any:
+            free = or_(Trial.state == waiting, and_(Trial.state == running, Trial.lease_expires_at < now))
+            return (
+                update(Trial)
+                .where(Trial.id == trial, free)
+                .values(
+                    state=running,
+                    worker=owner,
+                    lease_expires_at=expires,
+                    started_at=func.coalesce(Trial.started_at, now),
+                    **values,
+                )
+            )
+
+        self.claim_compile = claim("new", "compiling").returning(*claimed)
+        # Spelled out: SQLite's RETURNING renders columns unqualified, and ``build_key = build_key`` would
+        # compare the artifact with itself.
+        artifact = Artifact.build_key == literal_column("trials.build_key")
+        digest = select(Artifact.blob_digest).where(artifact)
+        small = (
+            select(Blob.data)
+            .join(Artifact, Artifact.blob_digest == Blob.digest)
+            .where(artifact, Blob.size <= INLINE_BYTES)
+        )
+        self.claim_evaluate = (
+            claim("compiled", "evaluating", attempts=Trial.attempts + 1)
+            .where(Trial.attempts < bindparam("max_attempts"))
+            .returning(
+                *claimed,
+                digest.scalar_subquery().label("artifact_digest"),
+                small.scalar_subquery().label("artifact_data"),
+            )
+        )
+        held = (Trial.id == trial, Trial.worker == owner)
+        self.compiled = (
+            update(Trial)
+            .where(*held, Trial.state == "compiling")
+            .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now)
+        )
+        # Not IN (...): SQLAlchemy expands an IN list on every execution.
+        running = or_(Trial.state == "compiling", Trial.state == "evaluating")
+        self.renew_trial = update(Trial).where(*held, running).values(lease_expires_at=expires)
+        self.finish_trial = (
+            update(Trial)
+            .where(*held, running)
+            .values(
+                state=bindparam("final"),
+                reason=bindparam("why"),
+                lease_expires_at=None,
+                finished_at=now,
+                stdout_tail=bindparam("out"),
+                stderr_tail=bindparam("err"),
+            )
+            .returning(Trial.id, Trial.problem_id, Trial.target, Trial.measure_key)
+        )
+        self.put_measurement = insert(Measurement).on_conflict_do_nothing()
+        self.record_measured = None
+        if dialect == "postgresql":
+            # The trial's final state and its measurement in one statement: atomic without a transaction. The
+            # measurement's parameters are prefixed: an UPDATE sets every column named in the parameters.
+            done = self.finish_trial.cte("done")
+            columns = Measurement.__table__.columns
+            measured = (
+                insert(Measurement)
+                .from_select(
+                    ["trial_id", "problem_id", "target", "measure_key", "created_at", *MEASURED],
+                    select(
+                        done.c.id,
+                        done.c.problem_id,
+                        done.c.target,
+                        done.c.measure_key,
+                        cast(now, DateTime()),
+                        # Cast: a prepared statement cannot tell a bare select-list parameter's type.
+                        *(
+                            cast(bindparam(f"m_{name}", type_=columns[name].type), columns[name].type)
+                            for name in MEASURED
+                        ),
+                    ),
+                )
+                .on_conflict_do_nothing()
+                .cte("measured")
+            )
+            self.record_measured = select(func.count()).select_from(done).add_cte(measured)
+
+        columns = Artifact.__table__.columns
+        building = (Artifact.build_key == key, Artifact.state == "building")
+        self.build = select(*columns).where(Artifact.build_key == key)
+        created = ("build_key", "problem_id", "target", "build_config", "toolchain", "state", "worker")
+        self.create_build = (
+            insert(Artifact)
+            .values(**{name: bindparam(name) for name in created}, lease_expires_at=expires, attempts=1, created_at=now)
+            .on_conflict_do_nothing()
+            .returning(*columns)
+        )
+        expired = update(Artifact).where(*building, Artifact.lease_expires_at < now)
+        self.take_build = expired.values(
+            worker=owner, lease_expires_at=expires, attempts=Artifact.attempts + 1
+        ).returning(*columns)
+        self.fail_build = expired.values(state="failed", reason=bindparam("why")).returning(*columns)
+        self.renew_build = update(Artifact).where(*building, Artifact.worker == owner).values(lease_expires_at=expires)
+        self.put_blob = insert(Blob).on_conflict_do_nothing()
+        self.finish_build = (
+            update(Artifact)
+            .where(*building, Artifact.worker == owner)
+            .values(
+                state=bindparam("final"),
+                blob_digest=bindparam("blob"),
+                reason=bindparam("why"),
+                log_tail=bindparam("log"),
+                build_seconds=bindparam("seconds"),
+                built_at=now,
+                lease_expires_at=None,
+            )
+        )
+        self.built_and_compiled = self.claim_and_create = None
+        if dialect == "postgresql":
+            # A successful build: its blob, its artifact and its trial in one statement. The blob's
+            # parameters are not named after columns, which an UPDATE would set.
+            stored = (
+                insert(Blob)
+                .values(
+                    digest=bindparam("blob"), size=bindparam("blob_size"), data=bindparam("blob_data"), created_at=now
+                )
+                .on_conflict_do_nothing()
+                .cte("stored")
+            )
+            built = self.finish_build.returning(Artifact.build_key).cte("built")
+            compiled = self.compiled.where(select(built.c.build_key).exists()).cte("compiled")
+            self.built_and_compiled = select(func.count()).select_from(built).add_cte(stored, compiled)
+
+            # A compile claim and its artifact's creation in one statement. The artifact's build-time
+            # knobs are fleet.space.build_part's, in SQL: those of the trial's configuration that the
+            # campaign's space has and does not mark ``build: false``.
+            trial_claimed = self.claim_compile.cte("claimed")
+            knob = (
+                func.jsonb_each(Campaign.space.op("->")(literal_column("'knobs'")))
+                .table_valued("key", "value")
+                .render_derived(name="knob")
+            )
+            value = trial_claimed.c.config.op("->")(knob.c.key)
+            build_flag = cast(knob.c.value.op("->>")(literal_column("'build'")), Boolean)
+            build_config = (
+                select(func.coalesce(func.jsonb_object_agg(knob.c.key, value), literal_column("'{}'::jsonb")))
+                .where(value.is_not(None), func.coalesce(build_flag, true()))
+                .scalar_subquery()
+            )
+            toolchain = func.coalesce(Campaign.provenance.op("->>")(literal_column("'toolchain'")), "")
+            created_artifact = (
+                insert(Artifact)
+                .from_select(
+                    [*created, "lease_expires_at", "attempts", "created_at"],
+                    select(
+                        trial_claimed.c.build_key,
+                        trial_claimed.c.problem_id,
+                        trial_claimed.c.target,
+                        build_config,
+                        toolchain,
+                        literal_column("'building'"),
+                        cast(owner, Text),  # Cast: see record_measured.
+                        cast(expires, DateTime()),
+                        literal_column("1"),
+                        cast(now, DateTime()),
+                    ).join_from(trial_claimed, Campaign, Campaign.id == trial_claimed.c.campaign_id),
+                )
+                .on_conflict_do_nothing()
+                .returning(*columns)
+                .cte("created")
+            )
+            self.claim_and_create = select(
+                *trial_claimed.c, *(c.label(f"artifact_{c.key}") for c in created_artifact.c)
+            ).select_from(trial_claimed.outerjoin(created_artifact, true()))

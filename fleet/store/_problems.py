@@ -1,0 +1,201 @@
+"""The store's problems (with their tags), blobs, campaigns, and the best measurements of a problem."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import or_, select, update
+
+from fleet.errors import NotFound, StoreError
+from fleet.space import digest
+from fleet.store._base import StoreBase
+from fleet.store._models import Blob, Campaign, CampaignProblem, Measurement, Problem, ProblemTag, Trial, utcnow
+
+
+class ProblemStore(StoreBase):
+    """Problems and their tags, blobs, campaigns, and the best of what was measured."""
+
+    # -- problems and blobs -----------------------------------------------------------------------------
+
+    def add_problem(self, kind: str, params: dict[str, Any], tags: Iterable[str] = ()) -> int:
+        """The id of the problem (``kind``, ``params``), created if missing, with ``tags`` added."""
+        key = digest(params)
+        with self.session() as session:
+            self._insert_ignore(
+                session, Problem, {"kind": kind, "params": params, "params_key": key, "created_at": utcnow()}
+            )
+            problem_id = session.scalar(select(Problem.id).where(Problem.kind == kind, Problem.params_key == key))
+            for tag in tags:
+                self._insert_ignore(session, ProblemTag, {"problem_id": problem_id, "tag": tag})
+            assert problem_id is not None
+            return problem_id
+
+    def problem(self, problem_id: int) -> Problem:
+        with self.session() as session:
+            problem = session.get(Problem, problem_id)
+            if problem is None:
+                raise NotFound(f"no problem {problem_id}")
+            return problem
+
+    def find_problems(
+        self, kind: str | None = None, params: dict[str, Any] | None = None, tag: str | None = None
+    ) -> list[Problem]:
+        """Problems of ``kind`` whose parameters include ``params`` and that carry ``tag``."""
+        query = select(Problem).order_by(Problem.id)
+        if kind is not None:
+            query = query.where(Problem.kind == kind)
+        if tag is not None:
+            query = query.join(ProblemTag).where(ProblemTag.tag == tag)
+        with self.session() as session:
+            problems = list(session.scalars(query))
+        wanted = params or {}
+        return [p for p in problems if all(p.params.get(k) == v for k, v in wanted.items())]
+
+    def tags(self, problem_id: int) -> list[str]:
+        with self.session() as session:
+            return sorted(session.scalars(select(ProblemTag.tag).where(ProblemTag.problem_id == problem_id)))
+
+    def put_blob(self, data: bytes) -> str:
+        """Store ``data`` once under its SHA-256; return the digest."""
+        key = hashlib.sha256(data).hexdigest()
+        with self.session() as session:
+            self._insert_ignore(session, Blob, {"digest": key, "size": len(data), "data": data, "created_at": utcnow()})
+        return key
+
+    def get_blob(self, key: str) -> bytes:
+        with self.session() as session:
+            data = session.scalar(select(Blob.data).where(Blob.digest == key))
+        if data is None:
+            raise NotFound(f"no blob {key}")
+        return bytes(data)
+
+    # -- campaigns --------------------------------------------------------------------------------------
+
+    def create_campaign(
+        self,
+        *,
+        name: str,
+        target: str,
+        problem_ids: Sequence[int],
+        space: dict[str, Any],
+        strategy: dict[str, Any],
+        workload: dict[str, Any],
+        options: dict[str, Any],
+        provenance: dict[str, Any],
+        baseline: dict[str, Any] | None = None,
+    ) -> Campaign:
+        """Create a campaign; an existing one of the same name and definition is returned as it is."""
+        workload_key = digest({"workload": workload, "provenance": provenance.get("toolchain", "")})
+        with self.session() as session:
+            created = session.scalar(
+                self.insert(Campaign)
+                .values(
+                    name=name,
+                    target=target,
+                    space=space,
+                    strategy=strategy,
+                    workload=workload,
+                    workload_key=workload_key,
+                    options=options,
+                    provenance=provenance,
+                    baseline=baseline,
+                    status="running",
+                    created_at=utcnow(),
+                )
+                .on_conflict_do_nothing()
+                .returning(Campaign.id)
+            )
+            if created is not None:
+                for position, problem_id in enumerate(problem_ids):
+                    session.add(CampaignProblem(campaign_id=created, problem_id=problem_id, position=position))
+            campaign = session.scalar(select(Campaign).where(Campaign.name == name))
+            assert campaign is not None
+            problems = list(
+                session.scalars(
+                    select(CampaignProblem.problem_id)
+                    .where(CampaignProblem.campaign_id == campaign.id)
+                    .order_by(CampaignProblem.position)
+                )
+            )
+        # A campaign of this name existed (or a racing submission made it first): resume it if it is the same.
+        mine = (campaign.target, campaign.space, campaign.strategy, campaign.workload_key, campaign.baseline, problems)
+        same = mine == (target, space, strategy, workload_key, baseline, list(problem_ids))
+        if not same:
+            raise StoreError(f"campaign {name!r} exists with another definition: choose another name")
+        return campaign
+
+    def campaign(self, ref: str | int) -> Campaign:
+        """The campaign with id or name ``ref``."""
+        with self.session() as session:
+            query = select(Campaign).where(Campaign.name == str(ref))
+            if isinstance(ref, int) or str(ref).isdigit():
+                query = select(Campaign).where(or_(Campaign.id == int(ref), Campaign.name == str(ref)))
+            campaign = session.scalars(query.order_by(Campaign.id)).first()
+        if campaign is None:
+            raise NotFound(f"no campaign {ref!r}")
+        return campaign
+
+    def campaigns(self) -> list[Campaign]:
+        with self.session() as session:
+            return list(session.scalars(select(Campaign).order_by(Campaign.id)))
+
+    def campaign_problems(self, campaign_id: int) -> list[Problem]:
+        with self.session() as session:
+            return list(
+                session.scalars(
+                    select(Problem)
+                    .join(CampaignProblem, CampaignProblem.problem_id == Problem.id)
+                    .where(CampaignProblem.campaign_id == campaign_id)
+                    .order_by(CampaignProblem.position)
+                )
+            )
+
+    def set_campaign_status(self, campaign_id: int, status: str) -> None:
+        finished = utcnow() if status in ("done", "stopped") else None
+        with self.session() as session:
+            session.execute(
+                update(Campaign).where(Campaign.id == campaign_id).values(status=status, finished_at=finished)
+            )
+
+    # -- best -------------------------------------------------------------------------------------------
+
+    def best(self, problem_id: int, target: str, limit: int = 1) -> list[tuple[Measurement, dict[str, Any]]]:
+        """The best valid measurements of a problem on a target, with their configurations.
+
+        The objective and its direction are the ones the latest measurement used, so a problem tuned for
+        GFLOPS is not ranked against one tuned for seconds.
+        """
+        with self.session() as session:
+            latest = session.execute(
+                select(Measurement.objective_name, Measurement.maximize)
+                .where(Measurement.problem_id == problem_id, Measurement.target == target, Measurement.valid.is_(True))
+                .order_by(Measurement.id.desc())
+                .limit(1)
+            ).first()
+            if latest is None:
+                return []
+            order = Measurement.objective.desc() if latest.maximize else Measurement.objective.asc()
+            rows = session.execute(
+                select(Measurement, Trial.config)
+                .join(Trial, Trial.id == Measurement.trial_id)
+                .where(
+                    Measurement.problem_id == problem_id,
+                    Measurement.target == target,
+                    Measurement.valid.is_(True),
+                    Measurement.objective.is_not(None),
+                    Measurement.objective_name == latest.objective_name,
+                )
+                .order_by(order, Measurement.id)
+                .limit(limit)
+            ).all()
+        return [(m, config) for m, config in rows]
+
+    def known_good(self, kind: str, target: str, *, exclude: int | None = None, limit: int = 5) -> list[dict[str, Any]]:
+        """The best configurations of other problems of ``kind`` on ``target``: where a new search may start."""
+        configs: list[dict[str, Any]] = []
+        for problem in self.find_problems(kind=kind):
+            if problem.id != exclude:
+                configs += [config for _, config in self.best(problem.id, target, 1)]
+        return configs[:limit]

@@ -1,0 +1,357 @@
+"""The store's trials: adding them, claims and leases, results, and giving back lost work."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, func, select, update
+
+from fleet.errors import NotFound
+from fleet.space import digest
+from fleet.store._base import StoreBase
+from fleet.store._hotpath import MEASURED, claim_params
+from fleet.store._models import TERMINAL_STATES, TRIAL_STATES, Campaign, Measurement, Problem, Trial, utcnow
+from fleet.store._types import NewTrial, Requeue, TrialResult, TrialWork
+
+UNFINISHED_STATES = tuple(state for state in TRIAL_STATES if state not in TERMINAL_STATES)
+
+
+class TrialStore(StoreBase):
+    """Trials, from their creation to their result: claims, leases, records, and the reaper."""
+
+    # -- trials -----------------------------------------------------------------------------------------
+
+    def add_trials(
+        self, campaign_id: int, target: str, trials: Sequence[NewTrial], *, remeasure: bool = False
+    ) -> list[tuple[int, str]]:
+        """Create trials (or find them, when the campaign is resumed); return each one's id and state.
+
+        A configuration already measured with the same measure key (problem, target, configuration,
+        workload and toolchain) is not measured again: its trial is created ``evaluated``, pointing at the
+        trial that holds the measurement, unless ``remeasure`` is set.
+        """
+        now = utcnow()
+        sources: dict[str, tuple[int, str]] = {}
+        with self.transaction() as connection:
+            if not remeasure:
+                rows = connection.execute(
+                    select(Trial.measure_key, Trial.id, Trial.state)
+                    .join(Measurement, Measurement.trial_id == Trial.id)
+                    .where(
+                        # Through the measurements' index: the trials have none on their measure key.
+                        Measurement.measure_key.in_({t.measure_key for t in trials}),
+                        Trial.measure_key == Measurement.measure_key,
+                        Trial.state.in_(("evaluated", "invalid")),
+                    )
+                ).all()
+                sources = {r.measure_key: (r.id, r.state) for r in rows}
+            values = []
+            for new in trials:
+                row = {
+                    "campaign_id": campaign_id,
+                    "problem_id": new.problem_id,
+                    "target": target,
+                    "config": new.config,
+                    "config_key": digest(new.config),
+                    "build_key": new.build_key,
+                    "measure_key": new.measure_key,
+                    "seq": new.seq,
+                    "baseline": new.baseline,
+                    "state": "new",
+                    "attempts": 0,
+                    "created_at": now,
+                    "queued_at": now,
+                    "source_trial_id": None,
+                    "finished_at": None,
+                }
+                if new.measure_key in sources:
+                    source, state = sources[new.measure_key]
+                    row |= {"state": state, "source_trial_id": source, "finished_at": now}
+                values.append(row)
+            self.insert_many(connection, Trial, values)
+            keys = [(t.problem_id, digest(t.config)) for t in trials]
+            rows = connection.execute(
+                select(Trial.problem_id, Trial.config_key, Trial.id, Trial.state).where(
+                    Trial.campaign_id == campaign_id,
+                    Trial.target == target,
+                    Trial.config_key.in_({key for _, key in keys}),
+                )
+            ).all()
+        found = {(r.problem_id, r.config_key): (r.id, r.state) for r in rows}
+        return [found[key] for key in keys]
+
+    def trial(self, trial_id: int) -> Trial:
+        with self.session() as session:
+            trial = session.get(Trial, trial_id)
+        if trial is None:
+            raise NotFound(f"no trial {trial_id}")
+        return trial
+
+    def trials(self, campaign_id: int, states: Sequence[str] | None = None) -> list[Trial]:
+        query = select(Trial).where(Trial.campaign_id == campaign_id).order_by(Trial.id)
+        if states:
+            query = query.where(Trial.state.in_(states))
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def trial_counts(self, campaign_id: int) -> dict[str, int]:
+        with self.session() as session:
+            rows = session.execute(
+                select(Trial.state, func.count()).where(Trial.campaign_id == campaign_id).group_by(Trial.state)
+            ).all()
+        return {state: count for state, count in rows}
+
+    def results(self, trial_ids: Iterable[int] | None = None, campaign_id: int | None = None) -> list[TrialResult]:
+        """The trials among ``trial_ids`` (or of a campaign) that reached a terminal state."""
+        measured = func.coalesce(Trial.source_trial_id, Trial.id)
+        query = (
+            select(
+                Trial.id,
+                Trial.problem_id,
+                Trial.config,
+                Trial.state,
+                Trial.reason,
+                Trial.baseline,
+                Trial.source_trial_id,
+                Measurement.objective,
+                Measurement.valid,
+                Measurement.metrics,
+            )
+            .outerjoin(Measurement, Measurement.trial_id == measured)
+            # NOT IN, not IN: no index serves it, so the planner finds the trials by id (or campaign) even
+            # when its statistics, stale in the middle of a campaign, say that few trials have finished;
+            # with IN, it may read every finished trial of the database through the state index instead.
+            .where(Trial.state.not_in(UNFINISHED_STATES))
+            .order_by(Trial.id)
+        )
+        if trial_ids is not None:
+            ids = list(trial_ids)
+            if not ids:
+                return []
+            query = query.where(Trial.id.in_(ids))
+        if campaign_id is not None:
+            query = query.where(Trial.campaign_id == campaign_id)
+        with self.transaction() as connection:
+            rows = connection.execute(query).all()
+        return [
+            TrialResult(
+                trial_id=r.id,
+                problem_id=r.problem_id,
+                config=r.config,
+                state=r.state,
+                reason=r.reason,
+                objective=r.objective,
+                valid=bool(r.valid and r.state == "evaluated"),
+                metrics=r.metrics or {},
+                baseline=r.baseline,
+                reused=r.source_trial_id is not None,
+            )
+            for r in rows
+        ]
+
+    # -- claims, leases and results ---------------------------------------------------------------------
+
+    def _definition(self, connection: Connection, campaign_id: int, problem_id: int) -> tuple[dict, dict]:
+        """A campaign's and a problem's definitions; both never change, so each process keeps them."""
+        campaign = self._campaign_cache.get(campaign_id)
+        if campaign is None:
+            row = connection.execute(
+                select(Campaign.workload, Campaign.space, Campaign.provenance).where(Campaign.id == campaign_id)
+            ).one()
+            campaign = self._campaign_cache[campaign_id] = {
+                "workload": row.workload,
+                "space": row.space,
+                "toolchain": str(row.provenance.get("toolchain", "")),
+            }
+        problem = self._problem_cache.get(problem_id)
+        if problem is None:
+            row = connection.execute(select(Problem.kind, Problem.params).where(Problem.id == problem_id)).one()
+            problem = self._problem_cache[problem_id] = {"kind": row.kind, "params": row.params}
+        return campaign, problem
+
+    def claim(self, trial_id: int, phase: str, worker: str, lease: float, max_attempts: int) -> TrialWork | None:
+        """Take ``trial_id`` for ``phase`` (``compile`` or ``evaluate``), or None if it is not this worker's.
+
+        A trial is free in its waiting state (``new`` before compiling, ``compiled`` before evaluating) or
+        when the lease of an earlier claim has expired. Evaluation claims count attempts, and stop at
+        ``max_attempts``; :meth:`reap` errors such a trial. An evaluation claim also returns the digest of
+        the trial's artifact, and its bytes when it is at most ``INLINE_BYTES``.
+        """
+        with self._steps() as connection:
+            return self._claim(connection, trial_id, phase, worker, lease, max_attempts)
+
+    def _claim(
+        self, connection: Connection, trial_id: int, phase: str, worker: str, lease: float, max_attempts: int
+    ) -> TrialWork | None:
+        params = claim_params(trial_id, worker, lease)
+        if phase == "compile":
+            trial = self._run(connection, "claim_compile", params).first()
+        else:
+            trial = self._run(connection, "claim_evaluate", params | {"max_attempts": max_attempts}).first()
+        return None if trial is None else self._work(connection, trial, phase)
+
+    def _work(self, connection: Connection, trial: Any, phase: str) -> TrialWork:
+        """What a worker needs of a trial it claimed (a row of a claim statement)."""
+        campaign, problem = self._definition(connection, trial.campaign_id, trial.problem_id)
+        return TrialWork(
+            trial_id=trial.id,
+            campaign_id=trial.campaign_id,
+            problem_id=trial.problem_id,
+            problem_kind=problem["kind"],
+            problem_params=problem["params"],
+            target=trial.target,
+            config=trial.config,
+            build_key=trial.build_key,
+            measure_key=trial.measure_key,
+            workload=campaign["workload"],
+            space=campaign["space"],
+            toolchain=campaign["toolchain"],
+            attempts=trial.attempts,
+            artifact_digest=trial.artifact_digest if phase == "evaluate" else None,
+            artifact_data=bytes(trial.artifact_data) if phase == "evaluate" and trial.artifact_data else None,
+        )
+
+    def renew(self, trial_id: int, worker: str, lease: float, build_key: str | None = None) -> bool:
+        """Extend this worker's lease on a trial (and on the artifact it builds); False if it lost it."""
+        params = {"trial": trial_id, "owner": worker, "expires": utcnow() + timedelta(seconds=lease)}
+        with self._steps() as connection:
+            held = connection.execute(self._hot.renew_trial, params).rowcount
+            if build_key is not None:
+                connection.execute(self._hot.renew_build, params | {"key": build_key})
+        return bool(held)
+
+    def mark_compiled(self, trial_id: int, worker: str) -> bool:
+        with self._steps() as connection:
+            params = {"trial": trial_id, "owner": worker, "now": utcnow()}
+            return bool(connection.execute(self._hot.compiled, params).rowcount)
+
+    def record(
+        self,
+        trial_id: int,
+        worker: str,
+        *,
+        state: str = "evaluated",
+        reason: str | None = None,
+        measurement: dict[str, Any] | None = None,
+        stdout_tail: str | None = None,
+        stderr_tail: str | None = None,
+    ) -> bool:
+        """Finish a trial this worker holds: its terminal state, and its measurement if it has one.
+
+        Returns False, writing nothing, when the worker no longer holds the trial (its lease expired and
+        the work went to another worker): that worker records it instead.
+        """
+        now = utcnow()
+        params = {
+            "trial": trial_id,
+            "owner": worker,
+            "final": state,
+            "why": reason,
+            "now": now,
+            "out": stdout_tail,
+            "err": stderr_tail,
+        }
+        if measurement is not None and self._hot.record_measured is not None:
+            with self._steps() as connection:
+                measured = {f"m_{name}": measurement.get(name, default) for name, default in MEASURED.items()}
+                return bool(self._run(connection, "record_measured", params | measured).scalar())
+        with self.transaction() as connection:
+            trial = connection.execute(self._hot.finish_trial, params).first()
+            if trial is not None and measurement is not None:
+                row = {
+                    "trial_id": trial_id,
+                    "problem_id": trial.problem_id,
+                    "target": trial.target,
+                    "measure_key": trial.measure_key,
+                    "created_at": now,
+                }
+                connection.execute(self._hot.put_measurement, row | measurement)
+            return trial is not None
+
+    def fail_waiting(self, trial_id: int, reason: str) -> bool:
+        """Error a trial that no worker holds (its build failed before it was claimed)."""
+        with self.session() as session:
+            return bool(
+                session.execute(
+                    update(Trial)
+                    .where(Trial.id == trial_id, Trial.state.in_(("new", "compiled")))
+                    .values(state="errored", reason=reason, finished_at=utcnow())
+                ).rowcount
+            )
+
+    def reap(self, max_attempts: int) -> list[Requeue]:
+        """Give back work whose lease expired; error trials that have lost ``max_attempts`` workers."""
+        now = utcnow()
+        expired = Trial.lease_expires_at < now
+        with self.session() as session:
+            session.execute(
+                update(Trial)
+                .where(Trial.state == "evaluating", expired, Trial.attempts >= max_attempts)
+                .values(
+                    state="errored",
+                    lease_expires_at=None,
+                    finished_at=now,
+                    reason=f"lost its worker {max_attempts} times (killed, or the node went away)",
+                )
+            )
+            # Also a `compiled` trial whose attempts ran out while it waited for its lost message.
+            session.execute(
+                update(Trial)
+                .where(Trial.state == "compiled", Trial.attempts >= max_attempts)
+                .values(
+                    state="errored",
+                    finished_at=now,
+                    reason=f"lost its worker {max_attempts} times (killed, or the node went away)",
+                )
+            )
+            to_evaluate = session.execute(
+                update(Trial)
+                .where(Trial.state == "evaluating", expired)
+                .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now)
+                .returning(Trial.id, Trial.target)
+            ).all()
+            to_compile = session.execute(
+                update(Trial)
+                .where(Trial.state == "compiling", expired)
+                .values(state="new", worker=None, lease_expires_at=None, queued_at=now)
+                .returning(Trial.id, Trial.target)
+            ).all()
+        return [Requeue(r.id, r.target, "evaluate") for r in to_evaluate] + [
+            Requeue(r.id, r.target, "compile") for r in to_compile
+        ]
+
+    def stale(self, older_than: float, campaign_id: int | None = None, limit: int = 1000) -> list[Requeue]:
+        """Waiting trials whose message went out more than ``older_than`` seconds ago: send them again.
+
+        A message can be lost (a worker killed between a state change and the next send, or a broker
+        without acknowledgements); a duplicate costs one refused claim, so sending again is safe.
+        """
+        now = utcnow()
+        with self.session() as session:
+            cutoff = now - timedelta(seconds=older_than)
+            query = select(Trial.id).where(Trial.state.in_(("new", "compiled")), Trial.queued_at < cutoff)
+            if campaign_id is not None:
+                query = query.where(Trial.campaign_id == campaign_id)
+            ids = list(session.scalars(query.order_by(Trial.id).limit(limit)))
+            if not ids:
+                return []
+            rows = session.execute(
+                update(Trial)
+                # Re-checked here: another reaper may have sent them again since the SELECT above.
+                .where(Trial.id.in_(ids), Trial.state.in_(("new", "compiled")), Trial.queued_at < cutoff)
+                .values(queued_at=now)
+                .returning(Trial.id, Trial.target, Trial.state)
+            ).all()
+        return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]
+
+    def pending(self, campaign_id: int) -> list[Requeue]:
+        """Trials of a campaign waiting for a message that may have been lost: what resuming sends again."""
+        with self.session() as session:
+            rows = session.execute(
+                select(Trial.id, Trial.target, Trial.state)
+                .where(Trial.campaign_id == campaign_id, Trial.state.in_(("new", "compiled")))
+                .order_by(Trial.id)
+            ).all()
+        return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]

@@ -1,0 +1,111 @@
+"""The store's machines and worker processes, and their heartbeats."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+
+from fleet.store._base import StoreBase
+from fleet.store._models import Machine, Worker, utcnow
+
+
+class WorkerStore(StoreBase):
+    """The machines of the fleet and the worker processes that run on them."""
+
+    # -- machines and workers ---------------------------------------------------------------------------
+
+    def register_worker(
+        self,
+        *,
+        name: str,
+        hostname: str,
+        role: str,
+        target: str,
+        queues: list[str],
+        gpu: str | None,
+        gpus: list[dict[str, Any]],
+        cpus: int,
+        concurrency: int,
+        pid: int,
+    ) -> None:
+        """Record a worker process and its machine, or refresh them when they restart."""
+        now = utcnow()
+        with self.session() as session:
+            self._insert_ignore(
+                session,
+                Machine,
+                {"hostname": hostname, "targets": [], "gpus": [], "cpus": cpus, "first_seen": now, "last_seen": now},
+            )
+            # Locked: the workers of one node register together, and each adds its target to the list.
+            machine = session.scalar(select(Machine).where(Machine.hostname == hostname).with_for_update())
+            assert machine is not None
+            machine.targets = sorted(set(machine.targets) | {target})
+            machine.gpus = gpus or machine.gpus
+            machine.cpus, machine.last_seen = cpus, now
+            self._insert_ignore(
+                session,
+                Worker,
+                {
+                    "name": name,
+                    "machine_id": machine.id,
+                    "role": role,
+                    "target": target,
+                    "queues": queues,
+                    "gpu": gpu,
+                    "concurrency": concurrency,
+                    "pid": pid,
+                    "started_at": now,
+                    "heartbeat_at": now,
+                },
+            )
+            session.execute(
+                update(Worker)
+                .where(Worker.name == name)
+                .values(
+                    machine_id=machine.id,
+                    role=role,
+                    target=target,
+                    queues=queues,
+                    gpu=gpu,
+                    concurrency=concurrency,
+                    pid=pid,
+                    started_at=now,
+                    heartbeat_at=now,
+                    stopped_at=None,
+                )
+            )
+
+    def heartbeat(self, name: str) -> None:
+        now = utcnow()
+        with self.session() as session:
+            machine_id = session.scalar(
+                update(Worker).where(Worker.name == name).values(heartbeat_at=now).returning(Worker.machine_id)
+            )
+            if machine_id is not None:
+                session.execute(update(Machine).where(Machine.id == machine_id).values(last_seen=now))
+
+    def worker_stopped(self, name: str) -> None:
+        with self.session() as session:
+            session.execute(update(Worker).where(Worker.name == name).values(stopped_at=utcnow()))
+
+    def workers(
+        self, *, target: str | None = None, role: str | None = None, within: float | None = None
+    ) -> list[Worker]:
+        """Registered workers; with ``within``, only those that beat their heart in the last seconds."""
+        query = select(Worker).order_by(Worker.name)
+        if target is not None:
+            query = query.where(Worker.target == target)
+        if role is not None:
+            query = query.where(Worker.role == role)
+        if within is not None:
+            query = query.where(
+                Worker.stopped_at.is_(None), Worker.heartbeat_at >= utcnow() - timedelta(seconds=within)
+            )
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def machines(self) -> list[Machine]:
+        with self.session() as session:
+            return list(session.scalars(select(Machine).order_by(Machine.hostname)))
