@@ -39,7 +39,8 @@ import multiprocessing
 import os
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -329,7 +330,31 @@ class Outcome:
     error: str | None = None
 
 
-def run_once(path: Path, strategy: str, repeat: int, base: Baseline, with_trace: bool = False) -> Outcome:
+@dataclass(frozen=True)
+class Variant:
+    """A strategy with options, under a label of its own (``auto init=20``).
+
+    Parameters
+    ----------
+    label:
+        What the report calls it.
+    strategy:
+        A key of :data:`fleet.search.STRATEGIES`.
+    options:
+        The strategy's options.
+    """
+
+    label: str
+    strategy: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, strategy: str, **options: Any) -> Variant:
+        label = " ".join([strategy, *(f"{k}={v}" for k, v in options.items())])
+        return cls(label, strategy, tuple(options.items()))
+
+
+def run_once(path: Path, strategy: str | Variant, repeat: int, base: Baseline, with_trace: bool = False) -> Outcome:
     """Run ``strategy`` with seed ``repeat`` on the recorded space at ``path`` and score it.
 
     Parameters
@@ -337,7 +362,7 @@ def run_once(path: Path, strategy: str, repeat: int, base: Baseline, with_trace:
     path:
         The recorded space (loaded once per process).
     strategy:
-        A key of :data:`fleet.search.STRATEGIES`.
+        A key of :data:`fleet.search.STRATEGIES`, or a :class:`Variant` of one.
     repeat:
         The run's number, also its seed.
     base:
@@ -346,6 +371,8 @@ def run_once(path: Path, strategy: str, repeat: int, base: Baseline, with_trace:
         Return every evaluation as JSON lines.
     """
     recorded = load_recorded(path)
+    variant = strategy if isinstance(strategy, Variant) else Variant(strategy, strategy)
+    strategy = variant.label
     reached = False
 
     def enough(evaluation: Evaluation) -> bool:
@@ -355,7 +382,7 @@ def run_once(path: Path, strategy: str, repeat: int, base: Baseline, with_trace:
         return reached and evaluation.clock_s >= base.budget_s
 
     try:
-        searcher = make_searcher(strategy, recorded.space, seed=repeat)
+        searcher = make_searcher(variant.strategy, recorded.space, seed=repeat, options=dict(variant.options))
         trace = simulate(recorded, searcher, slots=base.slots, horizon_s=base.horizon_s, stop=enough)
     except Exception as error:  # one broken strategy must not sink the others' results
         return Outcome(recorded.name, strategy, repeat, None, None, 0, error=f"{type(error).__name__}: {error}")
@@ -421,7 +448,7 @@ def summarize(outcomes: Sequence[Outcome], base: Baseline) -> dict[str, Any]:
 
 def run(
     spaces: Sequence[Path],
-    strategies: Sequence[str] | None = None,
+    strategies: Sequence[str | Variant] | None = None,
     *,
     repeats: int = 10,
     slots: int = 1,
@@ -437,7 +464,7 @@ def run(
     spaces:
         Recorded space files.
     strategies:
-        Strategy names; None for the default set of each space.
+        Strategy names or :class:`Variant` s; None for the default set of each space.
     repeats:
         Runs per strategy and space, seeded 0 .. repeats-1.
     slots:
@@ -453,13 +480,14 @@ def run(
     """
     from tqdm import tqdm
 
-    plans = []
+    plans: list[tuple[Path, str, Variant, int]] = []
     bases: dict[str, Baseline] = {}
     for path in spaces:
         recorded = load_recorded(path)
         bases[recorded.name] = baseline(recorded, slots, horizon=horizon)
         names = list(strategies) if strategies else default_strategies(recorded)
-        plans += [(path, recorded.name, name, repeat) for name in names for repeat in range(repeats)]
+        variants = [n if isinstance(n, Variant) else Variant(n, n) for n in names]
+        plans += [(path, recorded.name, variant, repeat) for variant in variants for repeat in range(repeats)]
     outcomes: dict[tuple[str, str, int], Outcome] = {}
 
     def done(outcome: Outcome, bar: Any) -> None:
@@ -472,20 +500,23 @@ def run(
     jobs = max(1, min(jobs, len(plans)))
     with tqdm(total=len(plans), desc="bench search", unit="run", file=sys.stderr, disable=not progress) as bar:
         if jobs == 1:
-            for path, name, strategy, repeat in plans:
-                done(run_once(path, strategy, repeat, bases[name], trace is not None), bar)
+            for path, name, variant, repeat in plans:
+                done(run_once(path, variant, repeat, bases[name], trace is not None), bar)
         else:
             # Spawned, not forked: the parent may hold threads (tqdm's monitor) whose locks a fork would copy.
+            # The slowest runs (model-based searchers on the spaces with the longest horizon) go first, so that
+            # the pool does not end waiting on one of them.
             context = multiprocessing.get_context("spawn")
+            ordered = sorted(plans, key=lambda plan: -bases[plan[1]].draws_to_cutoff)
             with ProcessPoolExecutor(jobs, mp_context=context) as pool:
                 futures = [
-                    pool.submit(run_once, path, strategy, repeat, bases[name], trace is not None)
-                    for path, name, strategy, repeat in plans
+                    pool.submit(run_once, path, variant, repeat, bases[name], trace is not None)
+                    for path, name, variant, repeat in ordered
                 ]
                 for future in as_completed(futures):
                     done(future.result(), bar)
     rows = []
-    for key in dict.fromkeys((name, strategy) for _, name, strategy, _ in plans):
+    for key in dict.fromkeys((name, variant.label) for _, name, variant, _ in plans):
         mine = [outcomes[(*key, repeat)] for repeat in range(repeats)]
         rows.append(summarize(mine, bases[key[0]]))
     return rows, bases
@@ -512,6 +543,114 @@ def averages(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return result
+
+
+# -- leave one space out ---------------------------------------------------------------------------------------
+
+CV_REPEATS = 20
+"""Repeats per strategy and space in ``--cv``."""
+
+CANDIDATES: tuple[Variant, ...] = (Variant.of("auto", init=10), Variant.of("auto", init=20))
+"""What ``auto`` tunes, as ``--cv`` chooses among: the size of its first design."""
+
+
+def choose(scores: Mapping[str, Mapping[str, float]], held_out: str) -> str:
+    """The candidate with the best mean score over every space but ``held_out``; a tie goes to the first.
+
+    Parameters
+    ----------
+    scores:
+        Candidate label -> space -> mean score.
+    held_out:
+        The space left out.
+    """
+    best, best_mean = "", -math.inf
+    for label, by_space in scores.items():
+        others = [value for space, value in by_space.items() if space != held_out]
+        mean = statistics.fmean(others) if others else -math.inf
+        if mean > best_mean:
+            best, best_mean = label, mean
+    return best
+
+
+def cross_validate(
+    rows: Sequence[dict[str, Any]], candidates: Sequence[str], compared: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Leave one space out: for each space, the candidate chosen on the others (:func:`choose`) and its score on
+    the one left out, beside each compared strategy's score there; then the mean and the worst over the spaces.
+
+    Parameters
+    ----------
+    rows:
+        :func:`summarize` rows of every candidate and compared strategy on every space.
+    candidates:
+        Labels of the candidates.
+    compared:
+        Labels of the strategies to show beside (random search first).
+    """
+    by_key = {(row["space"], row["strategy"]): row for row in rows}
+    spaces = list(dict.fromkeys(row["space"] for row in rows))
+    scores: dict[str, dict[str, float]] = {}
+    for label in candidates:
+        scores[label] = {}
+        for space in spaces:
+            value = by_key[space, label]["score"]
+            if value is None:
+                raise SpecError(f"{label} failed on {space}: {by_key[space, label].get('error')}")
+            scores[label][space] = value
+    result = []
+    for space in spaces:
+        chosen = choose(scores, space)
+        held = by_key[space, chosen]
+        row = {"space": space, "chosen": chosen, "score": held["score"], "score_sem": held["score_sem"]}
+        row["repeats"] = held["repeats"]
+        row["compared"] = {
+            name: {"score": by_key[space, name]["score"], "score_sem": by_key[space, name].get("score_sem")}
+            for name in compared
+        }
+        result.append(row)
+    summary: dict[str, Any] = {"space": "mean", "spaces": len(result)}
+    summary["score"] = statistics.fmean(r["score"] for r in result)
+    summary["worst"] = min(r["score"] for r in result)
+    summary["compared"] = {}
+    for name in compared:
+        values = [r["compared"][name]["score"] for r in result]
+        known = [v for v in values if v is not None]
+        summary["compared"][name] = {
+            "score": statistics.fmean(known) if known else None,
+            "worst": min(known) if known else None,
+        }
+    summary["in_sample"] = {label: statistics.fmean(scores[label].values()) for label in candidates}
+    return [*result, summary]
+
+
+def _cv_table(result: Sequence[dict[str, Any]], compared: Sequence[str]) -> list[str]:
+    rows, summary = result[:-1], result[-1]
+    width = max(len("space"), *(len(r["space"]) for r in rows))
+    chosen_width = max(len("chosen"), *(len(r["chosen"]) for r in rows))
+
+    def cell(value: float | None, sem: float | None) -> str:
+        if value is None:
+            return f"{'failed':>15}"
+        return f"{value:>7.3f} ± {sem:.3f}" if sem is not None else f"{value:>15.3f}"
+
+    lines = [
+        f"  {'space':<{width}}  {'chosen on the others':<{chosen_width}}  {'auto held out':>15}"
+        + "".join(f"  {name:>15}" for name in compared)
+    ]
+    for r in rows:
+        lines.append(
+            f"  {r['space']:<{width}}  {r['chosen']:<{chosen_width}}  {cell(r['score'], r['score_sem'])}"
+            + "".join(f"  {cell(r['compared'][n]['score'], r['compared'][n]['score_sem'])}" for n in compared)
+        )
+    for what in ("score", "worst"):
+        shown = "mean" if what == "score" else "worst"
+        values = [summary["compared"][n][what] for n in compared]
+        lines.append(
+            f"  {shown:<{width}}  {'':<{chosen_width}}  {summary[what]:>7.3f}        "
+            + "".join(f"  {v:>7.3f}        " if v is not None else f"  {'-':>15}" for v in values)
+        )
+    return lines
 
 
 # -- the command -----------------------------------------------------------------------------------------------
@@ -566,13 +705,20 @@ def _spaces(values: Sequence[str]) -> list[Path]:
     "--space",
     "spaces",
     multiple=True,
-    required=True,
-    help="A recorded space: a path, a file name in the tuning-spaces folder, or 'all'. Repeatable.",
+    help="A recorded space: a path, a file name in the tuning-spaces folder, or 'all' (default with --cv). Repeatable.",
 )
 @click.option(
     "--strategy", "strategies", multiple=True, help="A strategy to score (default: all but grid). Repeatable."
 )
-@click.option("--repeats", type=click.IntRange(1), default=10, show_default=True, help="Runs per strategy and space.")
+@click.option(
+    "--repeats", type=click.IntRange(1), help=f"Runs per strategy and space (default 10; {CV_REPEATS} with --cv)."
+)
+@click.option(
+    "--cv",
+    is_flag=True,
+    help="Leave one space out: choose what auto tunes on the other spaces, score it on the one left out; "
+    "random search (and each --strategy) beside it, from the same run.",
+)
 @click.option("--slots", type=click.IntRange(1), default=1, show_default=True, help="Evaluations in flight at once.")
 @click.option(
     "--horizon",
@@ -592,7 +738,8 @@ def _spaces(values: Sequence[str]) -> list[Path]:
 def search_command(
     spaces: tuple[str, ...],
     strategies: tuple[str, ...],
-    repeats: int,
+    repeats: int | None,
+    cv: bool,
     slots: int,
     horizon: float,
     jobs: int | None,
@@ -606,11 +753,19 @@ def search_command(
     reach optimum + 5% of (median - optimum), F the best the strategy found by t and B random search's
     expected best. 0 is as good as random search, 1 is the optimum.
     """
-    paths = _spaces(spaces)
+    if not spaces and not cv:
+        raise SpecError("bench search needs --space (a recorded space, or 'all')")
+    paths = _spaces(spaces or ("all",))
     for name in strategies:
         if name not in STRATEGIES:
             raise SpecError(f"unknown strategy {name!r} (known: {', '.join(sorted(STRATEGIES))})")
     jobs = jobs or os.cpu_count() or 1
+    if cv:
+        if len(paths) < 2:
+            raise SpecError("--cv leaves one space out: it needs at least two spaces")
+        _cross_validate_command(paths, strategies, repeats or CV_REPEATS, slots, horizon, jobs, as_json, trace_path)
+        return
+    repeats = repeats or 10
     with trace_path.open("w") if trace_path else contextlib.nullcontext() as trace:
         rows, bases = run(
             paths, list(strategies) or None, repeats=repeats, slots=slots, horizon=horizon, jobs=jobs, trace=trace
@@ -639,3 +794,35 @@ def search_command(
         click.echo(f"average over {len(by_space)} spaces")
         for line in _average_table(means):
             click.echo(line)
+
+
+def _cross_validate_command(
+    paths: Sequence[Path],
+    strategies: Sequence[str],
+    repeats: int,
+    slots: int,
+    horizon: float,
+    jobs: int,
+    as_json: bool,
+    trace_path: Path | None,
+) -> None:
+    compared = list(dict.fromkeys(["random", *strategies]))
+    variants = [*CANDIDATES, *(Variant(name, name) for name in compared)]
+    started = time.monotonic()
+    with trace_path.open("w") if trace_path else contextlib.nullcontext() as trace:
+        rows, _ = run(paths, variants, repeats=repeats, slots=slots, horizon=horizon, jobs=jobs, trace=trace)
+    result = cross_validate(rows, [c.label for c in CANDIDATES], compared)
+    result[-1].update(repeats=repeats, slots=slots, wall_s=round(time.monotonic() - started, 1))
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+        return
+    summary = result[-1]
+    click.echo(
+        f"leave one space out: {summary['spaces']} spaces, {repeats} repeats, {slots} slot{'s' if slots > 1 else ''}; "
+        f"auto chosen among {', '.join(c.label for c in CANDIDATES)} by its mean score on the other spaces"
+    )
+    for line in _cv_table(result, compared):
+        click.echo(line)
+    in_sample = ", ".join(f"{label} {value:.3f}" for label, value in summary["in_sample"].items())
+    click.echo(f"in sample (every space, for reference): {in_sample}")
+    click.echo(f"took {summary['wall_s']:.0f} s with {jobs} process{'es' if jobs > 1 else ''}")

@@ -1,11 +1,10 @@
-"""The default strategy: a bandit over several techniques, as OpenTuner's AUC bandit meta-technique.
+"""The default strategy: a space-filling design, then a bandit over several techniques, as OpenTuner's AUC
+bandit meta-technique, with each technique's credit counted per second its proposals cost.
 
-Its defaults were chosen by replaying the recorded GPU tuning spaces of ../shared/tuning-spaces/ and scoring
-as the autotuning methodology of Willemsen et al. (FGCS 2024) does. Annealing and random sampling as members
-lowered the score (they spend proposals the others put to better use); the genetic algorithm first in the
-tie-breaking order raised it clearly over local search first: while neither has found a new best lately,
-the generation's diverse members go before the climb, which otherwise spends its time in whatever basin the
-first configurations fell in.
+Its defaults are judged out of sample: ``fleet bench search --cv`` chooses the design's size on all recorded
+spaces but one and scores it on the one left out (docs/strategies.md has the figures). Annealing and random
+sampling as members lowered the score (they spend proposals the others put to better use); the genetic
+algorithm first in the tie-breaking order raised it over local search first.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from typing import Any
 
 from fleet.errors import SpecError
 from fleet.search.anneal import Annealing
+from fleet.search.design import Designing
 from fleet.search.genetic import Evolving
 from fleet.search.local import Climbing
 from fleet.search.points import Grid, History, Point, Technique, TechniqueSearcher
@@ -30,11 +30,20 @@ WINDOW = 500
 EXPLORATION = 0.05
 """Weight of the exploration term against the credit (OpenTuner's C)."""
 
+MODEL_MEMORY = 200
+"""Trials Optuna's model keeps before it starts again from the best half: bounds what each proposal costs."""
+
+INIT = 10
+"""Points of the first design (a Latin hypercube): chosen out of sample by ``fleet bench search --cv``."""
+
+CREDITS = ("time", "count")
+"""How a technique's credit is counted: new bests per second its proposals cost, or per proposal (OpenTuner)."""
+
 
 def _optuna(grid: Grid, history: History, rng: random.Random) -> Technique:
     from fleet.search.optuna_search import Modelling
 
-    return Modelling(grid, history, rng)
+    return Modelling(grid, history, rng, memory=MODEL_MEMORY)
 
 
 TECHNIQUES: dict[str, Callable[[Grid, History, random.Random], Technique]] = {
@@ -58,19 +67,25 @@ def optuna_installed() -> bool:
 
 
 class Auto(TechniqueSearcher):
-    """For a user who does not know which strategy to pick: a bandit that gives each proposal to the technique
-    that has lately found new bests most often.
+    """For a user who does not know which strategy to pick: a space-filling design, then a bandit that gives
+    each proposal to the technique that has lately found new bests at the least cost.
 
-    The techniques (by default the genetic algorithm, local search, and Optuna's TPE when Optuna is installed)
-    share one history: each sees every run, so local search climbs from a best that the genetic algorithm
-    found, and the model learns from all of them. For each proposal, the techniques are ranked by OpenTuner's
-    AUC bandit score: the area under the curve of "this proposal of mine was a new overall best" over its last
-    uses, recent ones weighing more, plus an exploration term; the first in rank that has something to
-    propose proposes. Known-good configurations given as ``seed_configs`` are measured first.
+    The first ``init`` proposals are a Latin hypercube over the valid configurations
+    (:func:`fleet.search.design.latin_hypercube`): spread over every knob's range, never a cluster, so that
+    however short the budget, the start is as good as random search's. Then the techniques (by default the
+    genetic algorithm, local search, and Optuna's TPE when Optuna is installed) take over. They share one
+    history: each sees every run, the design's included, so the genetic algorithm breeds from the design's best,
+    local search climbs from the best so far, and the model learns from all of them. For each proposal, the
+    techniques are ranked by OpenTuner's AUC bandit score: the area under the curve of "this proposal of mine
+    was a new overall best" over its last uses, recent ones weighing more, divided (``credit="time"``) by what
+    those proposals cost relative to everyone's mean cost, plus an exploration term; the first in rank that has
+    something to propose proposes. A run's cost is its ``simulated_s`` metric, else ``compile_s`` +
+    ``benchmark_s``; when runs carry neither, each counts as one. Known-good configurations given as
+    ``seed_configs`` are measured before everything.
 
-    N evaluation slots: each slot is filled by the best-ranked technique that has a proposal ready (members of
-    the current generation, neighbours of the current best, model samples), so N configurations are in flight
-    from several techniques at once; a technique that waits for its own runs passes the slot to the next.
+    N evaluation slots: the design's points are independent, so N run at once; after it, each slot is filled by
+    the best-ranked technique that has a proposal ready (members of the current generation, neighbours of the
+    current best, model samples), so N configurations are in flight from several techniques at once.
 
     Parameters
     ----------
@@ -80,6 +95,12 @@ class Auto(TechniqueSearcher):
     seed_configs:
         Configurations to measure first, e.g. the best known for similar problems; those not in the space, or
         that the space rules out, are skipped.
+    init:
+        Points of the first design (0 for none).
+    credit:
+        ``time`` (new bests per second of the technique's proposals) or ``count`` (per proposal, as OpenTuner).
+    exploration:
+        Weight of the bandit's exploration term.
     """
 
     name = "auto"
@@ -90,6 +111,9 @@ class Auto(TechniqueSearcher):
         *,
         techniques: Sequence[str] | None = None,
         seed_configs: Sequence[Mapping[str, Any]] | None = None,
+        init: int = INIT,
+        credit: str = "time",
+        exploration: float = EXPLORATION,
         budget: int | None = None,
         maximize: bool = False,
         seed: int = 0,
@@ -113,6 +137,13 @@ class Auto(TechniqueSearcher):
         ):
             raise SpecError("strategy 'auto': seed_configs must be a list of configurations (objects)")
         self.seed_configs = [dict(c) for c in seed_configs or ()]
+        if isinstance(init, bool) or not isinstance(init, int) or init < 0:
+            raise SpecError(f"strategy 'auto': init must be an integer >= 0, not {init!r}")
+        if credit not in CREDITS:
+            raise SpecError(f"strategy 'auto': credit must be one of {', '.join(CREDITS)}, not {credit!r}")
+        if isinstance(exploration, bool) or not isinstance(exploration, int | float) or exploration < 0:
+            raise SpecError(f"strategy 'auto': exploration must be a number >= 0, not {exploration!r}")
+        self.init, self.credit, self.exploration = init, credit, float(exploration)
 
     def first_points(self, grid: Grid) -> list[Point]:
         points = (grid.encode(config) for config in self.seed_configs)
@@ -124,6 +155,9 @@ class Auto(TechniqueSearcher):
             history,
             random.Random(self.seed),
             {name: TECHNIQUES[name](grid, history, random.Random(f"{self.seed}:{name}")) for name in self.techniques},
+            design=Designing(grid, history, random.Random(f"{self.seed}:design"), count=self.init),
+            exploration=self.exploration,
+            by_time=self.credit == "time",
         )
 
 
@@ -134,10 +168,14 @@ class Bandit(Technique):
     ----------
     techniques:
         The techniques by name, in the order that breaks ties.
+    design:
+        A technique whose proposals all go first, credited to no one.
     window:
         Recent uses of each technique its credit counts.
     exploration:
         Weight of the exploration term.
+    by_time:
+        Divide each technique's credit by the relative cost of its proposals.
     """
 
     def __init__(
@@ -147,31 +185,59 @@ class Bandit(Technique):
         rng: random.Random,
         techniques: Mapping[str, Technique],
         *,
+        design: Technique | None = None,
         window: int = WINDOW,
         exploration: float = EXPLORATION,
+        by_time: bool = True,
     ) -> None:
         super().__init__(grid, history, rng)
         self.techniques = dict(techniques)
+        self.design = design
         self.exploration = exploration
-        self.results: dict[str, deque[bool]] = {name: deque(maxlen=window) for name in self.techniques}
+        self.by_time = by_time
+        # Per use: whether it was a new overall best, and what it cost (None when the run did not say).
+        self.results: dict[str, deque[tuple[bool, float | None]]] = {
+            name: deque(maxlen=window) for name in self.techniques
+        }
         self.owner: dict[Point, str] = {}
         self.proposed: dict[str, int] = dict.fromkeys(self.techniques, 0)
 
-    def score(self, name: str) -> float:
-        """Credit (area under the curve of new bests, later uses weighing more) plus exploration."""
+    def _mean_cost(self) -> float | None:
+        costs = [c for results in self.results.values() for _, c in results]
+        if not costs or any(c is None for c in costs):
+            return None
+        mean = sum(costs) / len(costs)  # type: ignore[arg-type]
+        return mean if mean > 0 else None
+
+    def score(self, name: str, mean_cost: float | None = None) -> float:
+        """Credit (area under the curve of new bests, later uses weighing more; per unit of cost when costs are
+        known, ``mean_cost`` being everyone's mean) plus exploration."""
         results = self.results[name]
         uses = len(results)
         if not uses:
             return math.inf
-        credit = sum(i for i, new_best in enumerate(results, 1) if new_best) / (uses * (uses + 1) / 2)
+        weights = uses * (uses + 1) / 2
+        credit = sum(i for i, (new_best, _) in enumerate(results, 1) if new_best) / weights
+        if self.by_time and mean_cost is not None and credit > 0:
+            # The same weights over the costs: a technique whose recent proposals cost twice everyone's mean
+            # earns half the credit for the same new bests.
+            mine = sum(i * c for i, (_, c) in enumerate(results, 1)) / weights  # type: ignore[operator]
+            if mine > 0:
+                credit *= mean_cost / mine
         total = sum(len(r) for r in self.results.values())
         return credit + self.exploration * math.sqrt(2 * math.log(total) / uses)
 
     def ranked(self) -> list[str]:
         # Untried techniques rank first (their score is inf), in the given order; sorted() keeps ties in order.
-        return sorted(self.techniques, key=lambda name: -self.score(name))
+        mean_cost = self._mean_cost() if self.by_time else None
+        return sorted(self.techniques, key=lambda name: -self.score(name, mean_cost))
 
     def propose(self) -> Point | None:
+        if self.design is not None:
+            point = self.design.propose()
+            if point is not None:
+                return point
+            self.design = None
         for name in self.ranked():
             point = self.techniques[name].propose()
             if point is not None:
@@ -184,6 +250,7 @@ class Bandit(Technique):
         name = self.owner.pop(point, None)
         if name is not None:
             # History recorded the point first: it is the best now exactly when it beat every earlier one.
-            self.results[name].append(self.history.best == point and math.isfinite(value))
+            new_best = self.history.best == point and math.isfinite(value)
+            self.results[name].append((new_best, self.history.costs.get(point)))
         for technique in self.techniques.values():
             technique.observe(point, value)

@@ -100,17 +100,21 @@ class Modelling(Technique):
     """Optuna's sampler as a technique (see :class:`OptunaSearch`)."""
 
     def __init__(
-        self, grid: Grid, history: History, rng: random.Random, *, sampler: str = "tpe", startup: int | None = None
+        self,
+        grid: Grid,
+        history: History,
+        rng: random.Random,
+        *,
+        sampler: str = "tpe",
+        startup: int | None = None,
+        memory: int | None = None,
     ) -> None:
         super().__init__(grid, history, rng)
         optuna = load_optuna()
         self.optuna = optuna
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        # Optuna wants a 32-bit seed; draw it from our generator so the study follows the searcher's seed.
-        sampler_seed = rng.randrange(2**31)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.study = optuna.create_study(direction="minimize", sampler=make_sampler(sampler, sampler_seed, startup))
+        self.sampler, self.startup, self.memory = sampler, startup, memory
+        self.study = self._new_study()
         self.distributions: dict[str, Any] = {}
         for knob, name, values in zip(range(len(grid.sizes)), grid.names, grid.space.knobs, strict=True):
             size = grid.sizes[knob]
@@ -124,6 +128,34 @@ class Modelling(Technique):
                 else distributions.CategoricalDistribution(list(range(size)))
             )
         self.trials: dict[Point, Any] = {}
+        self.told: list[tuple[float, Point]] = []  # what the study has learnt, to start a smaller one from
+
+    def _new_study(self) -> Any:
+        # Optuna wants a 32-bit seed; draw it from our generator so the study follows the searcher's seed.
+        seed = self.rng.randrange(2**31)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self.optuna.create_study(
+                direction="minimize", sampler=make_sampler(self.sampler, seed, self.startup)
+            )
+
+    def _forget(self) -> None:
+        """Past ``memory`` trials, start a new study from the best half of them: TPE's cost per proposal grows
+        with its trials, and the best ones are what its "good" density is made of."""
+        if self.memory is None or len(self.told) < self.memory:
+            return
+        kept = sorted(self.told)[: self.memory // 2]
+        self.study, self.told = self._new_study(), []
+        for value, point in kept:
+            self._add(point, value)
+        # Trials asked of the old study and still out come back as another technique's would.
+        self.trials.clear()
+
+    def _add(self, point: Point, value: float) -> None:
+        self.study.add_trial(
+            self.optuna.trial.create_trial(params=self._params(point), distributions=self.distributions, value=value)
+        )
+        self.told.append((value, point))
 
     def _point(self, params: dict[str, int]) -> Point:
         return tuple(int(params.get(name, 0)) for name in self.grid.names)
@@ -159,10 +191,8 @@ class Modelling(Technique):
                     self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
                 else:
                     self.study.tell(trial, told)
+                    self.told.append((told, point))
             elif told is not None:
                 # Found by another technique (in ``auto``): the model learns from it all the same.
-                self.study.add_trial(
-                    self.optuna.trial.create_trial(
-                        params=self._params(point), distributions=self.distributions, value=told
-                    )
-                )
+                self._add(point, told)
+            self._forget()

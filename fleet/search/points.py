@@ -38,6 +38,23 @@ def loss(run: Run, maximize: bool) -> float:
     return -objective if maximize else objective
 
 
+COST_METRICS = ("compile_s", "benchmark_s")
+"""Metrics whose sum is what a run cost, when it has no ``simulated_s`` (the replay workload's total)."""
+
+
+def cost(run: Run) -> float | None:
+    """Seconds the run cost, from its metrics: ``simulated_s``, else compile + benchmark seconds; None when it
+    says nothing of its time (the searcher then counts each run as one unit)."""
+    metrics = run.metrics or {}
+    total = metrics.get("simulated_s")
+    if total is None:
+        parts = [metrics[name] for name in COST_METRICS if name in metrics]
+        total = sum(parts) if parts else None
+    if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total) or total < 0:
+        return None
+    return float(total)
+
+
 def _value_key(value: Value) -> tuple[type, Value]:
     # The type keeps True, 1 and 1.0 apart: a knob may list them as different values.
     return (type(value), value)
@@ -165,6 +182,7 @@ class History:
         self.seen: dict[Point, None] = {}  # proposed, in order (a dict: ordered and fast to test)
         self.pending: dict[Point, None] = {}
         self.losses: dict[Point, float] = {}
+        self.costs: dict[Point, float | None] = {}
         self.best: Point | None = None
         self.best_loss = math.inf
 
@@ -172,11 +190,12 @@ class History:
         self.seen[point] = None
         self.pending[point] = None
 
-    def record(self, point: Point, value: float) -> None:
-        """Record a finished point and its loss."""
+    def record(self, point: Point, value: float, seconds: float | None = None) -> None:
+        """Record a finished point, its loss, and what it cost (seconds, None when unknown)."""
         self.pending.pop(point, None)
         self.seen[point] = None
         self.losses[point] = value
+        self.costs[point] = seconds
         if value < self.best_loss:
             self.best, self.best_loss = point, value
 
@@ -254,7 +273,7 @@ class TechniqueSearcher(Searcher):
                 # A run of a point this searcher never proposed (or already heard of) teaches it nothing new.
                 if point is not None and point in history.pending:
                     value = loss(run, self.maximize)
-                    history.record(point, value)
+                    history.record(point, value, cost(run))
                     technique.observe(point, value)
             while first and first[0] in history.seen:
                 first.pop(0)

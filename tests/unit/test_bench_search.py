@@ -16,8 +16,12 @@ from typing import Any, ClassVar
 import pytest
 from click.testing import CliRunner
 
+from fleet.bench import search as bench_search
 from fleet.bench.search import (
+    Variant,
     baseline,
+    choose,
+    cross_validate,
     default_strategies,
     expected_best,
     expected_draws_to_reach,
@@ -277,3 +281,57 @@ def test_an_unknown_strategy_or_space_is_one_clear_error() -> None:
     assert isinstance(result.exception, SpecError) and "unknown strategy 'nope'" in str(result.exception)
     result = CliRunner().invoke(search_command, ["--space", "nope"])
     assert isinstance(result.exception, SpecError) and "recorded space 'nope' not found" in str(result.exception)
+
+
+# -- leave one space out -----------------------------------------------------------------------------------------
+
+
+def test_each_space_gets_the_candidate_best_on_the_others() -> None:
+    # A is excellent on x alone; B is fair everywhere.
+    scores = {"A": {"x": 1.0, "y": 0.0, "z": 0.0}, "B": {"x": 0.2, "y": 0.3, "z": 0.3}}
+    assert choose(scores, "x") == "B"  # A 0.0 against B 0.3 on y and z
+    assert choose(scores, "y") == "A"  # A 0.5 against B 0.25 on x and z
+    assert choose({"A": {"x": 0.5, "y": 0.5}, "B": {"x": 0.5, "y": 0.5}}, "x") == "A"  # a tie: the first
+
+
+def test_cross_validation_scores_each_space_with_what_the_others_chose() -> None:
+    rows = []
+    for space, a, b, r in (("x", 1.0, 0.2, 0.1), ("y", 0.0, 0.3, -0.2), ("z", 0.0, 0.3, 0.0)):
+        for name, value in (("A", a), ("B", b), ("random", r)):
+            rows.append({"space": space, "strategy": name, "score": value, "score_sem": 0.05, "repeats": 20})
+    result = cross_validate(rows, ["A", "B"], ["random"])
+    assert [(r["space"], r["chosen"], r["score"]) for r in result[:-1]] == [
+        ("x", "B", 0.2),
+        ("y", "A", 0.0),
+        ("z", "A", 0.0),
+    ]
+    summary = result[-1]
+    assert summary["score"] == pytest.approx(0.2 / 3) and summary["worst"] == 0.0
+    assert summary["compared"]["random"] == {"score": pytest.approx(-0.1 / 3), "worst": -0.2}
+    assert summary["in_sample"] == {"A": pytest.approx(1 / 3), "B": pytest.approx(0.8 / 3)}
+    assert result[1]["compared"]["random"] == {"score": -0.2, "score_sem": 0.05}
+
+
+def test_the_cv_command_prints_held_out_scores_beside_random_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Cheap candidates stand in for auto's: the oracle should be chosen on either space, and score about one.
+    monkeypatch.setattr(bench_search, "CANDIDATES", (Variant("shuffled", "shuffled"), Variant("oracle", "oracle")))
+    args = ["--cv", "--space", "pnpoly__RTX_2080_Ti", "--space", str(GEMM), "--repeats", "2", "--jobs", "1"]
+    result = CliRunner().invoke(search_command, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["space"] for r in rows] == ["pnpoly__RTX_2080_Ti", "gemm_clblast__RTX_2080_Ti", "mean"]
+    for row in rows[:2]:
+        assert row["chosen"] == "oracle" and row["score"] > 0.9 and row["repeats"] == 2
+        assert set(row["compared"]) == {"random"} and row["compared"]["random"]["score"] < 0.9
+    assert rows[2]["worst"] == min(rows[0]["score"], rows[1]["score"])
+    result = CliRunner().invoke(search_command, [*args, "--strategy", "shuffled"])
+    assert result.exit_code == 0, result.output
+    assert "leave one space out: 2 spaces, 2 repeats" in result.stdout
+    assert "random" in result.stdout and "shuffled" in result.stdout and "worst" in result.stdout
+
+
+def test_cv_needs_two_spaces_and_bench_search_needs_a_space() -> None:
+    result = CliRunner().invoke(search_command, ["--cv", "--space", "pnpoly__RTX_2080_Ti"])
+    assert isinstance(result.exception, SpecError) and "at least two spaces" in str(result.exception)
+    result = CliRunner().invoke(search_command, [])
+    assert isinstance(result.exception, SpecError) and "needs --space" in str(result.exception)
