@@ -1,4 +1,4 @@
-"""``fleet report``: one self-contained HTML page of what a campaign found.
+"""One self-contained HTML page of what a campaign found (``fleet report`` writes it).
 
 The page needs nothing at view time: no network, no JavaScript, no fonts. Its plots are inline SVG drawn
 here, so Fleet needs no plotting library. It shows, per problem of the campaign:
@@ -20,19 +20,14 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import statistics
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import click
 from sqlalchemy import func, select
 
-from fleet.errors import FleetError
 from fleet.store import TRIAL_STATES, Artifact, Campaign, Measurement, Problem, Store, Trial, utcnow
 
 PALETTE = (
@@ -62,7 +57,9 @@ def fmt(value: Any) -> str:
     """A number as a person reads it: 4 significant digits, no exponent for everyday magnitudes."""
     if value is None:
         return DASH
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as JSON, and every other output of Fleet, writes it
+    if not isinstance(value, int | float):
         return str(value)
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
@@ -1185,47 +1182,3 @@ def render(store: Store, campaign: Campaign | str | int) -> str:
         f"<title>Fleet report: {esc(c.name)}</title><style>{STYLE}</style></head>"
         f"<body><main>{''.join(body)}</main></body></html>\n"
     )
-
-
-def write(text: str, output: Path) -> None:
-    """Write ``text`` to ``output`` atomically: a reader never sees half a page."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, output)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-@click.command("report")
-@click.argument("campaign")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=Path("report.html"),
-    show_default=True,
-    help="Where to write the page; - writes it to stdout.",
-)
-def report_command(campaign: str, output: Path) -> None:
-    """Write a self-contained HTML report of CAMPAIGN (name or id): convergence, knob effects, best configs."""
-    from fleet.cli import _store
-
-    store = _store()
-    try:
-        found = store.campaign(campaign)
-        page = render(store, found)
-    finally:
-        store.close()
-    if str(output) == "-":
-        click.echo(page, nl=False)
-        return
-    try:
-        write(page, output)
-    except OSError as error:
-        raise FleetError(f"cannot write {output}: {error.strerror or error}") from None
-    click.echo(f"wrote the report of campaign {found.name} to {output.resolve()}")

@@ -14,17 +14,12 @@ its id, for ``celery -A fleet.tasks call fleet.compile --kwargs '{"trial_id": N,
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import click
-
-from fleet.errors import BrokerError, FleetError, NotFound, SpecError
+from fleet.errors import BrokerError, FleetError, NotFound
 from fleet.settings import get_settings, redact
-from fleet.store import connect
 
 ADHOC = "adhoc"
 
@@ -256,136 +251,3 @@ def describe(store: Any, trial_id: int) -> dict[str, Any]:
     if artifact is not None:
         out["artifact"] = {"state": artifact.state, "digest": artifact.blob_digest, "worker": artifact.worker}
     return out
-
-
-def _print(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(result, indent=2, default=str))
-        return
-    config = " ".join(f"{k}={v}" for k, v in result.get("config", {}).items())
-    head = f"trial {result['trial']} of {result['campaign']}: {result['state']}"
-    if result.get("reason"):
-        head += f" ({result['reason']})"
-    click.echo(head)
-    click.echo(f"  config    {config}")
-    if "objective" in result:
-        value = "-" if result["objective"] is None else f"{result['objective']:.6g}"
-        click.echo(f"  {result['objective_name']:<9} {value}" + ("" if result["valid"] else "  (not valid)"))
-        click.echo(f"  samples   {', '.join(f'{s:.6g}' for s in result['samples'])}")
-        click.echo(f"  measured  on {result['node']} by {result['worker']}")
-    if result.get("measured_before") or "measured_by_trial" in result:
-        click.echo("  measured before (--remeasure measures it again)")
-    elif "artifact" in result and "objective" not in result:
-        click.echo(f"  artifact  {result['artifact']['state']} {result['artifact']['digest'] or ''}".rstrip())
-    if "chain" in result:
-        click.echo(f"  chain {result['chain']} step {result['step']}: accepted {result['accepted']}")
-
-
-@click.command("call")
-@click.argument("kind", type=click.Choice(sorted(KINDS)))
-@click.option(
-    "--problem", "-p", required=True, help="The problem: an id, or a kind with one problem (with --spec: a kind)."
-)
-@click.option("--target", "-t", help="The target (default: that of the problem's campaign).")
-@click.option("--config", "config_json", required=True, help="The configuration, as JSON: '{\"knob\": value}'.")
-@click.option("--campaign", help="Take workload and space from this campaign (default: the problem's newest).")
-@click.option("--spec", type=click.Path(path_type=Path), help="Take problem, workload and space from this spec file.")
-@click.option("--steps", type=click.IntRange(1), default=1, show_default=True, help="anneal-step: steps of the chain.")
-@click.option("--remeasure", is_flag=True, help="Measure it again even if this configuration was measured before.")
-@click.option("--no-wait", is_flag=True, help="Print the Celery task id and return at once.")
-@click.option("--no-send", is_flag=True, help="Only write the trial and print its id (for `celery call`).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def call_command(
-    kind: str,
-    problem: str,
-    target: str | None,
-    config_json: str,
-    campaign: str | None,
-    spec: Path | None,
-    steps: int,
-    remeasure: bool,
-    no_wait: bool,
-    no_send: bool,
-    timeout: float,
-    as_json: bool,
-) -> None:
-    """Send one KIND task for one configuration to its queue, and print its result when it is recorded.
-
-    The trial is written to the ad-hoc campaign `<campaign>.adhoc`, so it is kept like any other: `fleet
-    best`, `fleet logs --trial N` and Flower see it.
-    """
-    from fleet.campaign import check_target
-
-    if campaign and spec:
-        raise click.UsageError("give --campaign or --spec, not both")
-    try:
-        config = json.loads(config_json)
-    except json.JSONDecodeError as error:
-        raise SpecError(f"--config is not valid JSON: {error.msg}") from None
-    if not isinstance(config, dict):
-        raise SpecError("--config must be a JSON object: '{\"knob\": value}'")
-    if target:
-        check_target(target)
-    how = KINDS[kind]
-    store = connect()
-    # Everything is checked before anything is written.
-    if spec is not None:
-        from fleet.campaign import load_spec
-
-        loaded = load_spec(spec, target=target)
-        loaded.space.check(config)
-        if len([p for p in loaded.problems if p.kind == problem]) != 1:
-            raise NotFound(f"{spec} has no problem, or several problems, of kind {problem!r}")
-        adhoc = adhoc_from_spec(store, loaded)
-        problem_id = next(p.id for p in store.campaign_problems(adhoc.id) if p.kind == problem)
-    else:
-        from fleet.space import Space
-
-        problem_id = find_problem(store, problem, target).id
-        source = source_campaign(store, problem_id, target, campaign)
-        Space.from_dict(source.space).check(config)
-        adhoc = adhoc_campaign(store, source)
-    target = adhoc.target
-    if how.takes == "chain":
-        if no_send:
-            raise click.UsageError("--no-send writes a trial; anneal-step takes a chain")
-        subject = add_chain(store, adhoc, problem_id, config, steps)
-        kwargs: dict[str, Any] = {"chain_id": subject, "step": 0, "target": target}
-        task, state = how.task, "running"
-    else:
-        trial = new_trial(adhoc, problem_id, config)
-        before = None if remeasure or no_send else measured_before(store, trial.measure_key)
-        if before is not None:  # answered from the database: no trial is written, nothing is sent
-            _print(describe(store, before) | {"measured_before": True}, as_json)
-            return
-        [(subject, state)] = store.add_trials(adhoc.id, target, [trial], remeasure=remeasure)
-        kwargs = {"trial_id": subject, "target": target}
-        task = "fleet.compile" if how.builds_first and state == "new" else how.task
-    if no_send:
-        click.echo(json.dumps({"trial": subject, "target": target, "state": state}) if as_json else subject)
-        return
-    if how.takes == "trial" and state in ("evaluated", "invalid", "errored"):
-        _print(describe(store, subject), as_json)  # already recorded: nothing to send
-        return
-    live = [w for w in store.workers(target=target, within=3 * get_settings().heartbeat_seconds + 5)]
-    if not any(w.role == ("build" if task == "fleet.compile" else "eval") for w in live):
-        click.echo(f"fleet: warning: no worker of target {target} is listening; the task waits in its queue", err=True)
-    task_id = send(task, kwargs)
-    if no_wait:
-        if as_json:
-            click.echo(json.dumps({"task_id": task_id, "task": task, "kwargs": kwargs}))
-        else:
-            click.echo(task_id)
-            click.echo(f"sent {task} {json.dumps(kwargs)}", err=True)
-        return
-    done = wait(store, how.until, subject, timeout=timeout)
-    if how.takes == "chain":
-        if done is None:
-            raise FleetError(f"chain {subject} stopped before its first step was recorded")
-        result = describe(store, done.trial_id) | {"chain": subject, "step": done.step, "accepted": done.accepted}
-    else:
-        result = describe(store, subject)
-    _print(result, as_json)
-    if result["state"] == "errored":
-        raise click.exceptions.Exit(1)

@@ -12,10 +12,6 @@ import ipaddress
 import os
 import sys
 
-import click
-
-from fleet.errors import ConfigurationError
-
 # Flower's tasks page leaves out the arguments by default; a Fleet task's arguments say which trial it is.
 TASKS_COLUMNS = "name,uuid,state,kwargs,result,routing_key,received,runtime,worker"
 
@@ -47,24 +43,8 @@ def flower_argv(port: int, address: str, extra: tuple[str, ...] = ()) -> list[st
     ]
 
 
-def _loopback(address: str) -> bool:
+def is_loopback(address: str) -> bool:
     try:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return address == "localhost"
-
-
-@click.command("flower", context_settings={"ignore_unknown_options": True})
-@click.option("--port", type=click.IntRange(1, 65535), default=5555, show_default=True, help="Port to listen on.")
-@click.option("--address", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-def flower_command(port: int, address: str, extra: tuple[str, ...]) -> None:
-    """Run Flower on Fleet's Celery app: workers, and tasks with their arguments (EXTRA goes to Flower, after --).
-
-    Set FLOWER_BASIC_AUTH=user:password to require a password; it is required beyond loopback.
-    """
-    if not _loopback(address) and not os.environ.get("FLOWER_BASIC_AUTH"):
-        raise ConfigurationError(f"Flower on {address} would be open to anyone: set FLOWER_BASIC_AUTH=user:password")
-    argv = flower_argv(port, address, extra)
-    sys.stdout.flush()
-    os.execv(argv[0], argv)

@@ -21,9 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import click
-
-from fleet.errors import ConfigurationError, NotFound
+from fleet.errors import ConfigurationError
 from fleet.settings import Settings, get_settings
 
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
@@ -282,54 +280,3 @@ def follow(logs: list[LogFile], *, pattern: re.Pattern[str] | None = None, poll:
 
 
 # -- fleet logs ---------------------------------------------------------------------------------------------
-
-
-@click.command("logs")
-@click.option("--worker", "-w", help="A worker's name (eval-gpu0@node1, or eval-gpu0 on any host).")
-@click.option("--trial", type=int, help="Only lines about this trial, in the logs of the workers that ran it.")
-@click.option("--follow", "-f", "follow_", is_flag=True, help="Go on printing what is written (Ctrl-C stops).")
-@click.option("--lines", "-n", type=click.IntRange(0), default=50, show_default=True, help="Lines of each log.")
-@click.option("--list", "list_", is_flag=True, help="List the log files instead.")
-def logs_command(worker: str | None, trial: int | None, follow_: bool, lines: int, list_: bool) -> None:
-    """Show the logs of this machine's workers (under FLEET_LOG_DIR, default $FLEET_HOME/logs).
-
-    Logs of workers on other machines stay there: read them with `fleet exec` or the fabfile's `logs` task.
-    """
-    directory = log_dir()
-    logs = find_logs(directory)
-    if not logs:
-        raise NotFound(f"no worker logs under {directory}")
-    pattern = None
-    if trial is not None:
-        from fleet.store import connect
-
-        store = connect()
-        ran = trial_workers(store, trial)
-        store.close()
-        pattern = trial_pattern(trial)
-        here = [log for log in logs if log.worker in ran]
-        if worker is not None:
-            here = select_logs(here, worker)
-        if not here:
-            if not ran:
-                raise NotFound(f"no worker has run trial {trial} yet")
-            raise NotFound(
-                f"trial {trial} ran on {', '.join(ran)}, whose logs are not on this machine: "
-                "use `fleet exec` or the fabfile's `logs` task there"
-            )
-        logs = here
-    else:
-        logs = select_logs(logs, worker)
-        if not logs:
-            known = ", ".join(sorted({log.worker for log in find_logs(directory)}))
-            raise NotFound(f"no log of a worker {worker!r} under {directory} (there are: {known})")
-    if list_:
-        for log in logs:
-            click.echo(f"{log.worker:<36} {log.role:<6} {log.target:<14} {log.path}")
-        return
-    show(logs, lines=lines, pattern=pattern)
-    if follow_:
-        try:
-            follow(logs, pattern=pattern)
-        except KeyboardInterrupt:
-            return

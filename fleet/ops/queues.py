@@ -20,12 +20,9 @@ not acknowledged; this module reads them from the broker itself:
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import click
 
 from fleet.errors import BrokerError
 from fleet.settings import Settings, get_settings, redact
@@ -262,34 +259,3 @@ def registry(store: Any | None = None) -> Any:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(QueueCollector(store))
     return reg
-
-
-@click.command("metrics")
-@click.option("--serve", "port", type=click.IntRange(0, 65535), help="Serve the metrics over HTTP on this port.")
-@click.option("--address", default="127.0.0.1", show_default=True, help="Address to serve on.")
-def metrics_command(port: int | None, address: str) -> None:
-    """Queue health and live workers as Prometheus metrics: printed once, or served at /metrics."""
-    from prometheus_client import generate_latest
-
-    from fleet.store import connect
-
-    reg = registry(connect())
-    if port is None:
-        sys.stdout.write(generate_latest(reg).decode())
-        return
-    from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-    from prometheus_client import make_wsgi_app
-
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, *_: Any) -> None:  # one line per scrape would flood the service's journal
-            pass
-
-    server = make_server(address, port, make_wsgi_app(reg), handler_class=Quiet)
-    click.echo(f"fleet metrics on http://{address}:{server.server_port}/metrics", err=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()

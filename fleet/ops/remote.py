@@ -20,10 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
-
-from fleet.errors import FleetError
-
 
 @dataclass(frozen=True)
 class HostResult:
@@ -150,36 +146,3 @@ def format_result(result: HostResult) -> str:
         if text:
             lines.append(text.rstrip("\n"))
     return "\n".join(lines)
-
-
-@click.command("exec")
-@click.argument("command")
-@click.option("--hosts", help="Comma-separated SSH hosts (default: every machine in the machines table).")
-@click.option("--available", is_flag=True, help="Only machines with a live worker.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds the command may run.")
-@click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True)
-def exec_command(
-    command: str, hosts: str | None, available: bool, timeout: float | None, connect_timeout: float
-) -> None:
-    """Run COMMAND on every machine over SSH, in parallel, and print each host's output and exit status.
-
-    COMMAND is one string run by the remote user's shell (quote it as you would for ssh). The exit status
-    is 0 only when the command exited 0 everywhere; an unreachable host is reported, and the others go on.
-    """
-    if hosts and available:
-        raise click.UsageError("give --hosts or --available, not both")
-    names = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else fleet_hosts(available=available)
-    if not names:
-        raise FleetError(
-            "no machines to run on: none registered"
-            + (" with a live worker" if available else "")
-            + "; name them with --hosts"
-        )
-    results = run_everywhere(names, command, timeout=timeout, connect_timeout=connect_timeout)
-    for result in results:
-        click.echo(format_result(result))
-    failed = [r for r in results if not r.ok]
-    if failed:
-        summary = ", ".join(f"{r.host} ({r.error or f'exit {r.exit_status}'})" for r in failed)
-        click.echo(f"fleet exec: failed on {len(failed)} of {len(results)} hosts: {summary}", err=True)
-        raise click.exceptions.Exit(1)

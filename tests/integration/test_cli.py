@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
+import threading
+import uuid
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
 
+from fleet.settings import redact
 from fleet.store import Campaign, Problem
 from tests.conftest import ROOT, Fleet, write_spec
 
@@ -171,3 +177,61 @@ def test_bench_dispatch_takes_turns_and_reports_medians(fleet: Fleet) -> None:
     ratios = [float(line.rsplit("ratio ", 1)[1]) for line in rounds]
     assert result["fleet_trials_per_s"] > 0 and result["celery_trials_per_s"] > 0
     assert result["ratio"] == pytest.approx(sum(ratios) / 2, abs=0.002)  # the median of two is their mean
+
+
+def test_what_a_newcomer_runs_after_a_first_campaign(fleet: Fleet) -> None:
+    from tests.integration.test_campaign import kernel_spec
+
+    fleet.start_worker()
+    path = write_spec(fleet.home, kernel_spec(fleet))
+
+    done = fleet.cli("tune", str(path), check=True)
+
+    assert f"on {fleet.target}: 6 evaluated + 2 baselines\n" in done.stdout  # the budget, and the baselines apart
+    assert "\r" not in done.stderr  # not a terminal: plain lines, not a bar
+    assert done.stderr.splitlines()[-1].startswith("kernel: 8/8 trials, ")
+    best = fleet.cli("best", "kernel", "--json", check=True)  # results on one target: no --target to give
+    assert json.loads(best.stdout)["config"] == {"size": 4, "scale": 10}
+    steps = fleet.cli("export", "steps", "kernel", "-o", "-", check=True)
+    assert steps.stdout.splitlines()[0].startswith("problem,chain,step,trial,")
+    assert len(steps.stdout.splitlines()) == 9
+    assert steps.stderr == "8 steps of campaign kernel written to standard output\n"
+    assert not (fleet.home / "-").exists()
+    database = redact(fleet.env["FLEET_DATABASE_URL"])
+    assert fleet.cli("status", check=True).stdout.startswith(f"database: {database}\n")
+    assert f"fleet.cli: database: {database}\n" in fleet.cli("-v", "best", "kernel", check=True).stderr
+    first = fleet.target
+    fleet.target = f"cpu-t{uuid.uuid4().hex[:8]}"
+    fleet.start_worker(env={"FLEET_NODE_NAME": "second"})  # a node of its own: eval-cpu0@second
+    fleet.cli("tune", str(path), "--target", fleet.target, "--name", "kernel-again", check=True)
+
+    both = ", ".join(sorted([first, fleet.target]))
+    assert_one_line_error(fleet.cli("best", "kernel"), f"has results on 2 targets ({both}); give one with --target")
+    assert_one_line_error(fleet.cli("best", "nothing"), f"no problem 'nothing' in {database}")
+
+
+def test_up_needs_no_local_when_embedded(fleet: Fleet, tmp_path: Path) -> None:
+    from tests.integration.test_embedded import embedded_env
+
+    assert_one_line_error(fleet.cli("up"), "give --local to start this machine's workers on them anyway")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "up"],
+        cwd=tmp_path,
+        env=embedded_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(timeout=120)
+        assert lines and lines[0].startswith("fleet up: database sqlite:///"), proc.stderr
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

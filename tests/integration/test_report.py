@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.report import render
+from fleet.settings import redact
 from fleet.space import digest
 from fleet.store import NewTrial, Store
 from tests.browser import headless_chromium
@@ -252,7 +253,8 @@ def test_an_unknown_campaign_is_one_line_and_exit_1(fleet: Fleet, tmp_path: Path
     done = fleet.cli("report", "x", "-o", str(tmp_path / "r.html"))
 
     assert done.returncode == 1
-    assert done.stderr == "fleet: error: no campaign 'x'\n"
+    # The error names the database it searched: from another directory, another database.
+    assert done.stderr == f"fleet: error: no campaign 'x' in {redact(fleet.env['FLEET_DATABASE_URL'])}\n"
     assert not (tmp_path / "r.html").exists()
 
 

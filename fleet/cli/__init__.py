@@ -1,0 +1,77 @@
+"""The ``fleet`` command line, assembled from one module per group of commands.
+
+Every user error ends in one line on stderr and a non-zero exit. The modules of this package import from
+``fleet.cli._common`` and ``fleet.cli._sections``, never from here: this module only assembles them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from fleet.cli import bench, campaigns, fleet, operations
+from fleet.cli._common import ProgressBar, check_broker, open_store
+from fleet.cli._sections import SectionedGroup
+from fleet.errors import FleetError
+from fleet.settings import Settings
+from fleet.tuna.cli import register as register_tuna
+from fleet.tvm.cli import run_model_command, tune_model_command, tvm_group
+
+# The MIOpen and TVM commands still import these from here; they go when those commands move into this package.
+_store = open_store
+_check_broker = check_broker
+_ProgressBar = ProgressBar
+
+
+@click.group(cls=SectionedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="fleet-tune", prog_name="fleet")
+@click.option("-v", "--verbose", is_flag=True, help="Log what Fleet does, the database it reads first.")
+def cli(verbose: bool) -> None:
+    """Fleet: tune programs for hardware on a fleet of machines.
+
+    With no FLEET_DATABASE_URL and FLEET_BROKER_URL set, Fleet runs embedded under ./.fleet/ and starts
+    its own worker processes.
+    """
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
+
+
+def _assemble(group: SectionedGroup) -> None:
+    for command in campaigns.COMMANDS:
+        group.add_to_section("Campaigns", command)
+    for command in fleet.COMMANDS:
+        group.add_to_section("Fleet", command)
+    before = set(group.commands)
+    register_tuna(group, campaigns.export, bench.bench)
+    group.file_new_commands("MIOpen", before)
+    for command in (tune_model_command, run_model_command, tvm_group):
+        group.add_to_section("TVM", command)
+    for command in operations.COMMANDS:
+        group.add_to_section("Operations", command)
+    for command in bench.COMMANDS:
+        group.add_to_section("Benchmarks", command)
+
+
+_assemble(cli)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: runs the CLI and turns Fleet's errors into one line and an exit status."""
+    from fleet.settings import reset_settings
+
+    reset_settings()
+    try:
+        Settings.from_env()
+        result = cli.main(args=argv, prog_name="fleet", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    except click.ClickException as error:
+        error.show()
+        return error.exit_code
+    except click.exceptions.Abort:
+        click.echo("fleet: interrupted", err=True)
+        return 130
+    except FleetError as error:
+        click.echo(f"fleet: error: {error}", err=True)
+        return 1

@@ -1,0 +1,172 @@
+"""What every command group of the ``fleet`` command line shares: the store, the broker, output, progress."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from fleet.errors import BrokerError, FleetError
+from fleet.settings import get_settings, redact
+
+T = TypeVar("T")
+
+log = logging.getLogger("fleet.cli")
+
+
+def database_url() -> str:
+    """The database the commands read, fit to print (its password hidden)."""
+    return redact(get_settings().database_url)
+
+
+def log_database() -> None:
+    """Name the database a command reads in ``fleet -v`` output, password hidden."""
+    log.info("database: %s", database_url())
+
+
+def open_store(check: bool = True) -> Any:
+    """The store ``FLEET_DATABASE_URL`` names, checked to answer at the latest revision unless ``check`` is false.
+
+    Every command that reads the database opens it here, so ``fleet -v`` names the database for all of them.
+    """
+    from fleet.store import Store
+
+    settings = get_settings()
+    log_database()
+    store = Store(settings.database_url)
+    if check:
+        if settings.embedded_database:
+            store.upgrade()
+        store.check()
+    return store
+
+
+def check_broker() -> None:
+    """Fail with one line when the broker does not answer (a private or filesystem one always does)."""
+    from fleet.tasks import app
+
+    settings = get_settings()
+    if settings.embedded_broker or settings.broker_url.startswith("filesystem://"):
+        return
+    try:
+        with app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1, interval_start=0.5, timeout=5)
+    except Exception as error:  # kombu raises several kinds; all mean the same to the user
+        raise BrokerError(f"broker {redact(settings.broker_url)} does not answer: {error}") from None
+
+
+def format_value(value: Any) -> str:
+    """A value as human output prints it: booleans and null as JSON writes them, the rest as text."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def format_config(config: dict[str, Any]) -> str:
+    """``k=v k=v``: a configuration or a problem's parameters on one line."""
+    return " ".join(f"{k}={format_value(v)}" for k, v in config.items())
+
+
+def is_stdout(output: Path) -> bool:
+    """Whether an ``-o`` option names standard output: ``-`` means it for every command."""
+    return str(output) == "-"
+
+
+def write_output(output: Path, fill: Callable[[IO[str]], T]) -> T:
+    """Run ``fill`` on ``output`` (``-``: standard output) and return what it returns.
+
+    A file is written whole or not at all: ``fill`` writes a temporary file beside it that replaces it at the end,
+    so a failure leaves no half-written file, and a reader never sees half of one.
+    """
+    if is_stdout(output):
+        return fill(sys.stdout)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    except OSError as error:
+        raise FleetError(f"cannot write {output}: {error.strerror or error}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
+            result = fill(out)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, output)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        raise FleetError(f"cannot write {output}: {error.strerror or error}") from None
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return result
+
+
+class ProgressBar:
+    """Progress of a campaign on stderr: a bar on a terminal, else a plain line every 10 s or 10 % of the trials.
+
+    A log gets whole lines it can be read in, never the carriage returns that redraw a bar.
+    """
+
+    EVERY_SECONDS = 10.0
+
+    def __init__(self, name: str, quiet: bool, stream: IO[str] | None = None) -> None:
+        self.name = name
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.bar: Any = None
+        self.started = time.monotonic()
+        self.printed_at = self.started
+        self.printed: tuple[int, int | None] | None = None
+        self.last: tuple[int, int | None, Any] = (0, None, None)
+        if not quiet and self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc=name, unit="trial", file=self.stream, dynamic_ncols=True)
+
+    def update(self, done: int, total: int | None, best: Any) -> None:
+        self.last = (done, total, best)
+        if self.bar is not None:
+            if total is not None and self.bar.total != total:
+                self.bar.total = total
+            self.bar.n = done
+            if best is not None and best.objective is not None:
+                self.bar.set_postfix_str(f"best {best.objective:.4g}", refresh=False)
+            self.bar.refresh()
+            return
+        if self.quiet:
+            return
+        now = time.monotonic()
+        step = max(1, (total or 0) // 10)
+        since = self.printed[0] if self.printed else 0
+        if now - self.printed_at >= self.EVERY_SECONDS or (total and done - since >= step):
+            self._line(now)
+
+    def _line(self, now: float) -> None:
+        done, total, best = self.last
+        if self.printed == (done, total):
+            return
+        rate = done / (now - self.started) if now > self.started else 0.0
+        line = f"{self.name}: {done}/{'?' if total is None else total} trials, {rate:.1f}/s"
+        if best is not None and best.objective is not None:
+            line += f", best {best.objective:.4g}"
+        print(line, file=self.stream, flush=True)
+        self.printed, self.printed_at = (done, total), now
+
+    def warn(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(f"fleet: warning: {line}", file=self.stream)
+        else:
+            print(f"fleet: warning: {line}", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif not self.quiet:
+            self._line(time.monotonic())

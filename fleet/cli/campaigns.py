@@ -1,0 +1,433 @@
+"""Campaign commands: ``fleet tune``, ``resume``, ``status``, ``best``, ``report`` and ``export``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fleet.cli._common import (
+    ProgressBar,
+    check_broker,
+    database_url,
+    format_config,
+    is_stdout,
+    open_store,
+    write_output,
+)
+from fleet.cli._sections import WholeHelpGroup
+from fleet.errors import FleetError, NotFound
+from fleet.settings import get_settings
+
+OUTPUT_HELP = "- writes it to standard output."
+
+
+def find_campaign(store: Any, ref: str) -> Any:
+    """The campaign named (or numbered) ``ref``; not found, the error names the database that was searched."""
+    try:
+        return store.campaign(ref)
+    except NotFound as error:
+        raise NotFound(f"{error} in {database_url()}") from None
+
+
+# -- tune, resume ------------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--name", help="Campaign name (default: the spec's name). The same name resumes the campaign.")
+@click.option("--target", help="Target to tune for (default: the spec's, else this machine's CPU).")
+@click.option(
+    "--window", type=click.IntRange(1), help="Trials in flight at once (default: 2 per live evaluation worker)."
+)
+@click.option("--remeasure", is_flag=True, help="Measure configurations again even if measured before.")
+@click.option("--budget", type=click.IntRange(1), help="Override the strategy's budget (trials per problem).")
+@click.option("--local/--no-local", default=None, help="Start local workers (default: when running embedded).")
+@click.option("--eval-procs", type=click.IntRange(1), default=1, show_default=True, help="Local evaluation workers.")
+@click.option("--detach", is_flag=True, help="Submit and send every trial of a static strategy, then return.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def tune(
+    spec: Path,
+    name: str | None,
+    target: str | None,
+    window: int | None,
+    remeasure: bool,
+    local: bool | None,
+    eval_procs: int,
+    detach: bool,
+    as_json: bool,
+    budget: int | None,
+) -> None:
+    """Run the tuning campaign described by the JSON file SPEC and print the best configuration."""
+    from fleet.campaign import load_spec, submit
+
+    campaign_spec = load_spec(spec, name=name, target=target, budget=budget)
+    if remeasure:
+        campaign_spec.options["remeasure"] = True
+    store = open_store()
+    check_broker()
+    campaign = submit(store, campaign_spec)
+    _drive(store, campaign, window=window, local=local, eval_procs=eval_procs, detach=detach, as_json=as_json)
+
+
+@click.command()
+@click.argument("campaign")
+@click.option("--window", type=click.IntRange(1), help="Trials in flight at once.")
+@click.option("--local/--no-local", default=None, help="Start local workers (default: when running embedded).")
+@click.option("--eval-procs", type=click.IntRange(1), default=1, show_default=True, help="Local evaluation workers.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def resume(campaign: str, window: int | None, local: bool | None, eval_procs: int, as_json: bool) -> None:
+    """Go on with CAMPAIGN (name or id) after its driver stopped: nothing measured is measured again."""
+    store = open_store()
+    check_broker()
+    _drive(
+        store,
+        find_campaign(store, campaign),
+        window=window,
+        local=local,
+        eval_procs=eval_procs,
+        detach=False,
+        as_json=as_json,
+    )
+
+
+def _drive(
+    store: Any, campaign: Any, *, window: int | None, local: bool | None, eval_procs: int, detach: bool, as_json: bool
+) -> None:
+    from contextlib import nullcontext
+
+    from fleet.api import driver
+    from fleet.local import LocalFleet
+
+    settings = get_settings()
+    local = settings.embedded if local is None else local
+    fleet = LocalFleet(settings, campaign.target, eval_procs=eval_procs) if local and not detach else nullcontext()
+    with fleet:
+        bar = ProgressBar(campaign.name, quiet=as_json)
+        run = driver(store, campaign, window=1 << 30 if detach else window, on_progress=bar.update, on_warning=bar.warn)
+        if detach:
+            run.submit_all()
+            click.echo(f"campaign {campaign.name} (id {campaign.id}): {len(run.in_flight)} trials sent")
+            return
+        summaries = run.run()
+        bar.close()
+    _print_summaries(store, campaign, summaries, as_json)
+
+
+def count_trials(counts: dict[str, int], baselines: int) -> str:
+    """Trials by state, the baselines apart: ``48 evaluated + 2 baselines``, so that a budget of 48 reads as 48."""
+    text = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()) if n) or "no trials"
+    if baselines:
+        text += f" + {baselines} baseline" + ("s" if baselines > 1 else "")
+    return text
+
+
+def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: bool) -> None:
+    from fleet.workers.workloads import load_workload
+
+    workload = load_workload(campaign.workload)
+    unit = workload.objective_name
+    rows = []
+    for s in summaries:
+        problem = store.problem(s.problem_id)
+        rows.append(
+            {
+                "problem": {"id": problem.id, "kind": problem.kind, "params": problem.params},
+                "trials": s.counts,
+                "best": None
+                if s.best is None
+                else {
+                    "config": s.best.config,
+                    unit: s.best.objective,
+                    "trial": s.best.trial_id,
+                    "metrics": s.best.metrics,
+                },
+                "baseline": None if s.baseline is None else {"config": s.baseline.config, unit: s.baseline.objective},
+                "speedup": s.speedup,
+            }
+        )
+    if as_json:
+        click.echo(json.dumps({"campaign": campaign.name, "target": campaign.target, "problems": rows}, indent=2))
+        return
+    baselines: dict[int, dict[str, int]] = {}
+    for result in store.results(campaign_id=campaign.id):
+        if result.baseline:
+            mine = baselines.setdefault(result.problem_id, {})
+            mine[result.state] = mine.get(result.state, 0) + 1
+    for row in rows:
+        problem = row["problem"]
+        params = format_config(problem["params"])
+        apart = baselines.get(problem["id"], {})
+        searched = {state: n - apart.get(state, 0) for state, n in row["trials"].items()}
+        counts = count_trials(searched, sum(apart.values()))
+        click.echo(f"\n{problem['kind']} {params}".rstrip() + f" on {campaign.target}: {counts}")
+        if row["best"] is None:
+            click.echo("  no valid measurement")
+            continue
+        click.echo(f"  best      {format_config(row['best']['config'])}")
+        click.echo(f"  {unit:<9} {row['best'][unit]:.4g}")
+        if row["baseline"] is not None:
+            click.echo(f"  baseline  {format_config(row['baseline']['config'])}: {row['baseline'][unit]:.4g} {unit}")
+        if row["speedup"] is not None:
+            click.echo(f"  speedup   {row['speedup']:.2f}x over the baseline")
+
+
+# -- status, best ----------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("campaign", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(campaign: str | None, as_json: bool) -> None:
+    """Show campaigns and their trials, or one CAMPAIGN in detail, and the workers listening."""
+    from fleet.campaign import summarize
+
+    store = open_store()
+    settings = get_settings()
+    live = store.workers(within=3 * settings.heartbeat_seconds + 5)
+    campaigns = [find_campaign(store, campaign)] if campaign else store.campaigns()
+    report = []
+    for c in campaigns:
+        counts = store.trial_counts(c.id)
+        waiting = sum(counts.get(s, 0) for s in ("new", "compiling", "compiled", "evaluating"))
+        listening = [w.name for w in live if w.target == c.target]
+        entry: dict[str, Any] = {
+            "id": c.id,
+            "name": c.name,
+            "target": c.target,
+            "status": c.status,
+            "strategy": c.strategy,
+            "trials": counts,
+            "workers": listening,
+        }
+        if waiting and not any(w.role == "eval" for w in live if w.target == c.target):
+            entry["warning"] = f"no worker is listening on eval.{c.target}: {waiting} trials wait"
+        if campaign:
+            entry["best"] = [
+                {"problem": s.problem_id, "config": s.best.config, "objective": s.best.objective}
+                for s in summarize(store, c)
+                if s.best is not None
+            ]
+            errored = store.trials(c.id, ["errored"])
+            reasons: dict[str, int] = {}
+            for t in errored:
+                reasons[t.reason or "?"] = reasons.get(t.reason or "?", 0) + 1
+            entry["errors"] = reasons
+        chains = store.chains(c.id)
+        if chains:
+            entry["chains"] = [
+                {
+                    "problem": ch.problem_id,
+                    "chain": ch.index,
+                    "step": ch.step,
+                    "steps": ch.steps,
+                    "state": ch.state,
+                    "best": ch.best_objective,
+                }
+                for ch in chains
+            ]
+        report.append(entry)
+    workers = [
+        {
+            "name": w.name,
+            "role": w.role,
+            "target": w.target,
+            "gpu": w.gpu,
+            "heartbeat": w.heartbeat_at.isoformat(timespec="seconds"),
+        }
+        for w in live
+    ]
+    from fleet.ops.queues import format_queues, queue_health
+
+    try:
+        health = queue_health(store)
+        queues: list[dict[str, Any]] | None = [q.to_dict() for q in health]
+        queue_lines = list(format_queues(health))
+    except FleetError as error:  # the broker does not answer: say so, and show the rest
+        queues, queue_lines = None, [f"queues: {error}"]
+    if as_json:
+        click.echo(json.dumps({"campaigns": report, "workers": workers, "queues": queues}, indent=2))
+        return
+    click.echo(f"database: {database_url()}")
+    if not report:
+        click.echo("no campaigns")
+    for entry in report:
+        counts = "  ".join(f"{state} {n}" for state, n in sorted(entry["trials"].items())) or "no trials"
+        click.echo(f"{entry['id']:>4}  {entry['name']:<24} {entry['target']:<14} {entry['status']:<8} {counts}")
+        if "warning" in entry:
+            click.echo(f"      warning: {entry['warning']}")
+        for best in entry.get("best", []):
+            click.echo(
+                f"      best of problem {best['problem']}: {best['objective']:.4g}  {format_config(best['config'])}"
+            )
+        for reason, n in sorted(entry.get("errors", {}).items(), key=lambda kv: -kv[1])[:10]:
+            click.echo(f"      errored x{n}: {reason}")
+        for ch in entry.get("chains", []):
+            best = "-" if ch["best"] is None else f"{ch['best']:.4g}"
+            click.echo(
+                f"      chain {ch['chain']} of problem {ch['problem']}: step {ch['step']}/{ch['steps']}, "
+                f"{ch['state']}, best {best}"
+            )
+    click.echo(f"\nworkers listening: {len(workers)}")
+    for w in workers:
+        click.echo(f"  {w['name']:<36} {w['role']:<6} {w['target']:<14} {w['gpu'] or ''}")
+    click.echo("")
+    for line in queue_lines:
+        click.echo(line)
+
+
+@click.command()
+@click.argument("problem")
+@click.option(
+    "--target",
+    "-t",
+    help="The target, e.g. sm_90, gfx90a:104, cpu-x86_64 (default: the one target PROBLEM has results on).",
+)
+@click.option("--param", "params", multiple=True, metavar="K=V", help="Pick the problem of that kind with K=V.")
+@click.option("-n", "limit", type=click.IntRange(1), default=1, show_default=True, help="How many to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def best(problem: str, target: str | None, params: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """The best known configuration of PROBLEM (an id, or a kind) on a target."""
+    from fleet.campaign import check_target
+
+    if target is not None:
+        check_target(target)
+    store = open_store()
+    found = _find_problem(store, problem, params)
+    if target is None:
+        target = _only_target(store, found)
+    rows = store.best(found.id, target, limit)
+    if not rows:
+        raise NotFound(f"no valid measurement of problem {found.id} ({found.kind}) on {target}")
+    out = [
+        {
+            "problem": found.id,
+            "kind": found.kind,
+            "params": found.params,
+            "target": target,
+            "config": config,
+            m.objective_name: m.objective,
+            "metrics": m.metrics,
+            "samples": m.samples,
+            "trial": m.trial_id,
+            "node": m.node,
+            "gpu": m.gpu,
+            "worker": m.worker,
+            "toolchain": m.toolchain,
+            "measured_at": m.created_at.isoformat(timespec="seconds"),
+        }
+        for m, config in rows
+    ]
+    if as_json:
+        click.echo(json.dumps(out if limit > 1 else out[0], indent=2))
+        return
+    for row, (m, config) in zip(out, rows, strict=True):
+        click.echo(f"{m.objective_name} {m.objective:.4g}  {format_config(config)}")
+        click.echo(f"  trial {row['trial']} on {row['node']} ({row['worker']}), {row['measured_at']}; {m.toolchain}")
+
+
+def _only_target(store: Any, problem: Any) -> str:
+    """The one target ``problem`` has valid results on; none or several, one line says which to give."""
+    from sqlalchemy import select
+
+    from fleet.store import Measurement
+
+    with store.session() as session:
+        targets = sorted(
+            session.scalars(
+                select(Measurement.target)
+                .where(
+                    Measurement.problem_id == problem.id,
+                    Measurement.valid.is_(True),
+                    Measurement.objective.is_not(None),
+                )
+                .distinct()
+            )
+        )
+    if not targets:
+        raise NotFound(f"no valid measurement of problem {problem.id} ({problem.kind}) in {database_url()}")
+    if len(targets) > 1:
+        raise FleetError(
+            f"problem {problem.id} ({problem.kind}) has results on {len(targets)} targets ({', '.join(targets)}); "
+            "give one with --target"
+        )
+    return targets[0]
+
+
+def _find_problem(store: Any, ref: str, params: tuple[str, ...]) -> Any:
+    if ref.isdigit() and not params:
+        return store.problem(int(ref))
+    wanted: dict[str, Any] = {}
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not K=V", param_hint="--param")
+        try:
+            wanted[key] = json.loads(value)
+        except json.JSONDecodeError:
+            wanted[key] = value
+    problems = store.find_problems(kind=ref, params=wanted)
+    if not problems:
+        raise NotFound(f"no problem {ref!r}" + (f" with {wanted}" if wanted else "") + f" in {database_url()}")
+    if len(problems) > 1:
+        choices = "; ".join(f"{p.id}: {format_config(p.params)}" for p in problems[:5])
+        raise FleetError(f"{len(problems)} problems of kind {ref!r}; give an id or --param K=V ({choices})")
+    return problems[0]
+
+
+# -- report, export --------------------------------------------------------------------------------------
+
+
+@click.command("report")
+@click.argument("campaign")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
+    default=Path("report.html"),
+    show_default=True,
+    help=f"Where to write the page; {OUTPUT_HELP}",
+)
+def report(campaign: str, output: Path) -> None:
+    """Write a self-contained HTML report of CAMPAIGN (name or id): convergence, knob effects, best configs."""
+    from fleet.report import render
+
+    store = open_store()
+    try:
+        found = find_campaign(store, campaign)
+        page = render(store, found)
+    finally:
+        store.close()
+    write_output(output, lambda out: out.write(page))
+    if not is_stdout(output):
+        click.echo(f"wrote the report of campaign {found.name} to {output.resolve()}")
+
+
+@click.group(cls=WholeHelpGroup)
+def export() -> None:
+    """Export what campaigns did."""
+
+
+@export.command("steps")
+@click.argument("campaign")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
+    required=True,
+    help=f"The CSV file to write; {OUTPUT_HELP}",
+)
+def export_steps(campaign: str, output: Path) -> None:
+    """Every trial of CAMPAIGN (every step of its annealing chains) with its execution statistics, as CSV."""
+    from fleet.export import steps_csv
+
+    store = open_store()
+    found = find_campaign(store, campaign)
+    rows = write_output(output, lambda out: steps_csv(store, found, out))
+    message = f"{rows} steps of campaign {found.name} written to {'standard output' if is_stdout(output) else output}"
+    click.echo(message, err=is_stdout(output))
+
+
+COMMANDS = (tune, resume, status, best, report, export)

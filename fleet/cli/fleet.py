@@ -1,0 +1,157 @@
+"""Commands that run the fleet itself: ``fleet worker``, ``up`` and ``db``."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fleet.cli._common import open_store
+from fleet.cli._sections import WholeHelpGroup
+from fleet.settings import get_settings, redact
+
+
+@click.command()
+@click.option("--target", help="Target of this node (default: detected from its GPUs, else its CPU).")
+@click.option("--gpus", help="GPU indices to use, e.g. 0,1 (default: every detected GPU).")
+@click.option(
+    "--eval-procs",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Evaluation processes on a node with no GPU.",
+)
+@click.option("--build-procs", type=click.IntRange(1), help="Build concurrency (default: the node's cores).")
+@click.option("--loglevel", default="INFO", show_default=True, help="Celery log level.")
+@click.option(
+    "--log-dir",
+    type=click.Path(path_type=Path),
+    help="Where each worker's log goes (default: FLEET_LOG_DIR, else $FLEET_HOME/logs); `fleet logs` reads it.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the worker processes this node would start, and exit.")
+@click.option(
+    "--role",
+    type=click.Choice(["all", "eval", "build"]),
+    default="all",
+    show_default=True,
+    help="Start only the evaluation or the build processes (one systemd unit each).",
+)
+@click.option(
+    "--stop-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    envvar="FLEET_STOP_TIMEOUT",
+    help="Seconds a stop waits for running measurements before killing them ($FLEET_STOP_TIMEOUT).",
+)
+def worker(
+    target: str | None,
+    gpus: str | None,
+    eval_procs: int,
+    build_procs: int | None,
+    loglevel: str,
+    log_dir: Path | None,
+    dry_run: bool,
+    role: str,
+    stop_timeout: float,
+) -> None:
+    """Start this node's workers: one evaluation process per GPU, plus build processes."""
+    from fleet.campaign import check_target
+    from fleet.workers.launch import Launcher, command, node_gpus, plan
+
+    if target:
+        check_target(target)
+    specs = plan(
+        gpus=node_gpus(target, gpus),
+        target=target,
+        eval_procs=eval_procs,
+        build_procs=build_procs,
+        host=os.environ.get("FLEET_NODE_NAME") or None,  # the node's name where it was deployed (deploy/)
+    )
+    specs = [spec for spec in specs if role in ("all", spec.role)]
+    if dry_run:
+        for spec in specs:
+            pinning = " ".join(f"{k}={v}" for k, v in spec.env.items() if k.endswith("VISIBLE_DEVICES"))
+            click.echo(f"{spec.name}  {spec.queue}  -c {spec.concurrency}  {pinning}".rstrip())
+            click.echo(f"  {' '.join(command(spec, loglevel))}")
+        return
+    open_store().close()  # the database answers and is at the latest revision, or one line says why
+    from fleet.ops.logs import log_dir as default_log_dir
+
+    launcher = Launcher(specs, log_dir=log_dir or default_log_dir(), loglevel=loglevel, echo=True)
+    _serve(launcher, stop_timeout)
+
+
+def _serve(launcher: Any, stop_timeout: float = 60.0) -> None:
+    def stop(signum: int, _frame: Any) -> None:
+        launcher.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    launcher.start()
+    try:
+        launcher.supervise()
+    finally:
+        launcher.stop(timeout=stop_timeout)
+
+
+@click.command()
+@click.option(
+    "--local",
+    is_flag=True,
+    help="Run embedded: a private broker and this machine's workers (the default with no FLEET_*_URL set).",
+)
+@click.option("--target", help="Target of the local workers (default: this machine's).")
+@click.option("--eval-procs", type=click.IntRange(1), default=1, show_default=True, help="Evaluation processes.")
+def up(local: bool, target: str | None, eval_procs: int) -> None:
+    """Start an embedded fleet in the foreground (Ctrl-C stops it); `fleet tune --no-local` then uses it."""
+    import time
+
+    from fleet.errors import ConfigurationError
+    from fleet.local import LocalFleet
+    from fleet.workers.gpus import cpu_target
+
+    settings = get_settings()
+    if not (local or settings.embedded):
+        raise ConfigurationError(
+            "FLEET_DATABASE_URL and FLEET_BROKER_URL are set, so there is no embedded fleet to start: "
+            "give --local to start this machine's workers on them anyway, or run `fleet worker` on each node"
+        )
+    fleet = LocalFleet(settings, target or cpu_target(), eval_procs=eval_procs)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    with fleet:
+        click.echo(
+            f"fleet up: database {redact(settings.database_url)}, broker {redact(settings.broker_url)}; Ctrl-C stops it"
+        )
+        try:
+            while not stopping:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+
+
+@click.group(cls=WholeHelpGroup)
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Apply every migration to the database (FLEET_DATABASE_URL)."""
+    store = open_store(check=False)
+    revision = store.upgrade()
+    click.echo(f"database {store.display_url} is at revision {revision}")
+
+
+@db.command("revision")
+def db_revision() -> None:
+    """Print the database's schema revision and the latest one."""
+    store = open_store(check=False)
+    click.echo(f"{store.revision() or 'none'} (latest {store.head()})")
+
+
+COMMANDS = (worker, up, db)
