@@ -70,10 +70,10 @@ def _trials(store: Store, campaign: Campaign) -> dict[int, dict[str, Any]]:
 
 def steps_csv(store: Store, campaign: Campaign, out: TextIO) -> int:
     """Write the campaign's steps as CSV to ``out``; return the number of rows."""
-    from fleet.workers.workloads import load_workload
+    from fleet.spec.workloads import load_workload_spec
 
     knobs = Space.from_dict(campaign.space).names
-    maximize = load_workload(campaign.workload).maximize
+    maximize = load_workload_spec(campaign.workload).maximize
     trials = _trials(store, campaign)
     chain_steps = store.chain_steps(campaign.id)
     rows: list[dict[str, Any]] = []

@@ -125,9 +125,9 @@ def count_trials(counts: dict[str, int], baselines: int) -> str:
 
 
 def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: bool) -> None:
-    from fleet.workers.workloads import load_workload
+    from fleet.spec.workloads import load_workload_spec
 
-    workload = load_workload(campaign.workload)
+    workload = load_workload_spec(campaign.workload)
     unit = workload.objective_name
     rows = []
     for s in summaries:

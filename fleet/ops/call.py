@@ -117,9 +117,9 @@ def adhoc_campaign(store: Any, source: Any) -> Any:
 def adhoc_from_spec(store: Any, spec: Any) -> Any:
     """The ad-hoc campaign of a loaded spec (its problems, workload and space), created if new."""
     from fleet.campaign import provenance
-    from fleet.workers.workloads import load_workload
+    from fleet.spec.workloads import load_workload_spec
 
-    toolchain = load_workload(spec.workload).toolchain()
+    toolchain = load_workload_spec(spec.workload).toolchain()
     problem_ids = [store.add_problem(p.kind, p.params, p.tags) for p in spec.problems]
     for data in spec.files.values():
         store.put_blob(data)
