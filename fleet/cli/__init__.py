@@ -11,17 +11,11 @@ import logging
 import click
 
 from fleet.cli import bench, campaigns, fleet, operations
-from fleet.cli._common import ProgressBar, check_broker, open_store
 from fleet.cli._sections import SectionedGroup
+from fleet.cli.miopen import register as register_tuna
+from fleet.cli.tvm import run_model_command, tune_model_command, tvm_group
 from fleet.errors import FleetError
 from fleet.settings import Settings
-from fleet.tuna.cli import register as register_tuna
-from fleet.tvm.cli import run_model_command, tune_model_command, tvm_group
-
-# The MIOpen and TVM commands still import these from here; they go when those commands move into this package.
-_store = open_store
-_check_broker = check_broker
-_ProgressBar = ProgressBar
 
 
 @click.group(cls=SectionedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

@@ -111,9 +111,23 @@ def _drive(
             run.submit_all()
             click.echo(f"campaign {campaign.name} (id {campaign.id}): {len(run.in_flight)} trials sent")
             return
+        finished_before = _finished(store, campaign)
         summaries = run.run()
         bar.close()
     _print_summaries(store, campaign, summaries, as_json)
+    if not as_json and finished_before and _finished(store, campaign) == finished_before:
+        click.echo(
+            f"nothing new measured: every trial of campaign {campaign.name!r} was already recorded in "
+            f"{database_url()} (--name NAME starts another campaign, --remeasure measures again)",
+            err=True,
+        )
+
+
+def _finished(store: Any, campaign: Any) -> int:
+    """Trials of ``campaign`` in a terminal state: the same number after a run means it measured nothing."""
+    from fleet.store import TERMINAL_STATES
+
+    return sum(n for state, n in store.trial_counts(campaign.id).items() if state in TERMINAL_STATES)
 
 
 def count_trials(counts: dict[str, int], baselines: int) -> str:

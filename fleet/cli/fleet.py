@@ -42,7 +42,7 @@ from fleet.settings import get_settings, redact
 @click.option(
     "--stop-timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
+    default=840.0,
     show_default=True,
     envvar="FLEET_STOP_TIMEOUT",
     help="Seconds a stop waits for running measurements before killing them ($FLEET_STOP_TIMEOUT).",
@@ -85,7 +85,7 @@ def worker(
     _serve(launcher, stop_timeout)
 
 
-def _serve(launcher: Any, stop_timeout: float = 60.0) -> None:
+def _serve(launcher: Any, stop_timeout: float = 840.0) -> None:
     def stop(signum: int, _frame: Any) -> None:
         launcher.stopping = True
 

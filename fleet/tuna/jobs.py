@@ -73,12 +73,12 @@ def reason_of(campaign: Campaign) -> str:
 
 def ensure_campaign(store: Store, reason: str, target: str) -> Campaign:
     """The campaign of ``reason`` on ``target``, created when missing."""
-    from fleet.workers.workloads import load_workload
+    from fleet.spec.workloads import load_workload_spec
 
     check_reason(reason)
     check_target(target)
     name = campaign_name(reason, target)
-    toolchain = load_workload(WORKLOAD).toolchain()
+    toolchain = load_workload_spec(WORKLOAD).toolchain()
     with store.transaction() as connection:
         connection.execute(
             store.insert(Campaign)

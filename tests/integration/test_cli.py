@@ -190,6 +190,8 @@ def test_what_a_newcomer_runs_after_a_first_campaign(fleet: Fleet) -> None:
     assert f"on {fleet.target}: 6 evaluated + 2 baselines\n" in done.stdout  # the budget, and the baselines apart
     assert "\r" not in done.stderr  # not a terminal: plain lines, not a bar
     assert done.stderr.splitlines()[-1].startswith("kernel: 8/8 trials, ")
+    again = fleet.cli("tune", str(path), check=True)  # the same spec again: found, nothing measured, and said
+    assert again.stderr.splitlines()[-1].startswith("nothing new measured: every trial of campaign 'kernel'")
     best = fleet.cli("best", "kernel", "--json", check=True)  # results on one target: no --target to give
     assert json.loads(best.stdout)["config"] == {"size": 4, "scale": 10}
     steps = fleet.cli("export", "steps", "kernel", "-o", "-", check=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.cli.miopen import default_name, selection_of
 from fleet.errors import SpecError
 from fleet.miopen.select import compile_selection
-from fleet.tuna.cli import default_name, selection_of
 
 FORWARD_NHWC_64 = {"kind": "conv", "direction": "F", "in_layout": "NHWC", "in_channels": 64, "spatial_dim": 2,
                    "fil_h": 3, "fil_w": 3, "out_channels": 8}  # fmt: skip

@@ -9,13 +9,12 @@ from typing import Any
 
 import click
 
+from fleet.cli._common import check_broker, open_store
 from fleet.errors import NotFound, SpecError
 
 
 def _store() -> Any:
-    from fleet.cli import _store as store
-
-    return store()
+    return open_store()
 
 
 def _target(value: str) -> str:
@@ -232,9 +231,7 @@ def jobs_add(
     if not problem_ids:
         raise NotFound("no problem matches the selection: import some with `fleet import FILE -t TAG`")
     if not no_send:
-        from fleet.cli import _check_broker
-
-        _check_broker()
+        check_broker()
     added = add_jobs(store, reason, target, problem_ids, steps or ("find",))
     sent = 0
     if added.work and not no_send:
@@ -260,9 +257,7 @@ def jobs_copy(from_reason: str, reason: str, target: str | None, no_send: bool) 
         _target(target)
     store = _store()
     if not no_send:
-        from fleet.cli import _check_broker
-
-        _check_broker()
+        check_broker()
     for added in copy_jobs(store, from_reason, reason, target):
         sent = 0
         if added.work and not no_send:

@@ -34,7 +34,7 @@ def tune_model_command(
     from contextlib import nullcontext
 
     from fleet.api import connect, driver
-    from fleet.cli import _check_broker, _ProgressBar
+    from fleet.cli._common import ProgressBar, check_broker
     from fleet.local import LocalFleet
     from fleet.settings import get_settings
     from fleet.tvm.available import check_tvm
@@ -45,12 +45,12 @@ def tune_model_command(
     layers = model(model_name, batch)
     check_tvm()  # the campaigns record TVM's version: without it, one clear error before anything is written
     store = connect()
-    _check_broker()
+    check_broker()
     settings = get_settings()
     local = settings.embedded if local is None else local
 
     def drive(campaign: Any) -> list[Any]:
-        bar = _ProgressBar(campaign.name, quiet=as_json)
+        bar = ProgressBar(campaign.name, quiet=as_json)
         summaries = driver(store, campaign, on_progress=bar.update, on_warning=bar.warn).run()
         bar.close()
         return summaries
