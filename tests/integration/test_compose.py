@@ -34,9 +34,9 @@ def compose() -> dict:
 
 
 def readme_services() -> set[str]:
-    """The services the README's compose section names, in its "compose.yaml's services:" paragraph."""
-    text = (ROOT / "README.md").read_text()
-    paragraph = text.split("compose.yaml's services:", 1)[1].split("\n\n", 1)[0]
+    """The services the operations guide names, in its "[`compose.yaml`](...)'s services:" paragraph."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    paragraph = text.split("(../compose.yaml)'s services:", 1)[1].split("\n\n", 1)[0]
     return {name for name in re.findall(r"`([a-z][a-z-]*)` \(", paragraph)}
 
 
