@@ -33,7 +33,7 @@ EXPLORATION = 0.05
 MODEL_MEMORY = 200
 """Trials Optuna's model keeps before it starts again from the best half: bounds what each proposal costs."""
 
-INIT = 10
+INIT = 20
 """Points of the first design (a Latin hypercube): chosen out of sample by ``fleet bench search --cv``."""
 
 CREDITS = ("time", "count")
