@@ -1,18 +1,6 @@
-"""The ``command`` workload: build and run argument lists filled from knob values.
+"""The ``command`` workload on a worker: unpack the sources, run the build and the run argument lists, parse the output.
 
-Definition (JSON)::
-
-    {"kind": "command",
-     "bundle": "<digest of the source files>",
-     "build": ["gcc", "-O2", "-DTILE={tile}", {"if": "fast_math", "then": ["-ffast-math"]}, "k.c", "-o", "k"],
-     "artifacts": ["k"],
-     "run": ["./k", "{n}"],
-     "objective": {"name": "gflops", "goal": "max", "json": "gflops"},   # or "regex": "GFLOPS: (\\S+)"
-     "repeats": 3, "warmup": 1, "build_timeout": 120, "run_timeout": 60}
-
-``{name}`` in an argument is replaced by the knob or problem parameter ``name`` (``{{`` for a brace);
-booleans become ``1``/``0``. An ``{"if": KNOB, "then": [...], "else": [...]}`` item adds arguments when the
-knob is true. The result is always a list of arguments; no shell ever sees it.
+The definition and its validation are :mod:`fleet.spec.workloads.command`.
 """
 
 from __future__ import annotations
