@@ -19,6 +19,9 @@ from fleet.workers.launch import Launcher, node_gpus, plan
 
 log = logging.getLogger("fleet.local")
 
+POLL = 0.5
+"""Seconds between two looks at the worker processes, to restart one that died."""
+
 
 class LocalFleet:
     """Start what embedded mode needs, and stop it afterwards.
@@ -72,6 +75,8 @@ class LocalFleet:
             live = {w.name for w in store.workers(within=30)}
             if names <= live:
                 store.close()
+                # The campaign is driven on the caller's thread; without this a killed worker stalls it.
+                self.launcher.supervise_in_background(POLL)
                 return self
             dead = [n for n, p in self.launcher.procs.items() if p.poll() is not None]
             if dead:
@@ -82,6 +87,7 @@ class LocalFleet:
         raise FleetError(f"local workers did not start; see their logs under {self.log_dir}")
 
     def stop(self) -> None:
+        """Stop the workers (supervision first, so none is started again) and the broker we started."""
         if self.launcher is not None:
             self.launcher.stop()
             self.launcher = None

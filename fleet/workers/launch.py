@@ -165,6 +165,12 @@ class Launcher:
         ``FLEET_LOG_MAX_BYTES`` and ``FLEET_LOG_BACKUPS`` say); None to inherit our output.
     echo:
         Copy each worker's output to ours too (``fleet worker``: the service manager's journal gets it).
+    restart_delay:
+        Seconds before a dead worker is started again; doubled after each quick death, up to ``max_delay``.
+    quick_seconds:
+        A worker that dies sooner than this after its start died *quickly*: its next restart waits longer.
+    quick_deaths:
+        Quick deaths in a row after which one error line says the worker keeps dying (it is still restarted).
     """
 
     def __init__(
@@ -174,6 +180,11 @@ class Launcher:
         loglevel: str = "INFO",
         env: dict[str, str] | None = None,
         echo: bool = False,
+        *,
+        restart_delay: float = 1.0,
+        max_delay: float = 60.0,
+        quick_seconds: float = 30.0,
+        quick_deaths: int = 5,
     ) -> None:
         self.specs = specs
         self.env = dict(os.environ if env is None else env)
@@ -181,17 +192,31 @@ class Launcher:
         self.loglevel = loglevel
         self.echo = echo
         self.rotation = rotation(self.env)
+        self.restart_delay = restart_delay
+        self.max_delay = max_delay
+        self.quick_seconds = quick_seconds
+        self.quick_deaths = quick_deaths
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.pumps: list[threading.Thread] = []
         self.stopping = False
+        self.restarts: dict[str, int] = {}  # restarts of each worker so far
+        self._started_at: dict[str, float] = {}
+        self._streak: dict[str, int] = {}  # quick deaths in a row
+        self._due: dict[str, float] = {}  # dead workers: when each starts again
+        self._lock = threading.Lock()  # one thread starts or stops processes at a time
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def log_path(self, spec: WorkerSpec) -> Path | None:
         if self.log_dir is None:
             return None
         return worker_log_path(self.log_dir, spec.role, spec.target, spec.name)
 
-    def _start(self, spec: WorkerSpec) -> None:
+    def _start(self, spec: WorkerSpec, note: str | None = None) -> None:
         path = self.log_path(spec)
+        output = None if path is None else RotatingLog(path, *self.rotation)
+        if output is not None and note is not None:  # whoever reads the worker's log sees why it began again
+            output.write(f"fleet: {note}\n".encode())
         proc = subprocess.Popen(
             command(spec, self.loglevel),
             env={**self.env, **spec.env},
@@ -202,10 +227,10 @@ class Launcher:
             preexec_fn=_die_with_parent,
         )
         self.procs[spec.name] = proc
-        if path is not None:
+        self._started_at[spec.name] = time.monotonic()
+        if output is not None:
             # We are the file's only writer, so rotation never races with the pool's processes.
             assert proc.stdout is not None
-            output = RotatingLog(path, *self.rotation)
             self.pumps = [t for t in self.pumps if t.is_alive()]
             self.pumps.append(pump(proc.stdout, output, sys.stdout.buffer if self.echo else None))
         log.info("started %s (pid %d) on %s", spec.name, proc.pid, spec.queue)
@@ -215,23 +240,78 @@ class Launcher:
             self._start(spec)
         return self
 
+    def check(self) -> None:
+        """One round of supervision: notice the workers that died, and start those whose delay is over."""
+        with self._lock:
+            now = time.monotonic()
+            for spec in self.specs:
+                if self.stopping:
+                    return
+                proc = self.procs.get(spec.name)
+                if proc is None or proc.poll() is None:
+                    continue
+                if spec.name not in self._due:
+                    self._due[spec.name] = now + self._died(spec, proc.returncode, now)
+                elif now >= self._due[spec.name]:
+                    del self._due[spec.name]
+                    self.restarts[spec.name] = self.restarts.get(spec.name, 0) + 1
+                    status = proc.returncode
+                    self._start(spec, f"restart {self.restarts[spec.name]}: the last process exited with {status}")
+
+    def _died(self, spec: WorkerSpec, status: int | None, now: float) -> float:
+        """Log the death of ``spec``'s process (one line) and return the delay before its restart."""
+        quick = now - self._started_at.get(spec.name, now) < self.quick_seconds
+        streak = self._streak[spec.name] = self._streak.get(spec.name, 0) + 1 if quick else 1
+        # Backoff only for quick deaths: a worker that ran a while and died (a crash, a kill) comes back
+        # at once, while one that cannot start (a bad environment) does not spin.
+        delay = min(self.restart_delay * 2 ** (streak - 1), self.max_delay)
+        if streak == self.quick_deaths:
+            log.error(
+                "%s died within %.0f s of its start %d times in a row (last status %s); see %s; "
+                "it is still started again, next in %.0f s (waits grow to %.0f s)",
+                spec.name,
+                self.quick_seconds,
+                streak,
+                status,
+                self.log_path(spec) or "its output above",
+                delay,
+                self.max_delay,
+            )
+        else:
+            log.warning("%s exited with status %s; starting it again in %.0f s", spec.name, status, delay)
+        return delay
+
     def supervise(self, poll: float = 1.0) -> None:
         """Keep the workers running until :meth:`stop` is called (or a signal asks for it)."""
         while not self.stopping:
-            for spec in self.specs:
-                proc = self.procs.get(spec.name)
-                if proc is not None and proc.poll() is not None and not self.stopping:
-                    log.warning("%s exited with status %s; starting it again", spec.name, proc.returncode)
-                    time.sleep(1.0)
-                    self._start(spec)
-            time.sleep(poll)
+            try:
+                self.check()
+            except OSError:  # e.g. no process could be made just now: the next round tries again
+                log.exception("could not start a worker again")
+            self._wake.wait(poll)
+
+    def supervise_in_background(self, poll: float = 1.0) -> Launcher:
+        """Run :meth:`supervise` on a thread, for a caller whose own thread does other work; :meth:`stop` ends it.
+
+        A process started with ``PR_SET_PDEATHSIG`` gets its signal when the *thread* that started it ends,
+        so the workers this thread restarts get SIGTERM when it ends: only :meth:`stop` ends it, and stops
+        them anyway.
+        """
+        self._thread = threading.Thread(target=self.supervise, args=(poll,), name="fleet-supervise", daemon=True)
+        self._thread.start()
+        return self
 
     def stop(self, timeout: float = 60.0) -> None:
         """Warm shutdown: each worker finishes its current task, then exits; stragglers are killed."""
+        # Supervision ends first, so that a worker we stop is not taken for one that died and started again.
         self.stopping = True
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            for proc in self.procs.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for proc in self.procs.values():
             try:
