@@ -17,6 +17,7 @@ from fleet.store._models import (
     utcnow,
 )
 from fleet.store._store import Store
+from fleet.store._trials import TrialDetail, TrialRow
 from fleet.store._types import NewTrial, Requeue, TrialResult, TrialWork
 
 __all__ = [
@@ -34,7 +35,9 @@ __all__ = [
     "Requeue",
     "Store",
     "Trial",
+    "TrialDetail",
     "TrialResult",
+    "TrialRow",
     "TrialWork",
     "Worker",
     "connect",

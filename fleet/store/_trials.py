@@ -3,19 +3,62 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Connection, func, select, update
+from sqlalchemy.orm import aliased
 
 from fleet.errors import NotFound
 from fleet.space import digest
 from fleet.store._base import StoreBase
 from fleet.store._hotpath import MEASURED, claim_params
-from fleet.store._models import TERMINAL_STATES, TRIAL_STATES, Campaign, Measurement, Problem, Trial, utcnow
+from fleet.store._models import (
+    TERMINAL_STATES,
+    TRIAL_STATES,
+    Artifact,
+    Campaign,
+    Measurement,
+    Problem,
+    Trial,
+    utcnow,
+)
 from fleet.store._types import NewTrial, Requeue, TrialResult, TrialWork
 
 UNFINISHED_STATES = tuple(state for state in TRIAL_STATES if state not in TERMINAL_STATES)
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One line of a campaign's trial table: a trial, its problem's kind, and its measurement's objective."""
+
+    id: int
+    problem_id: int
+    problem_kind: str
+    config: dict[str, Any]
+    state: str
+    reason: str | None
+    objective: float | None
+    worker: str | None
+    attempts: int
+    baseline: bool
+    source_trial_id: int | None
+
+
+@dataclass(frozen=True)
+class TrialDetail:
+    """Everything recorded about one trial: the trial, its campaign and problem, its measurement and artifact.
+
+    A trial reused from an earlier measurement has ``source``, the trial that ran; its measurement is that one's.
+    """
+
+    trial: Trial
+    campaign: Campaign
+    problem: Problem
+    source: Trial | None
+    measurement: Measurement | None
+    artifact: Artifact | None
 
 
 class TrialStore(StoreBase):
@@ -95,6 +138,58 @@ class TrialStore(StoreBase):
             query = query.where(Trial.state.in_(states))
         with self.session() as session:
             return list(session.scalars(query))
+
+    def trial_rows(
+        self, campaign_id: int, states: Sequence[str] | None = None, problem_id: int | None = None
+    ) -> list[TrialRow]:
+        """The trials of a campaign (in ``states``, of ``problem_id``) with their objective, in id order.
+
+        A reused trial shows its source's objective, and its source's reason when it has none of its own.
+        """
+        source = aliased(Trial)
+        query = (
+            select(
+                Trial.id,
+                Trial.problem_id,
+                Problem.kind,
+                Trial.config,
+                Trial.state,
+                func.coalesce(Trial.reason, source.reason).label("reason"),
+                Measurement.objective,
+                Trial.worker,
+                Trial.attempts,
+                Trial.baseline,
+                Trial.source_trial_id,
+            )
+            .join(Problem, Problem.id == Trial.problem_id)
+            .outerjoin(source, source.id == Trial.source_trial_id)
+            .outerjoin(Measurement, Measurement.trial_id == func.coalesce(Trial.source_trial_id, Trial.id))
+            .where(Trial.campaign_id == campaign_id)
+            .order_by(Trial.id)
+        )
+        if states:
+            query = query.where(Trial.state.in_(states))
+        if problem_id is not None:
+            query = query.where(Trial.problem_id == problem_id)
+        with self.transaction() as connection:
+            return [TrialRow(*row) for row in connection.execute(query)]
+
+    def trial_detail(self, trial_id: int) -> TrialDetail:
+        """Everything about ``trial_id``; :class:`NotFound` when there is no such trial."""
+        with self.session() as session:
+            trial = session.get(Trial, trial_id)
+            if trial is None:
+                raise NotFound(f"no trial {trial_id}")
+            source = session.get(Trial, trial.source_trial_id) if trial.source_trial_id is not None else None
+            measured = (source or trial).id
+            return TrialDetail(
+                trial=trial,
+                campaign=session.get_one(Campaign, trial.campaign_id),
+                problem=session.get_one(Problem, trial.problem_id),
+                source=source,
+                measurement=session.scalar(select(Measurement).where(Measurement.trial_id == measured)),
+                artifact=session.scalar(select(Artifact).where(Artifact.build_key == trial.build_key)),
+            )
 
     def trial_counts(self, campaign_id: int) -> dict[str, int]:
         with self.session() as session:
