@@ -10,7 +10,7 @@ import logging
 
 import click
 
-from fleet.cli import bench, campaigns, fleet, operations
+from fleet.cli import bench, campaigns, fleet, operations, trials
 from fleet.cli._sections import SectionedGroup
 from fleet.cli.miopen import register as register_tuna
 from fleet.cli.tvm import run_model_command, tune_model_command, tvm_group
@@ -32,6 +32,8 @@ def cli(verbose: bool) -> None:
 
 def _assemble(group: SectionedGroup) -> None:
     for command in campaigns.COMMANDS:
+        group.add_to_section("Campaigns", command)
+    for command in trials.COMMANDS:
         group.add_to_section("Campaigns", command)
     for command in fleet.COMMANDS:
         group.add_to_section("Fleet", command)

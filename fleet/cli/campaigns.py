@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from fleet.cli._common import (
     write_output,
 )
 from fleet.cli._sections import WholeHelpGroup
+from fleet.diagnose import failure_reasons, no_valid_measurement
 from fleet.errors import FleetError, NotFound
 from fleet.settings import get_settings
 
@@ -114,13 +116,34 @@ def _drive(
         finished_before = _finished(store, campaign)
         summaries = run.run()
         bar.close()
-    _print_summaries(store, campaign, summaries, as_json)
+    failure = no_valid_measurement(store, campaign, summaries)
+    _print_summaries(store, campaign, summaries, as_json, failure)
     if not as_json and finished_before and _finished(store, campaign) == finished_before:
         click.echo(
             f"nothing new measured: every trial of campaign {campaign.name!r} was already recorded in "
             f"{database_url()} (--name NAME starts another campaign, --remeasure measures again)",
             err=True,
         )
+    if failure is not None:
+        # Exit 1: a run whose every trial failed (a wrong objective regex, a build that never works) is no success.
+        raise failure
+    if not as_json:
+        _print_next(campaign, summaries)
+
+
+def _print_next(campaign: Any, summaries: list[Any]) -> None:
+    """Where the results are, and the commands that read them again."""
+    name = shlex.quote(campaign.name)
+    problem = next(s.problem_id for s in summaries if s.best is not None)
+    commands = [
+        (f"fleet report {name}", "an HTML report: convergence, knob effects, best configurations"),
+        (f"fleet best {problem} --target {campaign.target}", f"the best configuration of problem {problem}"),
+        (f"fleet trials {name}", "every trial, its state and reason"),
+    ]
+    width = max(len(command) for command, _ in commands)
+    click.echo(f"\nresults in {database_url()}; see them again with:")
+    for command, what in commands:
+        click.echo(f"  {command:<{width}}  {what}")
 
 
 def _finished(store: Any, campaign: Any) -> int:
@@ -138,7 +161,7 @@ def count_trials(counts: dict[str, int], baselines: int) -> str:
     return text
 
 
-def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: bool) -> None:
+def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: bool, failure: Any = None) -> None:
     from fleet.spec.workloads import load_workload_spec
 
     workload = load_workload_spec(campaign.workload)
@@ -163,7 +186,8 @@ def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: b
             }
         )
     if as_json:
-        click.echo(json.dumps({"campaign": campaign.name, "target": campaign.target, "problems": rows}, indent=2))
+        out = {"campaign": campaign.name, "target": campaign.target, "database": database_url(), "problems": rows}
+        click.echo(json.dumps(out | {"failure": None if failure is None else failure.to_dict()}, indent=2))
         return
     baselines: dict[int, dict[str, int]] = {}
     for result in store.results(campaign_id=campaign.id):
@@ -224,11 +248,9 @@ def status(campaign: str | None, as_json: bool) -> None:
                 for s in summarize(store, c)
                 if s.best is not None
             ]
-            errored = store.trials(c.id, ["errored"])
-            reasons: dict[str, int] = {}
-            for t in errored:
-                reasons[t.reason or "?"] = reasons.get(t.reason or "?", 0) + 1
-            entry["errors"] = reasons
+            reasons = failure_reasons(store, c.id)
+            entry["errors"] = {r.reason: r.count for r in reasons}
+            entry["examples"] = {r.reason: r.trial_id for r in reasons}
         chains = store.chains(c.id)
         if chains:
             entry["chains"] = [
@@ -276,8 +298,8 @@ def status(campaign: str | None, as_json: bool) -> None:
             click.echo(
                 f"      best of problem {best['problem']}: {best['objective']:.4g}  {format_config(best['config'])}"
             )
-        for reason, n in sorted(entry.get("errors", {}).items(), key=lambda kv: -kv[1])[:10]:
-            click.echo(f"      errored x{n}: {reason}")
+        for reason, n in list(entry.get("errors", {}).items())[:10]:
+            click.echo(f"      failed x{n}: {reason}  (fleet trial {entry['examples'][reason]})")
         for ch in entry.get("chains", []):
             best = "-" if ch["best"] is None else f"{ch['best']:.4g}"
             click.echo(

@@ -1,0 +1,216 @@
+"""Trial commands: ``fleet trials`` lists a campaign's trials, ``fleet trial`` shows one whole."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import click
+
+from fleet.cli._common import database_url, format_config, open_store
+from fleet.cli.campaigns import find_campaign
+from fleet.diagnose import first_line
+from fleet.errors import FleetError, NotFound
+
+TAIL_LINES = 20
+
+
+def _objective(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+@click.command("trials")
+@click.argument("campaign")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    metavar="STATE",
+    help="Only trials in STATE (errored, invalid, evaluated, new, ...); give it again for several.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: every trial with its whole reason.")
+def trials(campaign: str, states: tuple[str, ...], as_json: bool) -> None:
+    """A table of CAMPAIGN's trials: id, problem, state, objective, attempts, worker, configuration, reason."""
+    from fleet.store import TRIAL_STATES
+
+    unknown = [s for s in states if s not in TRIAL_STATES]
+    if unknown:
+        raise FleetError(f"unknown trial state {unknown[0]!r}: one of {', '.join(TRIAL_STATES)}")
+    store = open_store()
+    found = find_campaign(store, campaign)
+    rows = store.trial_rows(found.id, states or None)
+    if as_json:
+        out = [
+            {
+                "id": r.id,
+                "problem": r.problem_id,
+                "kind": r.problem_kind,
+                "config": r.config,
+                "state": r.state,
+                "objective": r.objective,
+                "reason": r.reason,
+                "worker": r.worker,
+                "attempts": r.attempts,
+                "baseline": r.baseline,
+                "reused_from": r.source_trial_id,
+            }
+            for r in rows
+        ]
+        click.echo(json.dumps({"campaign": found.name, "trials": out}, indent=2))
+        return
+    if not rows:
+        click.echo(f"campaign {found.name} has no trials" + (f" in {', '.join(states)}" if states else ""))
+        return
+    table = [("ID", "PROBLEM", "STATE", "OBJECTIVE", "ATTEMPTS", "WORKER", "CONFIG", "REASON")]
+    for r in rows:
+        reason = "" if r.reason is None and r.state not in ("errored", "invalid") else first_line(r.reason, r.state)
+        config = format_config(r.config) + (" (baseline)" if r.baseline else "")
+        problem = f"{r.problem_id} {r.problem_kind}"
+        table.append(
+            (str(r.id), problem, r.state, _objective(r.objective), str(r.attempts), r.worker or "-", config, reason)
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    for row in table:
+        click.echo("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]).rstrip())
+
+
+# -- one trial ---------------------------------------------------------------------------------------------
+
+
+def _when(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat(sep=" ", timespec="seconds")
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    return None if start is None or end is None else round((end - start).total_seconds(), 3)
+
+
+def _tail(text: str | None, lines: int = TAIL_LINES) -> str:
+    return "\n".join((text or "").rstrip().splitlines()[-lines:])
+
+
+MEASUREMENT_FIELDS = (
+    "objective_name",
+    "objective",
+    "maximize",
+    "valid",
+    "samples",
+    "metrics",
+    "node",
+    "gpu",
+    "worker",
+    "toolchain",
+)
+ARTIFACT_FIELDS = ("build_key", "state", "reason", "log_tail", "worker", "attempts", "build_seconds")
+
+
+def _fields(row: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in names}
+
+
+def trial_dict(detail: Any) -> dict[str, Any]:
+    """Everything :meth:`Store.trial_detail` found about a trial, as plain values."""
+    t, m, a = detail.trial, detail.measurement, detail.artifact
+    # A reused trial ran nowhere itself: its output is its source's.
+    ran = detail.source or t
+    return {
+        "id": t.id,
+        "campaign": {"id": detail.campaign.id, "name": detail.campaign.name},
+        "problem": {"id": detail.problem.id, "kind": detail.problem.kind, "params": detail.problem.params},
+        "target": t.target,
+        "config": t.config,
+        "baseline": t.baseline,
+        "state": t.state,
+        "reason": t.reason if t.reason is not None or detail.source is None else detail.source.reason,
+        "reused_from": t.source_trial_id,
+        "worker": ran.worker,
+        "attempts": ran.attempts,
+        "measurement": None
+        if m is None
+        else {"trial": m.trial_id, **_fields(m, MEASUREMENT_FIELDS), "measured_at": _when(m.created_at)},
+        "stdout_tail": ran.stdout_tail,
+        "stderr_tail": ran.stderr_tail,
+        "artifact": None
+        if a is None
+        else {**_fields(a, ARTIFACT_FIELDS), "digest": a.blob_digest, "built_at": _when(a.built_at)},
+        "times": {
+            "created": _when(t.created_at),
+            "queued": _when(t.queued_at),
+            "started": _when(t.started_at),
+            "finished": _when(t.finished_at),
+            "waited_seconds": _seconds(t.created_at, t.started_at),
+            "ran_seconds": _seconds(t.started_at, t.finished_at),
+            "total_seconds": _seconds(t.created_at, t.finished_at),
+        },
+    }
+
+
+@click.command("trial")
+@click.argument("trial_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON, with the whole tails.")
+def trial(trial_id: int, as_json: bool) -> None:
+    """Everything about trial ID: its state and reason, samples, output, build log, artifact, worker and timings."""
+    store = open_store()
+    try:
+        detail = store.trial_detail(trial_id)
+    except NotFound as error:
+        raise NotFound(f"{error} in {database_url()}") from None
+    out = trial_dict(detail)
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    for line in _trial_lines(out):
+        click.echo(line)
+
+
+def _trial_lines(out: dict[str, Any]) -> list[str]:
+    """``fleet trial`` as text: a field a line, then each tail under its own heading."""
+    problem, campaign = out["problem"], out["campaign"]
+    lines = [
+        f"trial {out['id']} of campaign {campaign['name']} (id {campaign['id']})",
+        f"  problem   {problem['id']} {problem['kind']} {format_config(problem['params'])}".rstrip(),
+        f"  target    {out['target']}",
+        f"  config    {format_config(out['config'])}" + (" (baseline)" if out["baseline"] else ""),
+        f"  state     {out['state']}",
+    ]
+    if out["reason"]:
+        lines.append(f"  reason    {out['reason']}")
+    if out["reused_from"] is not None:
+        lines.append(f"  reused    the measurement of trial {out['reused_from']}")
+    attempts = f"{out['attempts']} attempt" + ("" if out["attempts"] == 1 else "s")
+    lines.append(f"  worker    {out['worker'] or '-'}, {attempts}")
+    m = out["measurement"]
+    if m is not None:
+        validity = "valid" if m["valid"] else "NOT valid"
+        lines.append(f"  {m['objective_name']:<9} {_objective(m['objective'])} ({validity})")
+        lines.append(f"  samples   {', '.join(f'{v:.4g}' for v in m['samples']) or '-'}")
+        if m["metrics"]:
+            lines.append(f"  metrics   {format_config(m['metrics'])}")
+        lines.append(f"  measured  on {m['node'] or '-'} {m['gpu'] or ''} at {m['measured_at']}; {m['toolchain']}")
+    a = out["artifact"]
+    if a is not None:
+        built = f"{a['build_seconds']:.1f} s" if a["build_seconds"] is not None else "-"
+        lines.append(f"  artifact  {a['state']}, digest {a['digest'] or '-'}, built by {a['worker'] or '-'} in {built}")
+        if a["reason"]:
+            lines.append(f"  build     {a['reason']}")
+    t = out["times"]
+    lines.append(f"  created   {t['created']}, queued {t['queued'] or '-'}")
+    lines.append(f"  started   {t['started'] or '-'} (waited {_duration(t['waited_seconds'])})")
+    lines.append(f"  finished  {t['finished'] or '-'} (ran {_duration(t['ran_seconds'])})")
+    for title, text in (
+        ("stdout (tail)", out["stdout_tail"]),
+        ("stderr (tail)", out["stderr_tail"]),
+        ("build log (tail)", a and a["log_tail"]),
+    ):
+        if text and text.strip():
+            lines.append(f"\n{title}:")
+            lines.extend(f"  {line}" for line in _tail(text).splitlines())
+    return lines
+
+
+def _duration(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s"
+
+
+COMMANDS = (trials, trial)
