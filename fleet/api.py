@@ -1,33 +1,69 @@
-"""The Python API: describe a campaign, submit it, run or watch it, ask for the best.
+"""The Python API: describe a campaign, submit it, watch or steer it, ask for the best.
 
 import fleet
-spec = fleet.load_spec("examples/matmul-c/spec.json")      # or build a fleet.CampaignSpec by hand
-campaign = fleet.submit(spec)
-summaries = fleet.run(campaign)                            # drives it; embedded mode starts local workers
-fleet.status(campaign)                                     # {"new": 0, "evaluated": 50, ...}
-fleet.best(summaries[0].problem_id, campaign.target)       # [(measurement, config)]
+campaign = fleet.submit("examples/matmul-c/spec.json")    # a path, a dict or a fleet.CampaignSpec
+summaries = campaign.wait()                                 # drivers on the fleet drive it; embedded: this process
+campaign.trials(state="evaluated")                          # plain records; campaign.to_pandas() with pandas
+campaign.best()                                             # [(measurement, config)] of each problem
+fleet.run("examples/matmul-c/spec.json")                    # the blocking form: submit and drive here
+
+A submitted campaign is driven by a ``fleet driver`` process when one runs (the caller may exit), and by
+the waiting process otherwise in embedded mode.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
-from fleet.campaign import CampaignSpec, Driver, Summary, chains_on_fleet
+from fleet.campaign import CampaignBusy, CampaignSpec, Driver, Steering, Summary, chains_on_fleet, parse_spec, summarize
 from fleet.campaign import submit as _submit
 from fleet.chains import ChainDriver
+from fleet.errors import FleetError, SpecError
 from fleet.settings import get_settings
-from fleet.store import Campaign, Measurement, Store, TrialResult, connect
+from fleet.spec import load_spec
+from fleet.store import Campaign, Measurement, Store, TrialRecord, TrialResult, connect
 
 
-def submit(spec: CampaignSpec, store: Store | None = None) -> Campaign:
-    """Write the campaign (and its problems and sources); the same spec again returns the same campaign."""
-    return _submit(store or connect(), spec)
+def _spec(spec: CampaignSpec | Mapping[str, Any] | str | Path) -> CampaignSpec:
+    if isinstance(spec, CampaignSpec):
+        return spec
+    if isinstance(spec, Mapping):
+        return parse_spec(dict(spec), Path.cwd(), name=spec.get("name") or None)
+    if isinstance(spec, str | Path):
+        return load_spec(spec)
+    raise SpecError(f"a spec is a path, a dict or a fleet.CampaignSpec, not {type(spec).__name__}")
+
+
+def submit(
+    spec: CampaignSpec | Mapping[str, Any] | str | Path,
+    store: Store | None = None,
+    *,
+    priority: float | None = None,
+) -> CampaignHandle:
+    """Write the campaign and hand it to the fleet's drivers; returns at once.
+
+    Parameters
+    ----------
+    spec:
+        A spec file's path, its JSON as a dict (sources relative to the current directory), or a spec.
+    priority:
+        The campaign's weight on its target's evaluation slots (default: the spec's, else 1).
+    """
+    store = store or connect()
+    campaign = _submit(store, _spec(spec))
+    store.submit_campaign(campaign.id, priority)
+    return CampaignHandle(store, campaign.id)
 
 
 def run(
-    campaign: Campaign | str | int,
+    campaign: CampaignHandle | Campaign | CampaignSpec | Mapping[str, Any] | str | int | Path,
     *,
     store: Store | None = None,
     local: bool | None = None,
@@ -35,12 +71,12 @@ def run(
     on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> list[Summary]:
-    """Drive a campaign to its end (or resume it) and return what it found per problem.
+    """Drive a campaign to its end in this process (or resume it) and return what it found per problem.
 
     Parameters
     ----------
     campaign:
-        The campaign, its name or its id.
+        A handle, a campaign, its name or id, or a spec (a path, a dict or a spec), which is written first.
     local:
         Start this machine's workers for the run; by default when running embedded.
     window:
@@ -50,11 +86,30 @@ def run(
 
     settings = get_settings()
     store = store or connect()
-    if not isinstance(campaign, Campaign):
-        campaign = store.campaign(campaign)
+    campaign = _campaign(store, campaign)
     local = settings.embedded if local is None else local
-    with LocalFleet(settings, campaign.target) if local else nullcontext():
-        return driver(store, campaign, window=window, on_progress=on_progress, on_warning=on_warning).run()
+    try:
+        with LocalFleet(settings, campaign.target) if local else nullcontext():
+            return driver(store, campaign, window=window, on_progress=on_progress, on_warning=on_warning).run()
+    except CampaignBusy:
+        # A driver on the fleet has it: waiting for it is what this call promises.
+        return CampaignHandle(store, campaign.id).wait(drive=False)
+
+
+def _campaign(store: Store, ref: Any) -> Campaign:
+    """The stored campaign that ``ref`` names; a spec is written first (the same spec again finds it)."""
+    if isinstance(ref, Campaign):
+        return ref
+    if isinstance(ref, CampaignHandle):
+        return ref.campaign()
+    if isinstance(ref, int) or (isinstance(ref, str) and not ref.endswith(".json")):
+        return store.campaign(ref)
+    return _submit(store, _spec(ref))
+
+
+def driver_name() -> str:
+    """A name for this process as a campaign's driver: host, process and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 STATIC_WINDOW = 1024
@@ -68,11 +123,29 @@ def driver(
     window: int | None = None,
     on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
+    owner: str | None = None,
+    force: bool | None = None,
 ) -> Driver | ChainDriver:
-    """A driver for ``campaign`` with the environment's settings and a window that fits the fleet."""
+    """A driver for ``campaign`` with the environment's settings and a window that fits the fleet.
+
+    Parameters
+    ----------
+    owner:
+        The name the driver holds the campaign's lease under (default: this process's).
+    force:
+        Take the lease from a live driver; by default only for campaigns not submitted to the fleet's
+        drivers, which their user drives (``fleet tune``, ``fleet resume``), the latest one winning.
+    """
     from fleet.tasks import send, send_steps
 
     settings = get_settings()
+    steering = Steering(
+        store,
+        campaign.id,
+        owner or driver_name(),
+        lease_seconds=settings.driver_lease_seconds,
+        force=not campaign.submitted if force is None else force,
+    )
     if chains_on_fleet(campaign.strategy):
         return ChainDriver(
             store,
@@ -82,6 +155,7 @@ def driver(
             on_progress=on_progress,
             on_warning=on_warning,
             requeue_seconds=settings.requeue_seconds,
+            steering=steering,
         )
     result = Driver(
         store,
@@ -92,24 +166,179 @@ def driver(
         max_attempts=settings.max_attempts,
         heartbeat_seconds=settings.heartbeat_seconds,
         requeue_seconds=settings.requeue_seconds,
+        steering=steering,
     )
+    within = 3 * settings.heartbeat_seconds + 5
     if window is not None:
         result.window = window
+    elif campaign.submitted:
+        result.window_for = lambda: shared_window(store, campaign, within)
+        result.window = result.window_for()
     elif result.dynamic:
         # Two per evaluation slot: one running, one waiting, so no slot idles while the driver thinks.
-        live = store.workers(target=campaign.target, role="eval", within=3 * settings.heartbeat_seconds + 5)
-        result.window = max(2, 2 * len(live))
+        result.window = max(2, 2 * store.eval_slots(campaign.target, within))
     else:
         result.window = STATIC_WINDOW
     return result
 
 
-def status(campaign: Campaign | str | int, store: Store | None = None) -> dict[str, int]:
+SLOT_DEPTH = 4
+"""Trials in flight per evaluation slot for submitted campaigns: enough that no slot waits on a driver."""
+
+
+def shared_window(store: Store, campaign: Campaign, within: float) -> int:
+    """The window of a submitted campaign: its priority's share of ``SLOT_DEPTH`` trials per evaluation slot.
+
+    Redis has no message priorities, so the drivers admit work instead: each keeps in flight its share of
+    what the target's slots can take, and the slots' FIFO queue then serves the campaigns in that
+    proportion. It needs no broker feature, and a new weight counts at the driver's next look (a second).
+    """
+    slots = max(1, store.eval_slots(campaign.target, within))
+    return max(1, round(SLOT_DEPTH * slots * store.share(campaign.id, campaign.target)))
+
+
+def status(campaign: CampaignHandle | Campaign | str | int, store: Store | None = None) -> dict[str, int]:
     """Trials of a campaign by state."""
     store = store or connect()
-    if not isinstance(campaign, Campaign):
-        campaign = store.campaign(campaign)
-    return store.trial_counts(campaign.id)
+    return store.trial_counts(_campaign(store, campaign).id)
+
+
+def campaign(ref: str | int, store: Store | None = None) -> CampaignHandle:
+    """The campaign named ``ref`` (or with id ``ref``)."""
+    store = store or connect()
+    return CampaignHandle(store, store.campaign(ref).id)
+
+
+def campaigns(store: Store | None = None) -> list[CampaignHandle]:
+    """Every campaign of the database, the oldest first."""
+    store = store or connect()
+    return [CampaignHandle(store, c.id) for c in store.campaigns()]
+
+
+ENDED = ("done", "cancelled", "failed")
+
+
+class CampaignHandle:
+    """A stored campaign, to watch and steer from Python; every method reads the database afresh.
+
+    Parameters
+    ----------
+    store:
+        The database the campaign is in.
+    campaign_id:
+        The campaign's id.
+    """
+
+    def __init__(self, store: Store, campaign_id: int) -> None:
+        self.store = store
+        self.id = campaign_id
+        first = store.campaign(campaign_id)
+        self.name, self.target = first.name, first.target
+
+    def __repr__(self) -> str:
+        return f"<campaign {self.name!r} ({self.campaign().status})>"
+
+    def campaign(self) -> Campaign:
+        """The campaign's row as it is now."""
+        return self.store.campaign(self.id)
+
+    def status(self) -> dict[str, Any]:
+        """Its status, priority and driver, and its trials by state."""
+        c = self.campaign()
+        return {
+            "name": c.name,
+            "status": c.status,
+            "reason": c.reason,
+            "priority": c.priority,
+            "driver": c.driver,
+            "trials": self.store.trial_counts(c.id),
+        }
+
+    def trials(self, state: str | None = None) -> list[TrialRecord]:
+        """Its trials (those in ``state``): id, config, state, objective, samples, reason, worker, attempts."""
+        return self.store.trial_records(self.id, state)
+
+    def to_pandas(self, state: str | None = None) -> Any:
+        """:meth:`trials` as a pandas DataFrame, one column per knob (``pip install pandas``)."""
+        try:
+            import pandas
+        except ImportError:
+            raise FleetError("to_pandas() needs pandas: pip install pandas") from None
+        rows = []
+        for t in self.trials(state):
+            row = {k: v for k, v in vars(t).items() if k != "config"}
+            rows.append({**row, **{f"config.{k}": v for k, v in t.config.items()}})
+        return pandas.DataFrame(rows)
+
+    def best(self) -> list[TrialResult]:
+        """The best trial of each problem that has a valid measurement, in the order of the problems."""
+        return [s.best for s in summarize(self.store, self.campaign()) if s.best is not None]
+
+    def wait(self, timeout: float | None = None, *, drive: bool | None = None) -> list[Summary]:
+        """Block until the campaign ends; what it found per problem.
+
+        In embedded mode, when no driver holds the campaign, this process drives it (with local
+        workers), since no ``fleet driver`` runs there. Raises ``TimeoutError`` after ``timeout``
+        seconds, :class:`fleet.diagnose.NoValidMeasurement` when a problem ended with no valid
+        measurement, and :class:`FleetError` when the campaign failed.
+
+        Parameters
+        ----------
+        timeout:
+            Seconds to wait at most; None waits as long as it takes (not checked while driving here).
+        drive:
+            Drive the campaign here when no driver holds it (default: in embedded mode).
+        """
+        drive = get_settings().embedded if drive is None else drive
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (c := self.campaign()).status not in ENDED:
+            if drive and not _held(c):
+                try:
+                    run(c, store=self.store)
+                    continue
+                except CampaignBusy:
+                    pass  # a driver took it meanwhile
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"campaign {self.name!r} is still {c.status} after {timeout} s")
+            time.sleep(0.5)
+        if c.status == "failed":
+            raise FleetError(f"campaign {self.name!r} failed: {c.reason}")
+        summaries = summarize(self.store, c)
+        if c.status == "done":
+            from fleet.diagnose import no_valid_measurement
+
+            failure = no_valid_measurement(self.store, c, summaries)
+            if failure is not None:
+                raise failure
+        return summaries
+
+    def cancel(self) -> dict[str, int]:
+        """Stop the campaign: no new trial starts, and running ones are killed; unfinished trials by state."""
+        return self.store.cancel_campaign(self.id)
+
+    def pause(self) -> None:
+        """Hold new trials; running ones finish."""
+        self.store.pause_campaign(self.id)
+
+    def resume(self) -> None:
+        """Go on after :meth:`pause`."""
+        self.store.resume_campaign(self.id)
+
+    def report(self, path: str | Path = "report.html") -> Path:
+        """Write the campaign's HTML report to ``path``."""
+        from fleet.report import render
+
+        path = Path(path)
+        path.write_text(render(self.store, self.campaign()))
+        return path
+
+
+def _held(campaign: Campaign) -> bool:
+    """Whether a live driver holds ``campaign``'s lease."""
+    from fleet.store import utcnow
+
+    expires = campaign.driver_lease_expires_at
+    return campaign.driver is not None and expires is not None and expires >= utcnow()
 
 
 def best(

@@ -12,13 +12,14 @@ import itertools
 import platform
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet.errors import SpecError
+from fleet.errors import FleetError, SpecError
 from fleet.search import Run, Searcher
 from fleet.search.feed import Feed
 from fleet.space import Config, Space
@@ -72,7 +73,7 @@ def submit(store: Store, spec: CampaignSpec) -> Campaign:
     problem_ids = [store.add_problem(p.kind, p.params, p.tags) for p in spec.problems]
     for data in spec.files.values():
         store.put_blob(data)
-    return store.create_campaign(
+    campaign = store.create_campaign(
         name=spec.name,
         target=spec.target,
         problem_ids=problem_ids,
@@ -83,6 +84,10 @@ def submit(store: Store, spec: CampaignSpec) -> Campaign:
         provenance=provenance(toolchain),
         baseline=spec.baseline,
     )
+    if spec.priority != campaign.priority:
+        store.set_priority(campaign.id, spec.priority)
+        campaign.priority = spec.priority
+    return campaign
 
 
 def baseline_configs(space: Space, baseline: Mapping[str, Any]) -> list[Config]:
@@ -95,6 +100,97 @@ def baseline_configs(space: Space, baseline: Mapping[str, Any]) -> list[Config]:
         }
         for values in itertools.product(*(k.values for k in open_knobs))
     ]
+
+
+class LeaseLost(FleetError):
+    """Another driver holds the campaign now: this one stalled past its lease, and must stop driving."""
+
+
+class CampaignBusy(FleetError):
+    """A live driver holds the campaign: watch it instead of driving it."""
+
+
+class Steering:
+    """A driver's view of its campaign's row: its lease (renewed here), a pause, a cancel.
+
+    Parameters
+    ----------
+    owner:
+        The driver's name when it holds the campaign's lease; None for a driver that holds none.
+    lease_seconds:
+        How long the lease lasts without renewal; another driver takes the campaign after that.
+    every:
+        Seconds between looks at the row: how fast a cancel or pause is seen.
+    force:
+        Take the lease from a driver that holds it (``fleet resume`` of a campaign its user drives).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        campaign_id: int,
+        owner: str | None = None,
+        *,
+        lease_seconds: float = 30.0,
+        every: float = 1.0,
+        force: bool = False,
+    ) -> None:
+        self.store = store
+        self.campaign_id = campaign_id
+        self.owner = owner
+        self.force = force
+        self.lease_seconds = lease_seconds
+        self.every = min(every, lease_seconds / 3)
+        self.last = -1e9
+        self.status = "running"
+        # Set by a stopping ``fleet driver``: the campaign is let go, for another driver to take.
+        self.stop: threading.Event | None = None
+
+    def take(self) -> None:
+        """Hold the campaign's lease before driving it; raises :class:`CampaignBusy` when a live driver has it."""
+        if self.owner is None or self.store.take_campaign(
+            self.campaign_id, self.owner, self.lease_seconds, force=self.force
+        ):
+            return
+        campaign = self.store.campaign(self.campaign_id)
+        if campaign.status not in ("running", "paused"):
+            return  # ended: the driver returns what it found without driving
+        raise CampaignBusy(
+            f"campaign {campaign.name!r} is driven by {campaign.driver}; `fleet status {campaign.name}` shows how far"
+        )
+
+    def due(self) -> bool:
+        return time.monotonic() - self.last >= self.every
+
+    def check(self) -> str:
+        """The campaign's status now; raises :class:`LeaseLost` when another driver took it."""
+        self.last = time.monotonic()
+        if self.stop is not None and self.stop.is_set():
+            self.status = "let go"
+            return self.status
+        if self.owner is None:
+            self.status = self.store.campaign(self.campaign_id).status
+            return self.status
+        status = self.store.renew_campaign(self.campaign_id, self.owner, self.lease_seconds)
+        if status is None:
+            status = self.store.campaign(self.campaign_id).status
+            if status not in ("running", "paused"):
+                self.status = status  # a cancel lets go of the lease: not a takeover
+                return status
+            raise LeaseLost(f"campaign {self.campaign_id}: another driver took it over")
+        self.status = status
+        return status
+
+    def release(self) -> None:
+        if self.owner is not None:
+            self.store.release_campaign(self.campaign_id, self.owner)
+
+    def __enter__(self) -> Steering:
+        self.take()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
 
 
 @dataclass
@@ -134,6 +230,10 @@ class Driver:
         Called with (finished, total, best so far) after each poll.
     on_warning:
         Called with one line when something needs the user's attention (no worker listening).
+    steering:
+        Where the driver learns of a pause or a cancel, and renews its lease on the campaign.
+    window_for:
+        Called at each look at the campaign for the window to keep: its share of the target's slots.
     """
 
     @property
@@ -154,10 +254,15 @@ class Driver:
         max_attempts: int = 3,
         heartbeat_seconds: float = 5.0,
         requeue_seconds: float = 300.0,
+        steering: Steering | None = None,
+        window_for: Callable[[], int] | None = None,
     ) -> None:
         self.store = store
         self.campaign = campaign
         self.dispatch = dispatch
+        self.steering = steering or Steering(store, campaign.id)
+        self.window_for = window_for
+        self.paused = False
         self.window = max(1, window)
         self.on_progress = on_progress or (lambda *_: None)
         self.on_warning = on_warning or (lambda _: None)
@@ -252,6 +357,8 @@ class Driver:
             self._submit([(index, config, True) for index in range(len(self.problems)) for config in configs])
 
     def _fill(self) -> None:
+        if self.paused:
+            return
         proposals: list[tuple[int, Config, bool]] = []
         asking = True
         while asking and len(self.in_flight) + len(proposals) < self.window:
@@ -299,8 +406,34 @@ class Driver:
                 f"with `fleet worker --target {self.campaign.target}`; trials wait in the queue until then"
             )
 
+    def _steer(self) -> bool:
+        """Act on the campaign's status; False when the campaign has ended (cancelled, or ended elsewhere)."""
+        status = self.steering.check()
+        if status == "cancelled":
+            # Trials written after the cancel (this driver had not yet seen it) end as well.
+            self.store.cancel_trials(self.campaign.id)
+            return False
+        if status == "paused":
+            self.paused = True
+        elif status == "running" and self.paused:
+            self.paused = False
+            # Workers dropped the messages of trials that waited during the pause.
+            self._send(self.store.pending(self.campaign.id))
+        if self.window_for is not None:
+            self.window = max(1, self.window_for())
+        return status in ("running", "paused")
+
     def run(self) -> list[Summary]:
-        """Drive the campaign to its end and return what it found per problem."""
+        """Drive the campaign to its end and return what it found per problem.
+
+        A cancelled campaign stops at once and returns what it found so far; a paused one waits.
+        """
+        with self.steering:
+            return self._run()
+
+    def _run(self) -> list[Summary]:
+        if not self._steer():
+            return summarize(self.store, self.campaign)
         self._submit_baselines()
         total = self.total()
         started = time.monotonic()
@@ -308,6 +441,8 @@ class Driver:
         warned: list[float] = []
         idle = 0
         while True:
+            if self.steering.due() and not self._steer():
+                return summarize(self.store, self.campaign)
             self._fill()
             if not self.in_flight and not self.unsent and all(feed.done or feed.blocked for feed in self.feeds):
                 break
@@ -320,9 +455,8 @@ class Driver:
             if now - last_check > self.heartbeat_seconds:
                 last_check = now
                 self._check_workers(started, warned)
-                self._send(
-                    self.store.reap(self.max_attempts) + self.store.stale(self.requeue_seconds, self.campaign.id)
-                )
+                stale = [] if self.paused else self.store.stale(self.requeue_seconds, self.campaign.id)
+                self._send(self.store.reap(self.max_attempts) + stale)
             if idle:
                 # Back off while nothing finishes: long measurements need no tight polling.
                 time.sleep(min(0.5, self.poll_seconds * 2 ** min(idle - 1, 4)))

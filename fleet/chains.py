@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from fleet.campaign import Summary, baseline_configs, campaign_space, summarize, trial_keys
+from fleet.campaign import Steering, Summary, baseline_configs, campaign_space, summarize, trial_keys
 from fleet.search import RandomSearch
 from fleet.search.anneal import TEMPERATURE
 from fleet.space import Space
@@ -46,9 +46,11 @@ class ChainDriver:
         on_warning: Callable[[str], None] | None = None,
         requeue_seconds: float = 300.0,
         poll_seconds: float = 0.5,
+        steering: Steering | None = None,
     ) -> None:
         self.store = store
         self.campaign = campaign
+        self.steering = steering or Steering(store, campaign.id)
         self.send_steps = send_steps
         self.dispatch = dispatch
         self.on_progress = on_progress or (lambda *_: None)
@@ -96,13 +98,32 @@ class ChainDriver:
         )
 
     def run(self) -> list[Summary]:
-        """Start the chains, wait until every one is done, and return what they found."""
+        """Start the chains, wait until every one is done, and return what they found.
+
+        A cancelled campaign stops at once; a paused one waits, and its chains go on from their last step.
+        """
+        with self.steering:
+            return self._run()
+
+    def _run(self) -> list[Summary]:
+        if self.steering.check() not in ("running", "paused"):
+            return summarize(self.store, self.campaign)
         self.submit_all()
         total = sum(c.steps for c in self.store.chains(self.campaign.id))
         maximize = load_workload_spec(self.campaign.workload).maximize
         last_check = time.monotonic()
         reported = -1
+        paused = self.steering.status == "paused"
         while True:
+            if self.steering.due():
+                status = self.steering.check()
+                if status not in ("running", "paused"):
+                    return summarize(self.store, self.campaign)
+                if paused and status == "running":
+                    # The workers dropped the steps sent during the pause: send each chain's step again.
+                    running = [c for c in self.store.chains(self.campaign.id) if c.state == "running"]
+                    self.send_steps((c.id, c.step, self.campaign.target) for c in running)
+                paused = status == "paused"
             chains = self.store.chains(self.campaign.id)
             done = sum(c.step for c in chains)
             bests = [c for c in chains if c.best_objective is not None]
@@ -110,7 +131,7 @@ class ChainDriver:
             if done != reported:
                 reported = done
                 self.on_progress(done, total, _as_result(best))
-            if all(c.state == "done" for c in chains):
+            if all(c.state != "running" for c in chains):
                 break
             if time.monotonic() - last_check > self.requeue_seconds / 4:
                 last_check = time.monotonic()

@@ -55,6 +55,8 @@ class Settings:
         not the broker, brings back work of a dead worker.
     requeue_seconds:
         A waiting trial whose message went out this long ago is sent again, in case the message was lost.
+    driver_lease_seconds:
+        How long a campaign stays with a ``fleet driver`` that stopped renewing before another takes it.
     """
 
     home: Path
@@ -68,6 +70,7 @@ class Settings:
     cache_dir: Path = Path(".fleet/cache")
     visibility_timeout: float = 3600.0
     requeue_seconds: float = 300.0
+    driver_lease_seconds: float = 30.0
 
     @property
     def embedded(self) -> bool:
@@ -105,6 +108,7 @@ class Settings:
             cache_dir=Path(env.get("FLEET_CACHE_DIR") or home / "cache").absolute(),
             visibility_timeout=_number(env, "FLEET_VISIBILITY_TIMEOUT", 3600.0),
             requeue_seconds=_number(env, "FLEET_REQUEUE_SECONDS", 300.0),
+            driver_lease_seconds=_number(env, "FLEET_DRIVER_LEASE_SECONDS", 30.0),
         )
 
 

@@ -10,7 +10,7 @@ import logging
 
 import click
 
-from fleet.cli import bench, campaigns, fleet, operations, trials
+from fleet.cli import bench, campaigns, fleet, operations, steering, trials
 from fleet.cli._sections import SectionedGroup
 from fleet.cli.miopen import register as register_tuna
 from fleet.cli.tvm import run_model_command, tune_model_command, tvm_group
@@ -31,11 +31,14 @@ def cli(verbose: bool) -> None:
 
 
 def _assemble(group: SectionedGroup) -> None:
-    for command in campaigns.COMMANDS:
+    # Run or hand over, steer, then look at what was found.
+    for command in (campaigns.tune, steering.submit, campaigns.resume, steering.pause, steering.cancel):
         group.add_to_section("Campaigns", command)
-    for command in trials.COMMANDS:
+    for command in (campaigns.status, *trials.COMMANDS, campaigns.best, campaigns.report, campaigns.export):
         group.add_to_section("Campaigns", command)
     for command in fleet.COMMANDS:
+        group.add_to_section("Fleet", command)
+    for command in steering.OPERATIONS:
         group.add_to_section("Fleet", command)
     before = set(group.commands)
     register_tuna(group, campaigns.export, bench.bench)

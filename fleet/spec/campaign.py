@@ -22,7 +22,9 @@ from fleet.spec.targets import check_target, cpu_target
 from fleet.spec.workloads import load_workload_spec
 
 # "$schema" lets an editor find fleet/spec/schema.json; the loader ignores it.
-_SPEC_KEYS = {"$schema", "name", "target", "problems", "space", "strategy", "workload", "baseline", "options"}
+_SPEC_KEYS = {
+    "$schema", "name", "target", "problems", "space", "strategy", "workload", "baseline", "options", "priority"
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class CampaignSpec:
         The bundle's bytes by digest, stored with the campaign.
     baseline:
         A configuration measured alongside, for the speedup; its values may lie outside the space.
+    priority:
+        A weight: campaigns driven at once on one target share its evaluation slots in proportion to it.
     """
 
     name: str
@@ -65,6 +69,7 @@ class CampaignSpec:
     files: dict[str, bytes] = field(default_factory=dict)
     baseline: Config | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    priority: float = 1.0
     searcher_factory: Callable[[Space], Searcher] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +78,8 @@ class CampaignSpec:
         check_target(self.target)
         if not self.problems:
             raise SpecError("the campaign has no problems")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int | float) or not self.priority > 0:
+            raise SpecError(f"'priority' is a weight above 0, such as 1 or 3, not {self.priority!r}")
         workload = load_workload_spec(self.workload)
         for problem in self.problems:
             workload.check(self.space.names, problem.params)
@@ -201,6 +208,7 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
         files=files,
         baseline=data.get("baseline"),
         options=options,
+        priority=data.get("priority", 1.0),
         searcher_factory=factory,
     )
 

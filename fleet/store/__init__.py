@@ -3,6 +3,7 @@
 from fleet.store._connect import connect
 from fleet.store._hotpath import INLINE_BYTES
 from fleet.store._models import (
+    CAMPAIGN_STATES,
     TERMINAL_STATES,
     TRIAL_STATES,
     Artifact,
@@ -16,11 +17,13 @@ from fleet.store._models import (
     Worker,
     utcnow,
 )
+from fleet.store._steering import SteeringError, TrialRecord
 from fleet.store._store import Store
 from fleet.store._trials import TrialDetail, TrialRow
 from fleet.store._types import NewTrial, Requeue, TrialResult, TrialWork
 
 __all__ = [
+    "CAMPAIGN_STATES",
     "INLINE_BYTES",
     "TERMINAL_STATES",
     "TRIAL_STATES",
@@ -33,9 +36,11 @@ __all__ = [
     "NewTrial",
     "Problem",
     "Requeue",
+    "SteeringError",
     "Store",
     "Trial",
     "TrialDetail",
+    "TrialRecord",
     "TrialResult",
     "TrialRow",
     "TrialWork",

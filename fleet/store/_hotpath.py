@@ -13,6 +13,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     cast,
+    exists,
     func,
     literal_column,
     or_,
@@ -69,11 +70,14 @@ class HotPath:
             Trial.attempts,
         )
 
+        # A paused campaign's trials wait: their messages are dropped, and resuming sends them again.
+        paused = exists().where(Campaign.id == Trial.campaign_id, Campaign.status == "paused")
+
         def claim(waiting: str, running: str, **values: Any) -> Any:
             free = or_(Trial.state == waiting, and_(Trial.state == running, Trial.lease_expires_at < now))
             return (
                 update(Trial)
-                .where(Trial.id == trial, free)
+                .where(Trial.id == trial, free, ~paused)
                 .values(
                     state=running,
                     worker=owner,

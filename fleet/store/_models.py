@@ -23,8 +23,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
-TRIAL_STATES = ("new", "compiling", "compiled", "evaluating", "evaluated", "errored", "invalid")
-TERMINAL_STATES = ("evaluated", "errored", "invalid")
+TRIAL_STATES = ("new", "compiling", "compiled", "evaluating", "evaluated", "errored", "invalid", "cancelled")
+TERMINAL_STATES = ("evaluated", "errored", "invalid", "cancelled")
+# ``running`` and ``paused`` campaigns have a driver's work to do; the others have ended.
+CAMPAIGN_STATES = ("running", "paused", "done", "cancelled", "failed")
 ARTIFACT_STATES = ("building", "built", "failed")
 
 
@@ -77,6 +79,15 @@ class Campaign(Base):
     options: Mapped[dict[str, Any]]
     provenance: Mapped[dict[str, Any]]
     status: Mapped[str] = mapped_column(String(16), default="running")
+    # Why a campaign ended in ``failed`` (a driver could not go on with it); shown by ``fleet status``.
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Submitted campaigns are driven by ``fleet driver`` processes; the others by the process that runs them.
+    submitted: Mapped[bool] = mapped_column(Boolean, default=False)
+    # A weight: campaigns on one target share its evaluation slots in proportion to it.
+    priority: Mapped[float] = mapped_column(Float, default=1.0)
+    # The one live driver of a campaign holds this lease, and renews it while it drives.
+    driver: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    driver_lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 

@@ -8,7 +8,8 @@ recorded exactly once however often its message is delivered.
 :class:`Store` is one class, put together from a module per concern, each a class over ``_base.StoreBase``
 (engines, sessions, transactions, migrations, inserts, the hot path's connection): ``_problems`` (problems,
 tags, blobs, campaigns, best), ``_trials`` (trials, claims, leases, results, the reaper), ``_builds``
-(artifacts and build claims), ``_chains`` (annealing chains), ``_workers`` (machines and workers). The
+(artifacts and build claims), ``_chains`` (annealing chains), ``_workers`` (machines and workers), ``_steering`` (drivers' leases on campaigns, cancel, pause,
+priorities). The
 workers' hot statements are in ``_hotpath``, the dataclasses the methods take and return in ``_types``. The
 Tuna tables are written by ``fleet.tuna`` through :meth:`Store.transaction` and :meth:`Store.insert_many`.
 """
@@ -16,10 +17,11 @@ Tuna tables are written by ``fleet.tuna`` through :meth:`Store.transaction` and 
 from fleet.store._builds import BuildStore
 from fleet.store._chains import ChainStore
 from fleet.store._problems import ProblemStore
+from fleet.store._steering import SteeringStore
 from fleet.store._workers import WorkerStore
 
 
-class Store(ProblemStore, BuildStore, ChainStore, WorkerStore):
+class Store(ProblemStore, SteeringStore, BuildStore, ChainStore, WorkerStore):
     """Fleet's database.
 
     Parameters

@@ -42,4 +42,6 @@ def test_the_readme_python_example_runs_as_written(tmp_path: Path) -> None:
     assert int(problem_id) >= 1 and "tile_i" in rest
     counts = json.loads(lines[1].replace("'", '"'))
     assert counts == {"evaluated": 49}
-    assert "tile_i" in lines[2]
+    trials = lines[2:5]
+    assert all("tile_i" in line and "[" in line for line in trials)  # config, objective, samples
+    assert "tile_i" in lines[5]

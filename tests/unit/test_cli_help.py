@@ -33,8 +33,10 @@ def test_commands_are_listed_in_sections_in_order() -> None:
     assert found.pop("Options") == []
 
     assert list(found) == ["Campaigns", "Fleet", "MIOpen", "TVM", "Operations", "Benchmarks"]
-    assert found["Campaigns"] == ["tune", "resume", "status", "best", "report", "export"]
-    assert found["Fleet"] == ["worker", "up", "db"]
+    assert found["Campaigns"] == [
+        "tune", "submit", "resume", "pause", "cancel", "status", "trials", "trial", "best", "report", "export"
+    ]  # fmt: skip
+    assert found["Fleet"] == ["worker", "up", "db", "driver"]
     assert {"import", "query", "jobs", "golden", "import-db"} <= set(found["MIOpen"])
     assert found["TVM"] == ["tune-model", "run-model", "tvm"]
     assert found["Operations"] == ["exec", "call", "logs", "flower", "metrics"]

@@ -1,0 +1,148 @@
+"""``fleet driver``: a long-running process that drives the campaigns submitted to the fleet.
+
+It takes each submitted campaign that no live driver holds under a lease in the database, drives it in a
+thread of its own (static, dynamic and chain strategies alike), renews the lease while it does, and lets
+go when the campaign ends. Several drivers may run: a campaign has at most one live driver, and when a
+driver dies, another takes its campaigns once their leases expire. Everything a driver knows is in the
+database, so the one that takes over finds the trials written before and measures none twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from fleet.campaign import CampaignBusy, LeaseLost
+from fleet.errors import FleetError
+from fleet.settings import Settings
+from fleet.store import Campaign, Store
+
+log = logging.getLogger("fleet.driver")
+
+
+class DriverService:
+    """Drive submitted campaigns until :meth:`stop`.
+
+    Parameters
+    ----------
+    store:
+        The database.
+    settings:
+        Heartbeat and lease times.
+    name:
+        This driver's name in the database (default: host and process id).
+    max_campaigns:
+        Campaigns driven at once; more wait for a driver with room.
+    poll_seconds:
+        How often to look for campaigns to take.
+    echo:
+        Called with one line per event (a campaign taken, finished, failed).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        *,
+        name: str | None = None,
+        max_campaigns: int = 16,
+        poll_seconds: float = 1.0,
+        echo: Callable[[str], None] = log.info,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.name = name or f"driver@{socket.gethostname()}:{os.getpid()}"
+        self.max_campaigns = max_campaigns
+        self.poll_seconds = poll_seconds
+        self.echo = echo
+        self.threads: dict[int, threading.Thread] = {}
+        self.stopping = threading.Event()
+
+    def register(self) -> None:
+        """Appear in ``fleet status`` beside the workers, with the role ``driver``."""
+        self.store.register_worker(
+            name=self.name,
+            hostname=socket.gethostname(),
+            role="driver",
+            target="-",
+            queues=[],
+            gpu=None,
+            gpus=[],
+            cpus=os.cpu_count() or 1,
+            concurrency=self.max_campaigns,
+            pid=os.getpid(),
+        )
+
+    def serve(self) -> None:
+        """Take and drive campaigns until :meth:`stop`; then wait for the campaigns' threads to let go."""
+        self.register()
+        self.echo(f"{self.name}: driving submitted campaigns (at most {self.max_campaigns} at once)")
+        last_beat = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                self.take_some()
+                if time.monotonic() - last_beat > self.settings.heartbeat_seconds:
+                    self.store.heartbeat(self.name)
+                    last_beat = time.monotonic()
+            except Exception as error:  # the database restarting: keep the process, try again
+                self.echo(f"{self.name}: {type(error).__name__}: {error}; trying again")
+            self.stopping.wait(self.poll_seconds)
+        for thread in list(self.threads.values()):
+            thread.join()
+        self.store.worker_stopped(self.name)
+
+    def stop(self) -> None:
+        """Stop taking campaigns; those driven now let go of their leases for another driver to take."""
+        self.stopping.set()
+
+    def take_some(self) -> None:
+        self.threads = {cid: t for cid, t in self.threads.items() if t.is_alive()}
+        room = self.max_campaigns - len(self.threads)
+        if room <= 0:
+            return
+        for campaign in self.store.campaigns_to_drive(limit=room):
+            if campaign.id in self.threads:
+                continue
+            thread = threading.Thread(target=self.drive, args=(campaign,), name=f"campaign-{campaign.id}", daemon=True)
+            self.threads[campaign.id] = thread
+            thread.start()
+
+    def drive(self, campaign: Campaign) -> None:
+        """Drive one campaign to its end, or until this driver stops or loses the lease."""
+        from fleet.api import driver
+
+        try:
+            run = driver(
+                self.store,
+                campaign,
+                owner=self.name,
+                force=False,
+                on_warning=lambda line: self.echo(f"{campaign.name}: {line}"),
+            )
+            run.steering.stop = self.stopping
+            run.steering.take()
+            self.echo(
+                f"{self.name}: took campaign {campaign.name!r} (id {campaign.id}, priority {campaign.priority:g})"
+            )
+            run.run()
+        except (CampaignBusy, LeaseLost) as error:
+            self.echo(f"{self.name}: let go of {campaign.name!r}: {error}")
+            return
+        except FleetError as error:
+            # The campaign itself cannot go on (its space file changed, its workload is gone): say why.
+            self.store.fail_campaign(campaign.id, str(error))
+            self.echo(f"{self.name}: campaign {campaign.name!r} failed: {error}")
+            return
+        except Exception as error:  # the database or broker away: another look at the next poll
+            self.echo(f"{self.name}: campaign {campaign.name!r}: {type(error).__name__}: {error}; trying again")
+            self.store.release_campaign(campaign.id, self.name)
+            return
+        ended = self.store.campaign(campaign.id)
+        if ended.status in ("running", "paused"):
+            self.echo(f"{self.name}: let go of {campaign.name!r} ({ended.status}) as this driver stops")
+        else:
+            self.echo(f"{self.name}: campaign {campaign.name!r} {ended.status}")

@@ -1,0 +1,272 @@
+"""Steering campaigns: who drives each one (a lease), cancel, pause and resume, priorities, trial records.
+
+A campaign has at most one live driver: taking it is a conditional UPDATE of the campaign's lease, as a
+worker's claim of a trial is. A driver that dies stops renewing, and another takes the campaign once
+the lease has expired. Cancel and pause are written here and obeyed everywhere: claims refuse the trials
+of a paused campaign, and a cancelled campaign's unfinished trials end as ``cancelled``, which makes the
+workers that run them lose their leases and kill their commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, true, update
+
+from fleet.errors import FleetError, NotFound
+from fleet.store._base import StoreBase
+from fleet.store._models import TRIAL_STATES, Campaign, Chain, Measurement, Trial, Worker, utcnow
+
+ACTIVE = ("running", "paused")
+UNFINISHED = ("new", "compiling", "compiled", "evaluating")
+
+
+class SteeringError(FleetError):
+    """A campaign that cannot be cancelled, paused or resumed in the state it is in."""
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as a user reads it: plain values, one row of ``fleet trials`` or ``handle.to_pandas()``."""
+
+    id: int
+    problem_id: int
+    config: dict[str, Any]
+    state: str
+    objective: float | None
+    valid: bool | None
+    samples: list[Any] = field(default_factory=list)
+    reason: str | None = None
+    worker: str | None = None
+    attempts: int = 0
+    baseline: bool = False
+
+
+class SteeringStore(StoreBase):
+    """The drivers' leases on campaigns, and the users' cancel, pause, resume and priorities."""
+
+    # -- drivers' leases --------------------------------------------------------------------------------
+
+    def take_campaign(self, campaign_id: int, driver: str, lease: float, *, force: bool = False) -> bool:
+        """Become ``campaign_id``'s driver for ``lease`` seconds; False while another live driver has it.
+
+        ``force`` takes it even so: the other driver sees that it lost the lease at its next renewal.
+        """
+        now = utcnow()
+        free = or_(Campaign.driver.is_(None), Campaign.driver == driver, Campaign.driver_lease_expires_at < now)
+        with self.session() as session:
+            taken = session.execute(
+                update(Campaign)
+                .where(Campaign.id == campaign_id, Campaign.status.in_(ACTIVE), true() if force else free)
+                .values(driver=driver, driver_lease_expires_at=now + timedelta(seconds=lease))
+            ).rowcount
+        return bool(taken)
+
+    def renew_campaign(self, campaign_id: int, driver: str, lease: float) -> str | None:
+        """Extend ``driver``'s lease; the campaign's status, or None when the driver no longer holds it."""
+        expires = utcnow() + timedelta(seconds=lease)
+        with self.session() as session:
+            return session.scalar(
+                update(Campaign)
+                .where(Campaign.id == campaign_id, Campaign.driver == driver)
+                .values(driver_lease_expires_at=expires)
+                .returning(Campaign.status)
+            )
+
+    def release_campaign(self, campaign_id: int, driver: str) -> None:
+        """Let go of a campaign, so that another driver may take it at once."""
+        with self.session() as session:
+            session.execute(
+                update(Campaign)
+                .where(Campaign.id == campaign_id, Campaign.driver == driver)
+                .values(driver=None, driver_lease_expires_at=None)
+            )
+
+    def campaigns_to_drive(self, limit: int = 100) -> list[Campaign]:
+        """Submitted campaigns that no live driver holds, the highest priority first."""
+        now = utcnow()
+        with self.session() as session:
+            return list(
+                session.scalars(
+                    select(Campaign)
+                    .where(
+                        Campaign.submitted.is_(True),
+                        Campaign.status.in_(ACTIVE),
+                        or_(Campaign.driver.is_(None), Campaign.driver_lease_expires_at < now),
+                    )
+                    .order_by(Campaign.priority.desc(), Campaign.id)
+                    .limit(limit)
+                )
+            )
+
+    def driven(self) -> dict[str, list[Campaign]]:
+        """The campaigns each live driver holds, by driver name."""
+        with self.session() as session:
+            rows = session.scalars(
+                select(Campaign)
+                .where(Campaign.driver.is_not(None), Campaign.driver_lease_expires_at >= utcnow())
+                .order_by(Campaign.id)
+            )
+            held: dict[str, list[Campaign]] = {}
+            for campaign in rows:
+                held.setdefault(campaign.driver or "", []).append(campaign)
+        return held
+
+    def share(self, campaign_id: int, target: str) -> float:
+        """This campaign's share of its target's evaluation slots: its priority over that of every driven one.
+
+        Campaigns count while a live driver holds them and they are not paused.
+        """
+        now = utcnow()
+        active = and_(
+            Campaign.target == target,
+            Campaign.status == "running",
+            or_(Campaign.id == campaign_id, Campaign.driver_lease_expires_at >= now),
+        )
+        with self.session() as session:
+            total = session.scalar(select(func.sum(Campaign.priority)).where(active)) or 0.0
+            mine = session.scalar(select(Campaign.priority).where(Campaign.id == campaign_id)) or 0.0
+        return mine / total if total > 0 else 1.0
+
+    def eval_slots(self, target: str, within: float) -> int:
+        """Evaluation slots of ``target``: the concurrency of its live evaluation workers."""
+        since = utcnow() - timedelta(seconds=within)
+        with self.session() as session:
+            total = session.scalar(
+                select(func.sum(Worker.concurrency)).where(
+                    Worker.target == target,
+                    Worker.role == "eval",
+                    Worker.heartbeat_at >= since,
+                    Worker.stopped_at.is_(None),
+                )
+            )
+        return int(total or 0)
+
+    # -- the users' steering ----------------------------------------------------------------------------
+
+    def submit_campaign(self, campaign_id: int, priority: float | None = None) -> None:
+        """Hand a campaign to the fleet's drivers (with a new priority when one is given)."""
+        values: dict[str, Any] = {"submitted": True}
+        if priority is not None:
+            values["priority"] = priority
+        with self.session() as session:
+            session.execute(update(Campaign).where(Campaign.id == campaign_id).values(**values))
+
+    def set_priority(self, campaign_id: int, priority: float) -> None:
+        if priority <= 0:
+            raise SteeringError(f"a priority is a weight above 0, not {priority}")
+        with self.session() as session:
+            session.execute(update(Campaign).where(Campaign.id == campaign_id).values(priority=priority))
+
+    def cancel_campaign(self, ref: str | int) -> dict[str, int]:
+        """Cancel a running or paused campaign; its unfinished trials end as ``cancelled`` (counts by former state)."""
+        campaign = self._steerable(ref, "cancel", ACTIVE)
+        now = utcnow()
+        with self.session() as session:
+            session.execute(
+                update(Campaign)
+                .where(Campaign.id == campaign.id)
+                .values(status="cancelled", finished_at=now, driver=None, driver_lease_expires_at=None)
+            )
+            # A chain's next step is sent by the worker of its last one: a cancelled chain sends none.
+            session.execute(
+                update(Chain)
+                .where(Chain.campaign_id == campaign.id, Chain.state == "running")
+                .values(state="cancelled")
+            )
+        return self.cancel_trials(campaign.id)
+
+    def cancel_trials(self, campaign_id: int) -> dict[str, int]:
+        """End a cancelled campaign's unfinished trials: the ones a late driver wrote as well."""
+        now = utcnow()
+        counts: dict[str, int] = {}
+        with self.session() as session:
+            for state in UNFINISHED:
+                counts[state] = session.execute(
+                    update(Trial)
+                    .where(Trial.campaign_id == campaign_id, Trial.state == state)
+                    .values(
+                        state="cancelled",
+                        reason=f"cancelled while {state}",
+                        worker=None,
+                        lease_expires_at=None,
+                        finished_at=now,
+                    )
+                ).rowcount
+        return {state: n for state, n in counts.items() if n}
+
+    def pause_campaign(self, ref: str | int) -> Campaign:
+        """Hold a running campaign: no new trial starts; running ones finish."""
+        campaign = self._steerable(ref, "pause", ("running",))
+        self._set_status(campaign.id, "paused", "running")
+        return campaign
+
+    def resume_campaign(self, ref: str | int) -> Campaign:
+        """Let a paused campaign go on; its driver sends the trials whose messages the pause dropped."""
+        campaign = self._steerable(ref, "resume", ("paused",))
+        self._set_status(campaign.id, "running", "paused")
+        return campaign
+
+    def fail_campaign(self, campaign_id: int, reason: str) -> None:
+        """End a campaign a driver cannot go on with, keeping why."""
+        with self.session() as session:
+            session.execute(
+                update(Campaign)
+                .where(Campaign.id == campaign_id, Campaign.status.in_(ACTIVE))
+                .values(status="failed", reason=reason, finished_at=utcnow(), driver=None, driver_lease_expires_at=None)
+            )
+
+    def _set_status(self, campaign_id: int, status: str, was: str) -> None:
+        with self.session() as session:
+            changed = session.execute(
+                update(Campaign).where(Campaign.id == campaign_id, Campaign.status == was).values(status=status)
+            ).rowcount
+        if not changed:
+            raise SteeringError(f"campaign {campaign_id} changed state meanwhile; look at `fleet status`")
+
+    def _steerable(self, ref: str | int, action: str, allowed: Sequence[str]) -> Campaign:
+        campaign = self.campaign(ref)  # type: ignore[attr-defined]
+        if campaign.status not in allowed:
+            hint = {
+                "paused": "it is paused already" if action == "pause" else "resume it first",
+                "running": "it is not paused",
+            }.get(campaign.status, f"it has ended ({campaign.status})")
+            raise SteeringError(f"cannot {action} campaign {campaign.name!r}: {hint}")
+        return campaign
+
+    # -- records ----------------------------------------------------------------------------------------
+
+    def trial_records(self, campaign_id: int, state: str | None = None) -> list[TrialRecord]:
+        """The trials of a campaign with their measurements (a reused trial shows the measurement it reused)."""
+        if state is not None and state not in TRIAL_STATES:
+            raise NotFound(f"no trial state {state!r}: one of {', '.join(TRIAL_STATES)}")
+        measured = Measurement.trial_id == func.coalesce(Trial.source_trial_id, Trial.id)
+        query = (
+            select(Trial, Measurement.objective, Measurement.valid, Measurement.samples)
+            .outerjoin(Measurement, measured)
+            .where(Trial.campaign_id == campaign_id)
+            .order_by(Trial.id)
+        )
+        if state is not None:
+            query = query.where(Trial.state == state)
+        with self.session() as session:
+            rows = session.execute(query).all()
+        return [
+            TrialRecord(
+                id=t.id,
+                problem_id=t.problem_id,
+                config=t.config,
+                state=t.state,
+                objective=objective,
+                valid=valid,
+                samples=list(samples or []),
+                reason=t.reason,
+                worker=t.worker,
+                attempts=t.attempts,
+                baseline=t.baseline,
+            )
+            for t, objective, valid, samples in rows
+        ]
