@@ -134,12 +134,12 @@ def _drive(
 def _print_next(campaign: Any, summaries: list[Any]) -> None:
     """Where the results are, and the commands that read them again."""
     name = shlex.quote(campaign.name)
-    problem = next(s.problem_id for s in summaries if s.best is not None)
-    commands = [
-        (f"fleet report {name}", "an HTML report: convergence, knob effects, best configurations"),
-        (f"fleet best {problem} --target {campaign.target}", f"the best configuration of problem {problem}"),
-        (f"fleet trials {name}", "every trial, its state and reason"),
-    ]
+    commands = [(f"fleet report {name}", "an HTML report: convergence, knob effects, best configurations")]
+    for problem in [s.problem_id for s in summaries if s.best is not None][:1]:
+        commands.append(
+            (f"fleet best {problem} --target {campaign.target}", f"the best configuration of problem {problem}")
+        )
+    commands.append((f"fleet trials {name}", "every trial, its state and reason"))
     width = max(len(command) for command, _ in commands)
     click.echo(f"\nresults in {database_url()}; see them again with:")
     for command, what in commands:

@@ -147,13 +147,15 @@ def trial_dict(detail: Any) -> dict[str, Any]:
 
 
 @click.command("trial")
-@click.argument("trial_id", metavar="ID", type=int)
+@click.argument("trial_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON, with the whole tails.")
-def trial(trial_id: int, as_json: bool) -> None:
+def trial(trial_id: str, as_json: bool) -> None:
     """Everything about trial ID: its state and reason, samples, output, build log, artifact, worker and timings."""
+    if not trial_id.isdigit():  # one line, as for an unknown id, not Click's usage text
+        raise NotFound(f"no trial {trial_id!r}: a trial id is a number, as `fleet trials CAMPAIGN` lists them")
     store = open_store()
     try:
-        detail = store.trial_detail(trial_id)
+        detail = store.trial_detail(int(trial_id))
     except NotFound as error:
         raise NotFound(f"{error} in {database_url()}") from None
     out = trial_dict(detail)

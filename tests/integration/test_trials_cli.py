@@ -116,6 +116,7 @@ def test_trials_lists_the_errored_ones(home: Home, failed: subprocess.CompletedP
     [
         (("trials", "no-such-campaign"), "no campaign 'no-such-campaign' in sqlite:///"),
         (("trial", "999999"), "no trial 999999 in sqlite:///"),
+        (("trial", "seven"), "no trial 'seven': a trial id is a number"),
         (("trials", "wrong-regex", "--state", "broken"), "unknown trial state 'broken': one of new, "),
     ],
 )
