@@ -105,7 +105,10 @@ class DriverService:
         if room <= 0:
             return
         for campaign in self.store.campaigns_to_drive(limit=room):
-            if campaign.id in self.threads:
+            # Leased before any thread starts: campaigns submitted together see each other in their first window.
+            if campaign.id in self.threads or not self.store.take_campaign(
+                campaign.id, self.name, self.settings.driver_lease_seconds
+            ):
                 continue
             thread = threading.Thread(target=self.drive, args=(campaign,), name=f"campaign-{campaign.id}", daemon=True)
             self.threads[campaign.id] = thread

@@ -81,12 +81,22 @@ def tune(
 @click.option("--eval-procs", type=click.IntRange(1), default=1, show_default=True, help="Local evaluation workers.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def resume(campaign: str, window: int | None, local: bool | None, eval_procs: int, as_json: bool) -> None:
-    """Go on with CAMPAIGN (name or id) after its driver stopped: nothing measured is measured again."""
+    """Go on with CAMPAIGN (name or id) after a pause, or drive it here after its driver stopped.
+
+    Nothing measured is measured again. A paused campaign that `fleet submit` handed to the fleet's drivers
+    goes on there; any other is driven by this command until it ends, unless a live driver holds it.
+    """
     store = open_store()
+    found = find_campaign(store, campaign)
+    if found.status == "paused":
+        found = store.resume_campaign(found.id)
+        click.echo(f"resumed campaign {found.name}", err=as_json)
+        if found.submitted:
+            return
     check_broker()
     _drive(
         store,
-        find_campaign(store, campaign),
+        found,
         window=window,
         local=local,
         eval_procs=eval_procs,
@@ -239,7 +249,12 @@ def status(campaign: str | None, as_json: bool) -> None:
             "strategy": c.strategy,
             "trials": counts,
             "workers": listening,
+            "priority": c.priority,
+            "submitted": c.submitted,
+            "driver": c.driver if c.status in ("running", "paused") else None,
         }
+        if c.reason:
+            entry["reason"] = c.reason
         if waiting and not any(w.role == "eval" for w in live if w.target == c.target):
             entry["warning"] = f"no worker is listening on eval.{c.target}: {waiting} trials wait"
         if campaign:
@@ -265,6 +280,7 @@ def status(campaign: str | None, as_json: bool) -> None:
                 for ch in chains
             ]
         report.append(entry)
+    driven = store.driven()
     workers = [
         {
             "name": w.name,
@@ -272,6 +288,7 @@ def status(campaign: str | None, as_json: bool) -> None:
             "target": w.target,
             "gpu": w.gpu,
             "heartbeat": w.heartbeat_at.isoformat(timespec="seconds"),
+            **({"drives": [c.name for c in driven.get(w.name, [])]} if w.role == "driver" else {}),
         }
         for w in live
     ]
@@ -292,6 +309,10 @@ def status(campaign: str | None, as_json: bool) -> None:
     for entry in report:
         counts = "  ".join(f"{state} {n}" for state, n in sorted(entry["trials"].items())) or "no trials"
         click.echo(f"{entry['id']:>4}  {entry['name']:<24} {entry['target']:<14} {entry['status']:<8} {counts}")
+        if entry["driver"]:
+            click.echo(f"      driven by {entry['driver']}, priority {entry['priority']:g}")
+        if "reason" in entry:
+            click.echo(f"      {entry['status']}: {entry['reason']}")
         if "warning" in entry:
             click.echo(f"      warning: {entry['warning']}")
         for best in entry.get("best", []):
@@ -308,7 +329,8 @@ def status(campaign: str | None, as_json: bool) -> None:
             )
     click.echo(f"\nworkers listening: {len(workers)}")
     for w in workers:
-        click.echo(f"  {w['name']:<36} {w['role']:<6} {w['target']:<14} {w['gpu'] or ''}")
+        drives = f"drives {', '.join(w['drives']) or 'nothing'}" if "drives" in w else ""
+        click.echo(f"  {w['name']:<36} {w['role']:<6} {w['target']:<14} {w['gpu'] or drives}".rstrip())
     click.echo("")
     for line in queue_lines:
         click.echo(line)
@@ -464,6 +486,3 @@ def export_steps(campaign: str, output: Path) -> None:
     rows = write_output(output, lambda out: steps_csv(store, found, out))
     message = f"{rows} steps of campaign {found.name} written to {'standard output' if is_stdout(output) else output}"
     click.echo(message, err=is_stdout(output))
-
-
-COMMANDS = (tune, resume, status, best, report, export)

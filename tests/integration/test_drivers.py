@@ -82,7 +82,7 @@ def test_a_campaign_submitted_from_a_process_that_exits_runs_to_its_end(fleet: F
     recorded_once(fleet, "walkaway")
     status = json.loads(fleet.cli("status", "--json", check=True).stdout)
     drivers = [w for w in status["workers"] if w["role"] == "driver"]
-    assert [d["name"] for d in drivers] == ["driver-a"]
+    assert [(d["name"], d["drives"]) for d in drivers] == [("driver-a", [])]
 
 
 def test_cli_submit_returns_at_once_and_names_what_to_run_next(fleet: Fleet) -> None:
@@ -107,6 +107,9 @@ def test_a_sigkilled_driver_of_a_dynamic_campaign_is_replaced_and_no_trial_is_lo
     fleet.cli("submit", str(spec), check=True)
     fleet.wait_for(lambda: counts(fleet, "dynamic").get("evaluated", 0) >= 3, timeout=120, what="3 trials")
     assert campaign(fleet, "dynamic").driver == "driver-a"
+    shown = fleet.cli("status", check=True).stdout
+    assert "driven by driver-a, priority 1" in shown
+    assert any(line.split()[0] == "driver-a" and line.endswith("drives dynamic") for line in shown.splitlines())
 
     first.send_signal(signal.SIGKILL)
     first.wait()

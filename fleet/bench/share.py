@@ -1,0 +1,208 @@
+"""``fleet bench share``: how campaigns on one target share it, how fast a driver is replaced, how fast a cancel bites.
+
+One target with two evaluation slots (a ``fleet worker`` with two evaluation processes), ``fleet driver``
+processes, and campaigns of a command workload whose measurement sleeps a fixed time:
+
+- **share**: two campaigns submitted together, with equal priorities and then with weights 3:1; each one's
+  share of the evaluations that finished in the first half of the run (goals: 50% and 75%, ± 10%).
+- **takeover**: the driver of a running campaign is SIGKILLed; seconds until the other driver holds it
+  (goal: the lease plus 10 s at most).
+- **cancel**: a running campaign is cancelled; seconds until the last trial of it started (goal: none later
+  than 5 s after the cancel), and until its running measurements were killed (the workers' lease renewal
+  fails, every 5 s at most; goal: 10 s).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from fleet.bench.dispatch import _stop, _wait
+from fleet.services import PostgresServer, RedisServer
+
+LEASE_SECONDS = 10
+
+
+def _spec(name: str, target: str, trials: int, seconds: float, priority: float) -> dict[str, Any]:
+    """A campaign of ``trials`` measurements that each sleep ``seconds``."""
+    program = f"import time; time.sleep({seconds}); print('{{\"t\": {seconds}}}')  # {name}"
+    return {
+        "name": name,
+        "target": target,
+        "priority": priority,
+        "problems": [{"kind": "sleep", "params": {"campaign": name}}],  # measured afresh: none reused
+        "space": {"knobs": {"i": {"values": list(range(trials)), "build": False}}},
+        "strategy": {"name": "grid"},
+        "workload": {"kind": "command", "run": [sys.executable, "-c", program, "{i}"], "objective": {"json": "t"}},
+    }
+
+
+class Bench:
+    """The servers, the worker and the drivers of one run."""
+
+    def __init__(self, stack: ExitStack, workdir: Path) -> None:
+        env = dict(os.environ)
+        if not env.get("FLEET_BROKER_URL"):
+            env["FLEET_BROKER_URL"] = stack.enter_context(RedisServer(workdir / "redis")).url
+        if not env.get("FLEET_DATABASE_URL"):
+            pg_dir = Path(tempfile.mkdtemp(prefix="fleet-bench-pg-"))
+            env["FLEET_DATABASE_URL"] = stack.enter_context(PostgresServer(pg_dir)).url
+        env |= {
+            "FLEET_HOME": str(workdir / "home"),
+            "FLEET_DRIVER_LEASE_SECONDS": str(LEASE_SECONDS),
+            "FLEET_HEARTBEAT_SECONDS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        os.environ.update(env)
+        from fleet.settings import reset_settings
+
+        reset_settings()
+        from fleet.store import Store
+
+        self.env, self.workdir = env, workdir
+        self.store = Store(env["FLEET_DATABASE_URL"])
+        self.store.upgrade()
+        self.target = f"cpu-share{uuid.uuid4().hex[:6]}"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        stack.callback(self.close)
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        with (self.workdir / "fleet.log").open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fleet.cli", *args],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def start_worker(self) -> None:
+        self.start("worker", "--target", self.target, "--eval-procs", "2", "--build-procs", "1")
+        _wait(lambda: self.store.eval_slots(self.target, 30) >= 2, 120, "two evaluation slots")
+
+    def start_driver(self, name: str) -> subprocess.Popen[bytes]:
+        proc = self.start("driver", "--name", name)
+        _wait(lambda: any(w.name == name for w in self.store.workers(role="driver", within=30)), 60, name)
+        return proc
+
+    def submit(self, name: str, trials: int, seconds: float, priority: float = 1.0) -> int:
+        from fleet import api
+        from fleet.spec import parse_spec
+
+        spec = parse_spec(_spec(name, self.target, trials, seconds, priority), self.workdir)
+        return api.submit(spec, self.store).id
+
+    def wait_done(self, *ids: int, timeout: float = 600) -> None:
+        _wait(lambda: all(self.store.campaign(i).status == "done" for i in ids), timeout, "the campaigns to end")
+
+    def close(self) -> None:
+        _stop(self.procs)
+        self.store.close()
+
+
+def first_half_shares(store: Any, ids: tuple[int, ...]) -> list[float]:
+    """Each campaign's share of the evaluations that finished in the first half of their joint run."""
+    trials = [t for i in ids for t in store.trials(i, ["evaluated"])]
+    start = min(t.started_at for t in trials)
+    middle = start + (max(t.finished_at for t in trials) - start) / 2
+    early = [t for t in trials if t.finished_at <= middle]
+    return [sum(t.campaign_id == i for t in early) / len(early) for i in ids]
+
+
+def share(bench: Bench, weights: tuple[float, float], trials: int, seconds: float) -> list[float]:
+    tag = uuid.uuid4().hex[:4]
+    ids = tuple(bench.submit(f"share-{w:g}-{n}-{tag}", trials, seconds, priority=w) for n, w in enumerate(weights))
+    bench.wait_done(*ids)
+    return first_half_shares(bench.store, ids)
+
+
+def takeover(bench: Bench, first: subprocess.Popen[bytes], seconds: float) -> float:
+    """Seconds from a SIGKILL of the driver of a running campaign until the other driver holds it."""
+    cid = bench.submit(f"takeover-{uuid.uuid4().hex[:4]}", 40, seconds)
+    _wait(lambda: bench.store.campaign(cid).driver == "driver-a", 60, "driver-a to take the campaign")
+    _wait(lambda: bench.store.trial_counts(cid).get("evaluated", 0) >= 4, 120, "trials to finish")
+    os.killpg(first.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    _wait(lambda: bench.store.campaign(cid).driver == "driver-b", LEASE_SECONDS + 60, "driver-b to take over")
+    took = time.monotonic() - killed
+    bench.wait_done(cid)
+    return took
+
+
+def cancel(bench: Bench, seconds: float) -> dict[str, float]:
+    """Seconds from a cancel until the last trial of it started, and until its running measurements were killed."""
+    from fleet.store import utcnow
+
+    name = f"cancel-{uuid.uuid4().hex[:4]}"
+    cid = bench.submit(name, 40, seconds)
+    _wait(lambda: bench.store.trial_counts(cid).get("evaluating", 0) >= 2, 120, "two measurements to run")
+    at = utcnow()
+    bench.store.cancel_campaign(cid)
+    started = time.monotonic()
+    _wait(lambda: not _measuring(name), 60, "the measurements to be killed")
+    stopped = time.monotonic() - started
+    time.sleep(5)  # a trial that starts late shows up here
+    last = max(t.started_at for t in bench.store.trials(cid) if t.started_at is not None)
+    return {"last_start_s": max(0.0, (last - at).total_seconds()), "stopped_s": stopped}
+
+
+def _measuring(name: str) -> bool:
+    """Whether a measurement of campaign ``name`` runs on this machine (its program names the campaign)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if name.encode() in (entry / "cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def run(trials: int = 40, seconds: float = 0.25, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """All three measurements, on the URLs in the environment or on private servers started for the run."""
+    say = on_step or (lambda _: None)
+    with ExitStack() as stack:
+        bench = Bench(stack, Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-share-"))))
+        bench.start_worker()
+        first = bench.start_driver("driver-a")
+        say(f"equal priorities: two campaigns of {trials} trials of {seconds} s on 2 evaluation slots")
+        equal = share(bench, (1, 1), trials, seconds)
+        say(f"  first half: {equal[0]:.0%} / {equal[1]:.0%}")
+        say("weights 3:1")
+        weighted = share(bench, (3, 1), trials, seconds)
+        say(f"  first half: {weighted[0]:.0%} / {weighted[1]:.0%}")
+        bench.start_driver("driver-b")
+        say(f"driver takeover after SIGKILL (lease {LEASE_SECONDS} s)")
+        took = takeover(bench, first, seconds)
+        say(f"  {took:.1f} s")
+        say("cancel of a campaign whose measurements take 5 s")
+        cancelled = cancel(bench, 5.0)
+        last, stopped = cancelled["last_start_s"], cancelled["stopped_s"]
+        say(f"  last trial started {last:.1f} s after; its measurements were killed after {stopped:.1f} s")
+    return {
+        "slots": 2,
+        "trials_per_campaign": trials,
+        "measure_s": seconds,
+        "equal_share_first_half": round(equal[0], 3),
+        "weighted_3_1_share_first_half": round(weighted[0], 3),
+        "lease_s": LEASE_SECONDS,
+        "takeover_s": round(took, 2),
+        "cancel_last_start_s": round(cancelled["last_start_s"], 2),
+        "cancel_stopped_s": round(cancelled["stopped_s"], 2),
+        "goals": {
+            "equal_share": "0.5 ± 0.1",
+            "weighted_share": "0.75 ± 0.1",
+            "takeover_s": f"<= {LEASE_SECONDS + 10}",
+            "cancel_last_start_s": "< 5",
+        },
+    }
