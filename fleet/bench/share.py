@@ -185,8 +185,8 @@ def run(trials: int = 40, seconds: float = 0.25, on_step: Callable[[str], None] 
         say(f"driver takeover after SIGKILL (lease {LEASE_SECONDS} s)")
         took = takeover(bench, first, seconds)
         say(f"  {took:.1f} s")
-        say("cancel of a campaign whose measurements take 5 s")
-        cancelled = cancel(bench, 5.0)
+        say("cancel of a campaign whose measurements take 30 s")
+        cancelled = cancel(bench, 30.0)
         last, stopped = cancelled["last_start_s"], cancelled["stopped_s"]
         say(f"  last trial started {last:.1f} s after; its measurements were killed after {stopped:.1f} s")
     return {
