@@ -4,7 +4,7 @@ import fleet
 campaign = fleet.submit("examples/matmul-c/spec.json")    # a path, a dict or a fleet.CampaignSpec
 summaries = campaign.wait()                                 # drivers on the fleet drive it; embedded: this process
 campaign.trials(state="evaluated")                          # plain records; campaign.to_pandas() with pandas
-campaign.best()                                             # [(measurement, config)] of each problem
+campaign.best()                                             # the best trial of each problem
 fleet.run("examples/matmul-c/spec.json")                    # the blocking form: submit and drive here
 
 A submitted campaign is driven by a ``fleet driver`` process when one runs (the caller may exit), and by

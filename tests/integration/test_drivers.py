@@ -203,3 +203,36 @@ def measuring(seconds: str) -> bool:
         if argv[:1] == [b"./kernel"] and argv[2:3] == [seconds.encode()]:
             return True
     return False
+
+
+def test_the_python_handle_steers_and_refuses_what_cannot_be_done(fleet: Fleet, monkeypatch: object) -> None:
+    import pytest
+
+    import fleet as api
+    from fleet.settings import reset_settings
+    from fleet.store import SteeringError
+
+    for key, value in fleet.env.items():
+        if key.startswith("FLEET_"):
+            monkeypatch.setenv(key, value)  # type: ignore[attr-defined]
+    reset_settings()
+    spec = json.loads(slow_spec(fleet, "steered", 0).read_text())
+    monkeypatch.chdir(fleet.home)  # type: ignore[attr-defined]
+
+    handle = api.submit(spec, priority=2)
+
+    assert api.campaign("steered").id == handle.id
+    assert [c.name for c in api.campaigns()] == ["steered"]
+    handle.pause()
+    with pytest.raises(SteeringError, match="it is paused already"):
+        handle.pause()
+    handle.resume()
+    with pytest.raises(SteeringError, match="it is not paused"):
+        handle.resume()
+    assert handle.cancel() == {}  # no driver wrote a trial yet
+    with pytest.raises(SteeringError, match=r"it has ended \(cancelled\)"):
+        handle.cancel()
+    assert [s.best for s in handle.wait(timeout=5)] == [None]  # a cancelled campaign ends the wait, no error
+    assert handle.status()["status"] == "cancelled"
+    assert handle.trials() == []
+    reset_settings()
