@@ -1,27 +1,31 @@
-"""Deploy Fleet's workers to nodes over SSH (Fabric 3): ``fab -r deploy -H node1,node2 deploy``.
+"""Deploy Fleet's workers and drivers to nodes over SSH (Fabric 3): ``fab -r deploy -H node1,node2 deploy``.
 
 ``deploy`` builds a wheelhouse of Fleet and every dependency on this machine (``pip wheel``, once, then
 reused while the sources do not change), uploads it (GPU nodes are often air-gapped), installs it into a
 virtual environment on the node with ``pip --no-index --find-links``, writes the node's environment file
 (mode 0600: the broker and database URLs from *your* environment, the node's name and targets), and starts
-the workers. ``start``, ``stop``, ``restart``, ``status``, ``logs`` and ``upgrade`` do what they say.
+what the node runs: its workers (``--role workers``, the default), a ``fleet driver`` that drives the
+campaigns ``fleet submit`` hands to the fleet (``--role driver``, e.g. on a head node without a GPU), or
+both (``--role workers,driver``). ``start``, ``stop``, ``restart``, ``status``, ``logs`` and ``upgrade`` do
+what they say, for every role the node was deployed with.
 
-Two ways to run the workers, chosen per node:
+Two ways to run them, chosen per node:
 
 - **systemd** (the node runs it, and you log in as root): a ``fleet`` system user runs them; Fleet lives in
   ``/opt/fleet``, the environment file is ``/etc/fleet/node.env``; one ``fleet-eval@<gpu>.service`` per GPU
   (or ``fleet-eval.service`` for a CPU node) and one ``fleet-build.service``, with ``KillMode=mixed`` and a
-  ``TimeoutStopSec`` longer than the longest measurement, so a restart lets the running one finish.
+  ``TimeoutStopSec`` longer than the longest measurement, so a restart lets the running one finish; and
+  ``fleet-driver.service``, which lets go of its campaigns at once on SIGTERM.
 - **supervisor** (no systemd, e.g. a container): everything lives under ``~/fleet`` of the SSH user, which
-  must not be root; ``fleet worker`` runs detached (``setsid``) with a pid file, and ``stop`` sends it
-  SIGTERM and waits for the warm shutdown to end.
+  must not be root; ``fleet worker`` and ``fleet driver`` run detached (``setsid``) with a pid file each,
+  and ``stop`` sends them SIGTERM and waits for the warm shutdown to end.
 
 The artifact cache (``FLEET_CACHE_DIR``) is outside the virtual environment, so a redeploy keeps it.
 Environment read here: ``FLEET_DATABASE_URL`` and ``FLEET_BROKER_URL`` (required), ``FLEET_STOP_TIMEOUT``
 (seconds a stop waits for a measurement, default 840), ``FLEET_WHEELHOUSE`` (a wheelhouse to reuse),
 ``FLEET_NODE_PYTHON`` (the interpreter that builds it: the nodes' Python, default ``python3``), and
 ``FLEET_LEASE_SECONDS``, ``FLEET_HEARTBEAT_SECONDS``, ``FLEET_MAX_ATTEMPTS``, ``FLEET_REQUEUE_SECONDS``,
-``FLEET_VISIBILITY_TIMEOUT``, which are passed on to the nodes.
+``FLEET_VISIBILITY_TIMEOUT``, ``FLEET_DRIVER_LEASE_SECONDS``, which are passed on to the nodes.
 """
 
 from __future__ import annotations
@@ -46,24 +50,29 @@ PASSED_ON = (
     "FLEET_MAX_ATTEMPTS",
     "FLEET_REQUEUE_SECONDS",
     "FLEET_VISIBILITY_TIMEOUT",
+    "FLEET_DRIVER_LEASE_SECONDS",
 )
 DEFAULT_STOP_TIMEOUT = 840  # as `fleet worker --stop-timeout`, compose.yaml and .env.example; systemd waits 60 s more
+# The driver measures nothing: on SIGTERM it lets go of its campaigns' leases and exits, so a minute is plenty.
+DRIVER_STOP_TIMEOUT = 60
+# What a node may run, in the order they start (and stop in reverse: the driver lets go before the workers).
+ROLES = ("workers", "driver")
 
 
 @dataclass(frozen=True)
 class Node:
-    """Where Fleet lives on one node and how its workers are run.
+    """Where Fleet lives on one node and how its workers and driver are run.
 
     Parameters
     ----------
     systemd:
-        Whether the workers are systemd units (else the plain supervisor with a pid file).
+        Whether they are systemd units (else the plain supervisor with a pid file each).
     prefix:
         Fleet's directory: the virtual environment, wheelhouses, logs, pid file, cache.
     env_file:
         The node's environment file (mode 0600).
     user:
-        The unprivileged account the workers run as.
+        The unprivileged account they run as.
     """
 
     systemd: bool
@@ -83,9 +92,14 @@ class Node:
     def logs(self) -> str:
         return f"{self.prefix}/logs"
 
-    @property
-    def pid_file(self) -> str:
-        return f"{self.prefix}/run/worker.pid"
+    def pid_file(self, role: str) -> str:
+        """The supervisor's pid file of ``role``: ``run/worker.pid`` (the launcher) or ``run/driver.pid``."""
+        return f"{self.prefix}/run/{_process(role)}.pid"
+
+
+def _process(role: str) -> str:
+    """``worker`` or ``driver``: the ``fleet`` command a role runs, which names its pid and args files."""
+    return "worker" if role == "workers" else role
 
 
 def _q(text: str) -> str:
@@ -101,7 +115,7 @@ def node_layout(c: Connection) -> Node:
         return Node(True, "/opt/fleet", "/etc/fleet/node.env", "fleet")
     if uid == 0:
         raise Exit(
-            f"{c.original_host}: no systemd and logged in as root; log in as the unprivileged user the workers run as"
+            f"{c.original_host}: no systemd and logged in as root; log in as the unprivileged user Fleet runs as"
         )
     home = c.run('printf %s "$HOME"', hide=True).stdout.strip()
     return Node(False, f"{home}/fleet", f"{home}/fleet/node.env", user)
@@ -263,8 +277,31 @@ def worker_args(target: str | None, gpus: str | None, eval_procs: int | None, bu
     return args
 
 
+def driver_args(host: str, max_campaigns: int | None) -> list[str]:
+    """``fleet driver`` options: named after the node as its workers are, so ``fleet status`` says where it runs."""
+    args = ["--name", f"driver@{host}"]
+    if max_campaigns:
+        args += ["--max-campaigns", str(max_campaigns)]
+    return args
+
+
+def parse_roles(text: str) -> list[str]:
+    """``--role``'s value (``workers``, ``driver`` or ``workers,driver``) in :data:`ROLES` order."""
+    asked = {role.strip() for role in text.split(",") if role.strip()}
+    if not asked or asked - set(ROLES):
+        raise Exit(f"--role takes {' or '.join(ROLES)}, or both comma-separated; not {text!r}")
+    return [role for role in ROLES if role in asked]
+
+
+def _render(template: str, values: dict[str, str]) -> str:
+    text = (TEMPLATES / template).read_text()
+    for key, value in values.items():
+        text = text.replace(key, value)
+    return text
+
+
 def render_units(node: Node, args: list[str], gpu_indices: list[int], timeout: int) -> dict[str, str]:
-    """The systemd unit files for a node: an evaluation template per GPU (or one CPU unit) and a build unit.
+    """The workers' systemd unit files: an evaluation template per GPU (or one CPU unit) and a build unit.
 
     Parameters
     ----------
@@ -275,7 +312,6 @@ def render_units(node: Node, args: list[str], gpu_indices: list[int], timeout: i
     timeout:
         Seconds a stop waits for the running measurement (the unit adds a margin for the shutdown itself).
     """
-    template = (TEMPLATES / "fleet-worker.service.in").read_text()
     fleet = f"{node.venv}/bin/fleet"
     common = {
         "@USER@": node.user,
@@ -287,10 +323,7 @@ def render_units(node: Node, args: list[str], gpu_indices: list[int], timeout: i
     }
 
     def unit(description: str, argv: list[str]) -> str:
-        text = template
-        for key, value in {**common, "@DESCRIPTION@": description, "@EXEC@": " ".join(argv)}.items():
-            text = text.replace(key, value)
-        return text
+        return _render("fleet-worker.service.in", {**common, "@DESCRIPTION@": description, "@EXEC@": " ".join(argv)})
 
     worker = [fleet, "worker", *args, "--stop-timeout", str(timeout)]
     units = {"fleet-build.service": unit("Fleet build worker", [*worker, "--role", "build"])}
@@ -303,9 +336,32 @@ def render_units(node: Node, args: list[str], gpu_indices: list[int], timeout: i
     return units
 
 
-def unit_names(gpu_indices: list[int]) -> list[str]:
-    evals = [f"fleet-eval@{i}.service" for i in gpu_indices] or ["fleet-eval.service"]
-    return [*evals, "fleet-build.service"]
+DRIVER_UNIT = "fleet-driver.service"
+
+
+def render_driver_unit(node: Node, args: list[str]) -> str:
+    """``fleet-driver.service``: ``fleet driver`` with ``args`` as the node's user, stopped within a minute."""
+    return _render(
+        "fleet-driver.service.in",
+        {
+            "@USER@": node.user,
+            "@ENV_FILE@": node.env_file,
+            "@HOME@": f"{node.prefix}/home",
+            "@EXEC@": " ".join([f"{node.venv}/bin/fleet", "driver", *args]),
+            "@TIMEOUT@": str(DRIVER_STOP_TIMEOUT),
+        },
+    )
+
+
+def unit_names(gpu_indices: list[int], roles: tuple[str, ...] | list[str] = ("workers",)) -> list[str]:
+    """The node's units for ``roles``, in the order they start."""
+    names = []
+    if "workers" in roles:
+        names += [f"fleet-eval@{i}.service" for i in gpu_indices] or ["fleet-eval.service"]
+        names.append("fleet-build.service")
+    if "driver" in roles:
+        names.append(DRIVER_UNIT)
+    return names
 
 
 def _gpu_indices(c: Connection, node: Node, target: str | None, gpus: str | None) -> list[int]:
@@ -315,36 +371,54 @@ def _gpu_indices(c: Connection, node: Node, target: str | None, gpus: str | None
     return sorted(int(line.split("eval-gpu", 1)[1].split("@", 1)[0]) for line in out.splitlines() if "eval-gpu" in line)
 
 
+def _write_lines(c: Connection, path: str, lines: list[str]) -> None:
+    c.run(f"printf '%s\\n' {' '.join(_q(a) for a in lines)} > {_q(path)}" if lines else f": > {_q(path)}")
+
+
 def configure(
     c: Connection,
     node: Node,
     values: dict[str, str],
     *,
+    roles: list[str],
     target: str | None,
     gpus: str | None,
     eval_procs: int | None,
     build_procs: int | None,
+    max_campaigns: int | None,
 ) -> None:
-    """Write the node's environment file (0600) with ``values`` and, with systemd, its units."""
+    """Write the node's environment file (0600) with ``values``, what it runs and, with systemd, its units."""
     directory = os.path.dirname(node.env_file)
     c.run(f"mkdir -p {_q(directory)} && umask 077 && : > {_q(node.env_file)} && chmod 600 {_q(node.env_file)}")
     c.put(io.StringIO(render_environment(values)), node.env_file)
     c.run(f"chmod 600 {_q(node.env_file)}")
-    args = worker_args(target, gpus, eval_procs, build_procs)
-    c.run(
-        f"printf '%s\\n' {' '.join(_q(a) for a in args)} > {_q(node.prefix)}/worker.args"
-        if args
-        else f": > {_q(node.prefix)}/worker.args"
-    )
+    args = {
+        "workers": worker_args(target, gpus, eval_procs, build_procs),
+        "driver": driver_args(c.original_host, max_campaigns),
+    }
+    for role in roles:
+        _write_lines(c, f"{node.prefix}/{_process(role)}.args", args[role])
+    _write_lines(c, f"{node.prefix}/roles", roles)
     if not node.systemd:
         return
-    indices = _gpu_indices(c, node, target, gpus)
-    unit_args = worker_args(target, None, eval_procs, build_procs)  # each evaluation unit names its GPU
-    for name, text in render_units(node, unit_args, indices, stop_timeout()).items():
+    units: dict[str, str] = {}
+    indices: list[int] = []
+    if "workers" in roles:
+        indices = _gpu_indices(c, node, target, gpus)
+        unit_args = worker_args(target, None, eval_procs, build_procs)  # each evaluation unit names its GPU
+        units.update(render_units(node, unit_args, indices, stop_timeout()))
+    if "driver" in roles:
+        units[DRIVER_UNIT] = render_driver_unit(node, args["driver"])
+    for name, text in units.items():
         c.put(io.StringIO(text), f"/etc/systemd/system/{name}")
     c.run(f"chown -R {_q(node.user)}: {_q(node.cache)} {_q(node.logs)} {_q(node.prefix)}/run")
     c.run(f"mkdir -p {_q(node.prefix)}/home && chown {_q(node.user)}: {_q(node.prefix)}/home")
-    c.run(f"printf '%s\\n' {' '.join(unit_names(indices))} > {_q(node.prefix)}/units")
+    names = unit_names(indices, roles)
+    # A unit this deploy drops (a role no longer asked for, a GPU gone) must not come back at the next boot.
+    dropped = [name for name in _units(c, node).split() if name not in names]
+    if dropped:
+        c.run(f"systemctl disable --now {' '.join(dropped)}", warn=True)
+    _write_lines(c, f"{node.prefix}/units", names)
     c.run("systemctl daemon-reload")
 
 
@@ -353,7 +427,7 @@ def _ensure_user(c: Connection, node: Node) -> None:
         c.run(f"useradd --system --home-dir {_q(node.prefix)} --shell /usr/sbin/nologin {_q(node.user)}")
 
 
-# -- running the workers ------------------------------------------------------------------------------------
+# -- running the workers and the driver ---------------------------------------------------------------------
 
 
 def _units(c: Connection, node: Node) -> str:
@@ -361,58 +435,77 @@ def _units(c: Connection, node: Node) -> str:
     return " ".join(c.run(f"cat {_q(node.prefix)}/units 2>/dev/null", warn=True, hide=True).stdout.split())
 
 
-def start_workers(c: Connection, node: Node) -> None:
+def _roles(c: Connection, node: Node) -> list[str]:
+    """What the last deploy set the node to run; ``workers`` where no deploy wrote it (the roles came later)."""
+    written = c.run(f"cat {_q(node.prefix)}/roles 2>/dev/null", warn=True, hide=True).stdout.split()
+    return [role for role in ROLES if role in written] if written else ["workers"]
+
+
+def _command(node: Node, role: str) -> tuple[str, str]:
+    """What the supervisor runs for ``role`` (sh, once the environment file is read) and the log it writes to."""
+    fleet = f"exec {_q(node.venv)}/bin/fleet {_process(role)} $(cat {_q(node.prefix)}/{_process(role)}.args)"
+    if role == "driver":
+        return fleet, f"{node.logs}/driver.log"
+    return f'{fleet} --stop-timeout "$FLEET_STOP_TIMEOUT" --log-dir {_q(node.logs)}', f"{node.logs}/launcher.log"
+
+
+def start_node(c: Connection, node: Node) -> None:
+    """Start what the node was deployed to run: its workers, its driver, or both."""
     if node.systemd:
-        units = _units(c, node)
-        c.run(f"systemctl enable --now {units}")
+        c.run(f"systemctl enable --now {_units(c, node)}")
         return
-    if _running_pid(c, node):
-        print(f"{c.original_host}: workers already running")
-        return
-    # setsid -f detaches from this SSH session; the pid file names the launcher that `stop` signals.
-    script = (
-        f"set -a; . {_q(node.env_file)}; set +a; cd {_q(node.prefix)}; "
-        f"echo $$ > {_q(node.pid_file)}; "
-        f"exec {_q(node.venv)}/bin/fleet worker $(cat {_q(node.prefix)}/worker.args) "
-        f'--stop-timeout "$FLEET_STOP_TIMEOUT" --log-dir {_q(node.logs)}'
-    )
-    c.run(
-        f"setsid -f sh -c {_q(script)} >> {_q(node.logs)}/launcher.log 2>&1 < /dev/null",
-        hide=True,
-    )
-    c.run(
-        f"for i in $(seq 50); do test -s {_q(node.pid_file)} && break; sleep 0.1; done; test -s {_q(node.pid_file)}",
-        hide=True,
-    )
-    print(f"{c.original_host}: workers started (pid {_running_pid(c, node)})")
+    for role in _roles(c, node):
+        _start(c, node, role)
 
 
-def _running_pid(c: Connection, node: Node) -> int | None:
+def _start(c: Connection, node: Node, role: str) -> None:
+    if _running_pid(c, node, role):
+        print(f"{c.original_host}: {role} already running")
+        return
+    pid_file = node.pid_file(role)
+    command, log = _command(node, role)
+    # setsid -f detaches from this SSH session; the pid file names the process that `stop` signals (a
+    # stale one is removed first, so the wait below sees the new process's).
+    script = f"set -a; . {_q(node.env_file)}; set +a; cd {_q(node.prefix)}; echo $$ > {_q(pid_file)}; {command}"
+    c.run(f"rm -f {_q(pid_file)}; setsid -f sh -c {_q(script)} >> {_q(log)} 2>&1 < /dev/null", hide=True)
+    c.run(f"for i in $(seq 50); do test -s {_q(pid_file)} && break; sleep 0.1; done; test -s {_q(pid_file)}", hide=True)
+    print(f"{c.original_host}: {role} started (pid {_running_pid(c, node, role)})")
+
+
+def _running_pid(c: Connection, node: Node, role: str) -> int | None:
     result = c.run(
-        f'pid=$(cat {_q(node.pid_file)} 2>/dev/null) && kill -0 "$pid" 2>/dev/null && echo $pid', warn=True, hide=True
+        f'pid=$(cat {_q(node.pid_file(role))} 2>/dev/null) && kill -0 "$pid" 2>/dev/null && echo $pid',
+        warn=True,
+        hide=True,
     )
     return int(result.stdout.strip()) if result.ok and result.stdout.strip() else None
 
 
-def stop_workers(c: Connection, node: Node) -> None:
-    """Warm shutdown: the launcher gets SIGTERM, each worker finishes its measurement; wait for the end."""
+def stop_node(c: Connection, node: Node) -> None:
+    """Warm shutdown of what the node runs, the driver first; returns once it has ended."""
     if node.systemd:
         units = _units(c, node)
         if units:
             c.run(f"systemctl stop {units}")
         return
-    pid = _running_pid(c, node)
+    for role in reversed(_roles(c, node)):
+        _stop(c, node, role)
+
+
+def _stop(c: Connection, node: Node, role: str) -> None:
+    """SIGTERM: the launcher's workers each finish their measurement, the driver lets go of its campaigns."""
+    pid = _running_pid(c, node, role)
     if pid is None:
-        print(f"{c.original_host}: workers not running")
+        print(f"{c.original_host}: {role} not running")
         return
-    wait = stop_timeout() + 60
+    wait = DRIVER_STOP_TIMEOUT if role == "driver" else stop_timeout() + 60
     c.run(
         f"kill -TERM {pid}; for i in $(seq {wait * 5}); do kill -0 {pid} 2>/dev/null || break; sleep 0.2; done; "
         f"if kill -0 {pid} 2>/dev/null; then echo 'still running after {wait} s' >&2; exit 1; fi; "
-        f"rm -f {_q(node.pid_file)}",
+        f"rm -f {_q(node.pid_file(role))}",
         hide=True,
     )
-    print(f"{c.original_host}: workers stopped")
+    print(f"{c.original_host}: {role} stopped")
 
 
 # -- the tasks ----------------------------------------------------------------------------------------------
@@ -420,83 +513,92 @@ def stop_workers(c: Connection, node: Node) -> None:
 
 @task(
     help={
+        "role": "What the node runs: workers (the default), driver, or workers,driver.",
         "target": "The node's target (default: detected from its GPUs, else its CPU).",
         "gpus": "GPU indices to use, e.g. 0,1 (default: every GPU found).",
         "eval_procs": "Evaluation processes on a CPU node.",
         "build_procs": "Build concurrency (default: the node's cores).",
+        "max_campaigns": "Campaigns the driver drives at once (default: fleet driver's).",
         "wheelhouse": "Install from this wheelhouse instead of building one.",
     }
 )
-def deploy(c, target=None, gpus=None, eval_procs=None, build_procs=None, wheelhouse=None):
-    """Install Fleet on the node, write its environment and units, and start its workers."""
+def deploy(
+    c, role="workers", target=None, gpus=None, eval_procs=None, build_procs=None, max_campaigns=None, wheelhouse=None
+):
+    """Install Fleet on the node, write its environment and units, and start its workers or driver."""
     node = node_layout(c)
     # Everything that can refuse does so before the node changes.
+    roles = parse_roles(role)
     values = node_environment(c.original_host, node, target=target, gpus=gpus)
     wheels = build_wheelhouse(Path(wheelhouse) if wheelhouse else None)
     check_python(c, wheels)
     _ensure_user(c, node)
-    # Stopped first (warmly): a running worker must not import from a virtual environment being replaced.
-    stop_workers(c, node)
+    # Stopped first (warmly): a running process must not import from a virtual environment being replaced.
+    stop_node(c, node)
     version = install(c, node, wheels)
     configure(
         c,
         node,
         values,
+        roles=roles,
         target=target,
         gpus=gpus,
         eval_procs=int(eval_procs) if eval_procs else None,
         build_procs=int(build_procs) if build_procs else None,
+        max_campaigns=int(max_campaigns) if max_campaigns else None,
     )
-    start_workers(c, node)
-    print(f"{c.original_host}: deployed {version} ({'systemd' if node.systemd else 'supervisor'}, {node.prefix})")
+    start_node(c, node)
+    mode = "systemd" if node.systemd else "supervisor"
+    print(f"{c.original_host}: deployed {version} ({mode}, {node.prefix}; {' and '.join(roles)})")
 
 
 @task(help={"wheelhouse": "Install from this wheelhouse instead of building one."})
 def upgrade(c, wheelhouse=None):
-    """Install a new build of Fleet and restart the workers (warmly); the environment file stays."""
+    """Install a new build of Fleet and restart the workers and driver (warmly); the environment file stays."""
     node = node_layout(c)
     wheels = build_wheelhouse(Path(wheelhouse) if wheelhouse else None)
     check_python(c, wheels)
-    stop_workers(c, node)
+    stop_node(c, node)
     version = install(c, node, wheels)
-    start_workers(c, node)
+    start_node(c, node)
     print(f"{c.original_host}: upgraded to {version}")
 
 
 @task
 def start(c):
-    """Start the node's workers."""
-    start_workers(c, node_layout(c))
+    """Start the node's workers or driver."""
+    start_node(c, node_layout(c))
 
 
 @task
 def stop(c):
-    """Stop the node's workers; each finishes its current measurement first."""
-    stop_workers(c, node_layout(c))
+    """Stop the node's workers and driver; each worker finishes its current measurement first."""
+    stop_node(c, node_layout(c))
 
 
 @task
 def restart(c):
-    """Stop the workers warmly, then start them."""
+    """Stop the workers and driver warmly, then start them."""
     node = node_layout(c)
-    stop_workers(c, node)
-    start_workers(c, node)
+    stop_node(c, node)
+    start_node(c, node)
 
 
 @task
 def status(c):
-    """Whether the node's workers run."""
+    """Whether the node's workers and driver run."""
     node = node_layout(c)
     if node.systemd:
         c.run(f"systemctl --no-pager status {_units(c, node)}")
         return
-    pid = _running_pid(c, node)
-    print(f"{c.original_host}: running (pid {pid})" if pid else f"{c.original_host}: stopped")
+    for role in _roles(c, node):
+        pid = _running_pid(c, node, role)
+        print(f"{c.original_host}: {role} running (pid {pid})" if pid else f"{c.original_host}: {role} stopped")
 
 
 @task(help={"lines": "How many lines of each log."})
 def logs(c, lines=50):
-    """The last lines of the node's worker logs."""
+    """The last lines of the node's worker and driver logs."""
     node = node_layout(c)
     if node.systemd:
         c.run(f"journalctl --no-pager -n {int(lines)} {' '.join('-u ' + u for u in _units(c, node).split())}")

@@ -148,15 +148,15 @@ class SshHosts:
     def clean_homes(self) -> None:
         """Remove what an earlier run deployed into the users' homes (Fleet lives in ~/fleet).
 
-        A launcher an interrupted run left behind is stopped first, by the pid its deploy recorded.
+        A launcher or driver an interrupted run left behind is stopped first, by the pid its deploy recorded.
         """
         for host in self.hosts:
-            pid_file = host.home / "fleet" / "run" / "worker.pid"
-            with contextlib.suppress(OSError, ValueError):
-                pid = int(pid_file.read_text().strip())
-                # Only if that pid is still the host user's process, not a stranger that reused it.
-                if Path(f"/proc/{pid}").stat().st_uid == pwd.getpwnam(host.user).pw_uid:
-                    os.kill(pid, signal.SIGKILL)
+            for pid_file in (host.home / "fleet" / "run").glob("*.pid"):
+                with contextlib.suppress(OSError, ValueError):
+                    pid = int(pid_file.read_text().strip())
+                    # Only if that pid is still the host user's process, not a stranger that reused it.
+                    if Path(f"/proc/{pid}").stat().st_uid == pwd.getpwnam(host.user).pw_uid:
+                        os.kill(pid, signal.SIGKILL)
             shutil.rmtree(host.home / "fleet", ignore_errors=True)
 
     def start(self) -> SshHosts:

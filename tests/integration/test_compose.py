@@ -61,7 +61,8 @@ def test_docker_compose_resolves_the_file_with_the_example_environment() -> None
     assert done.returncode == 0, done.stderr
     resolved = yaml.safe_load(done.stdout)
     services = resolved["services"]
-    assert set(services) == readme_services() == {"postgres", "redis", "migrate", "flower", "worker", "gpu-worker"}
+    expected = {"postgres", "redis", "migrate", "flower", "worker", "driver", "gpu-worker"}
+    assert set(services) == readme_services() == expected
     # Secrets come from the environment file and reach the URLs; Flower is on loopback by default.
     assert services["worker"]["environment"]["FLEET_BROKER_URL"] == "redis://:change-me-redis@redis:6379/0"
     assert services["flower"]["environment"]["FLOWER_BASIC_AUTH"] == "fleet:change-me-flower"
@@ -71,6 +72,13 @@ def test_docker_compose_resolves_the_file_with_the_example_environment() -> None
     assert services["worker"]["stop_grace_period"] == "15m"
     assert services["worker"]["environment"]["FLEET_STOP_TIMEOUT"] == "840"
     assert services["worker"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    # The driver: the workers' environment and dependencies (the database through migrate, and the broker).
+    driver = services["driver"]
+    assert driver["command"] == ["fleet", "driver"] and driver["restart"] == "unless-stopped"
+    assert driver["environment"] == services["worker"]["environment"]
+    assert driver["depends_on"] == services["worker"]["depends_on"]
+    assert set(driver["depends_on"]) == {"migrate", "redis"}
+    assert "hostname" not in driver and "deploy" not in driver  # several may run; no GPU
     assert "pgdata:/var/lib/postgresql/data:rw" in services["postgres"]["volumes"] and "pgdata" in resolved["volumes"]
     devices = services["gpu-worker"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"][0] == "gpu" and services["gpu-worker"]["profiles"] == ["gpu"]

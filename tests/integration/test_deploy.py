@@ -1,20 +1,22 @@
 """deploy/fabfile.py against real SSH hosts on loopback (tests/sshhosts.py): deploy, status, a campaign on
-the deployed workers, a redeploy that keeps the artifact cache, and a stop that lets the running
-measurement finish. The hosts have no systemd, so this is the fabfile's supervisor mode; the systemd units
-it would install are checked with ``systemd-analyze verify``."""
+the deployed workers, a redeploy that keeps the artifact cache, a stop that lets the running measurement
+finish, and a driver deployed to a third host that drives a submitted campaign and lets go of it when
+stopped. The hosts have no systemd, so this is the fabfile's supervisor mode; the systemd units it would
+install are checked with ``systemd-analyze verify``."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from tests.sshhosts import SshHosts, ssh_hosts  # noqa: F401  (the fixture)
 
 FAB = Path(sys.executable).parent / "fab"
 NODES = ("fleetnode1", "fleetnode2")
+DRIVER_NODE = "fleetnode3"  # a head node: the driver alone, no workers
 
 
 def load_fabfile():  # type: ignore[no-untyped-def]
@@ -66,10 +69,10 @@ class Deployment:
         assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
         return done
 
-    def tune(self, spec: dict, *args: str) -> subprocess.CompletedProcess[str]:
-        path = write_spec(self.home, spec)
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``fleet ARGS`` here, against the deployment's database and broker."""
         return subprocess.run(
-            [sys.executable, "-m", "fleet.cli", "tune", str(path), "--no-local", "--json", *args],
+            [sys.executable, "-m", "fleet.cli", *args],
             env=self.env,
             cwd=self.home,
             capture_output=True,
@@ -77,6 +80,9 @@ class Deployment:
             timeout=300,
             check=False,
         )
+
+    def tune(self, spec: dict, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.cli("tune", str(write_spec(self.home, spec)), "--no-local", "--json", *args)
 
     def live_workers(self) -> set[str]:
         # A generous window: the machine running the tests is shared and a heartbeat may come late.
@@ -249,7 +255,7 @@ def test_fab_stop_lets_the_running_measurement_finish(deployment: Deployment) ->
     assert count == 1
     status = deployment.fab("status")
     assert [line for line in status.stdout.splitlines() if line.endswith("stopped")] == [
-        f"{node}: stopped" for node in NODES
+        f"{node}: workers stopped" for node in NODES
     ]
     for node in NODES:
         assert deployment.hosts[node].run("pgrep -u $(id -u) -f 'celery -A fleet.tasks'").returncode == 1
@@ -258,6 +264,84 @@ def test_fab_stop_lets_the_running_measurement_finish(deployment: Deployment) ->
     assert started.returncode == 0, started.stderr
     for node in NODES:
         assert _wait_registered(deployment, node)
+
+
+def test_deploy_driver_role_drives_submitted_campaigns_and_lets_go_on_stop(deployment: Deployment) -> None:
+    node, host = DRIVER_NODE, deployment.hosts[DRIVER_NODE]
+    deployed = deployment.fab(
+        "deploy",
+        "--role",
+        "driver",
+        "--max-campaigns",
+        "4",
+        "--wheelhouse",
+        str(deployment.wheelhouse),
+        hosts=(node,),
+        env={"FLEET_DRIVER_LEASE_SECONDS": "20"},
+    )
+    try:
+        assert deployed.returncode == 0, f"{deployed.stdout}\n{deployed.stderr}"
+        assert f"{node}: driver started (pid " in deployed.stdout
+        assert "supervisor" in deployed.stdout and deployed.stdout.rstrip().endswith("; driver)")
+        # The workers' environment file, with the driver's lease passed on; the node runs the driver alone.
+        env_file = host.run("stat -c '%a %U' ~/fleet/node.env && cat ~/fleet/node.env").stdout.splitlines()
+        assert env_file[0] == f"600 {node}"
+        for line in ("FLEET_DATABASE_URL", "FLEET_BROKER_URL"):
+            assert f"{line}='{deployment.env[line]}'" in env_file
+        assert f"FLEET_NODE_NAME='{node}'" in env_file and "FLEET_DRIVER_LEASE_SECONDS='20'" in env_file
+        assert host.run("cat ~/fleet/roles").stdout == "driver\n"
+        # `fleet driver` from the node's virtual environment, as the node's unprivileged user, named after it.
+        processes = host.run("ps -o args= -u $(id -u) | grep '[f]leet driver'").stdout
+        assert f"{host.home}/fleet/venv/bin/fleet driver --name driver@{node} --max-campaigns 4" in processes
+        assert "celery" not in host.run("ps -o args= -u $(id -u)").stdout
+        assert _wait(lambda: _live_driver(deployment, node), 60), "the driver did not register"
+        status = deployment.fab("status", hosts=(node,))
+        assert [line.split(" (")[0] for line in status.stdout.splitlines()] == [f"{node}: driver running"]
+
+        # A campaign handed to the fleet: the deployed driver takes it, the deployed workers measure it.
+        spec = write_spec(
+            deployment.home,
+            script_spec(deployment.home, deployment.target, ["sleep4", "sleep6"], "driven"),
+            "driven.json",
+        )
+        submitted = deployment.cli("submit", str(spec))
+        assert submitted.returncode == 0, submitted.stderr
+        assert "no `fleet driver` is running" not in submitted.stderr
+        assert _wait(lambda: deployment.store.campaign("driven").driver == f"driver@{node}", 60)
+
+        # fab stop sends SIGTERM: the driver lets go of the campaign at once, for another driver to take.
+        stopped = deployment.fab("stop", hosts=(node,))
+        assert stopped.returncode == 0, f"{stopped.stdout}\n{stopped.stderr}"
+        assert f"{node}: driver stopped" in stopped.stdout
+        campaign = deployment.store.campaign("driven")
+        assert (campaign.status, campaign.driver) == ("running", None)
+        assert host.run("pgrep -u $(id -u) -f 'fleet driver'").returncode == 1
+        assert not _live_driver(deployment, node)
+
+        # fab start brings it back, and it drives the campaign to its end.
+        started = deployment.fab("start", hosts=(node,))
+        assert started.returncode == 0, started.stderr
+        assert _wait(lambda: deployment.store.campaign("driven").status == "done", 180), "the campaign did not end"
+        counts = deployment.store.trial_counts(deployment.store.campaign("driven").id)
+        assert counts == {"evaluated": 2}
+        logs = deployment.fab("logs", "--lines", "200", hosts=(node,))
+        assert logs.returncode == 0, logs.stderr
+        assert logs.stdout.count(f"driver@{node}: took campaign 'driven'") == 2
+    finally:
+        deployment.fab("stop", hosts=(node,))
+
+
+def _live_driver(deployment: Deployment, node: str) -> bool:
+    return any(w.name == f"driver@{node}" for w in deployment.store.workers(role="driver", within=30))
+
+
+def _wait(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def test_deploy_refuses_without_the_urls(deployment: Deployment) -> None:
@@ -310,6 +394,43 @@ def test_systemd_units_verify(tmp_path: Path) -> None:
     assert fabfile.unit_names([0, 1]) == ["fleet-eval@0.service", "fleet-eval@1.service", "fleet-build.service"]
     cpu = fabfile.render_units(node, ["--target", "cpu-x86_64", "--eval-procs", "2"], [], 900)
     assert set(cpu) == {"fleet-eval.service", "fleet-build.service"}
+
+
+def test_driver_unit_verifies(tmp_path: Path) -> None:
+    """The driver's unit: `fleet driver` as the node's unprivileged user with its environment file, stopped by
+    SIGTERM within a minute, started with the workers' or alone."""
+    fabfile = load_fabfile()
+    node = fabfile.Node(True, str(tmp_path / "opt"), str(tmp_path / "node.env"), "fleet")
+    args = fabfile.driver_args("head1", 8)
+    unit = fabfile.render_driver_unit(node, args)
+    lines = unit.splitlines()
+    assert f"ExecStart={tmp_path}/opt/venv/bin/fleet driver --name driver@head1 --max-campaigns 8" in lines
+    assert {"User=fleet", "Group=fleet", f"EnvironmentFile={tmp_path}/node.env"} <= set(lines)
+    assert {"KillSignal=SIGTERM", "TimeoutStopSec=60", "NoNewPrivileges=yes", "ProtectSystem=strict"} <= set(lines)
+    assert not re.search(r"@[A-Z_]+@", unit)  # every placeholder filled
+    assert fabfile.unit_names([], ["driver"]) == ["fleet-driver.service"]
+    assert fabfile.unit_names([0], ["workers", "driver"])[-2:] == ["fleet-build.service", "fleet-driver.service"]
+    assert fabfile.parse_roles("driver,workers") == ["workers", "driver"]
+    with pytest.raises(fabfile.Exit):
+        fabfile.parse_roles("drivers")
+
+    # systemd-analyze checks the user exists: verify the same unit for root, which does.
+    (tmp_path / "opt" / "venv" / "bin").mkdir(parents=True)
+    shutil.copy(Path(sys.executable).parent / "fleet", tmp_path / "opt" / "venv" / "bin" / "fleet")
+    (tmp_path / "opt" / "home").mkdir()
+    (tmp_path / "node.env").write_text("FLEET_HOME='/tmp'\n")
+    root = fabfile.Node(True, str(tmp_path / "opt"), str(tmp_path / "node.env"), "root")
+    (tmp_path / "fleet-driver.service").write_text(fabfile.render_driver_unit(root, args))
+    systemd_analyze = shutil.which("systemd-analyze")
+    assert systemd_analyze, "run scripts/install-services (Debian's systemd provides systemd-analyze)"
+    done = subprocess.run(
+        [systemd_analyze, "verify", str(tmp_path / "fleet-driver.service")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_worker_roles_and_node_name_for_the_units() -> None:
