@@ -161,6 +161,7 @@ def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> float:
         warm = Driver(store, campaign, send, window=1)
         warm.feeds[0].proposals = (c for c in [{"i": trials}])
         warm.run()
+        store.set_campaign_status(campaign.id, "running")  # the warm-up ended it; the measured run goes on
         driver = Driver(store, campaign, send, window=min(trials, 1024))
         driver.feeds[0].proposals = ({"i": i} for i in range(trials))
         start = time.perf_counter()
