@@ -66,7 +66,7 @@ class DriverService:
         """Appear in ``fleet status`` beside the workers, with the role ``driver``."""
         self.store.register_worker(
             name=self.name,
-            hostname=socket.gethostname(),
+            hostname=os.environ.get("FLEET_NODE_NAME") or socket.gethostname(),  # the name `fab deploy` used
             role="driver",
             target="-",
             queues=[],

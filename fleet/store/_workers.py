@@ -41,7 +41,8 @@ class WorkerStore(StoreBase):
             # Locked: the workers of one node register together, and each adds its target to the list.
             machine = session.scalar(select(Machine).where(Machine.hostname == hostname).with_for_update())
             assert machine is not None
-            machine.targets = sorted(set(machine.targets) | {target})
+            # A driver serves every target: it adds none to its machine's.
+            machine.targets = sorted(set(machine.targets) | ({target} if role != "driver" else set()))
             machine.gpus = gpus or machine.gpus
             machine.cpus, machine.last_seen = cpus, now
             self._insert_ignore(
