@@ -42,8 +42,8 @@ def anneal_step(ctx: WorkerContext, chain_id: int, step: int) -> int | None:
     if chain.state != "running" or chain.step != step:
         return None  # a duplicate of a step already recorded
     campaign = ctx.store.campaign(chain.campaign_id)
-    if campaign.status != "running":
-        return None  # paused (its driver sends the step again on resume) or cancelled
+    if campaign.status in ("paused", "cancelled"):
+        return None  # a paused campaign's driver sends the step again on resume
     space = Space.from_dict(campaign.space)
     workload = ctx.workload(campaign.id, campaign.workload)
     options = campaign.strategy.get("options") or {}
