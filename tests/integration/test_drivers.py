@@ -109,7 +109,7 @@ def test_a_sigkilled_driver_of_a_dynamic_campaign_is_replaced_and_no_trial_is_lo
     assert campaign(fleet, "dynamic").driver == "driver-a"
     shown = fleet.cli("status", check=True).stdout
     assert "driven by driver-a, priority 1" in shown
-    assert any(line.split()[0] == "driver-a" and line.endswith("drives dynamic") for line in shown.splitlines())
+    assert any(line.split()[:1] == ["driver-a"] and line.endswith("drives dynamic") for line in shown.splitlines())
 
     first.send_signal(signal.SIGKILL)
     first.wait()
