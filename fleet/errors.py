@@ -39,3 +39,17 @@ class DriverLineError(SpecError):
 
 class MIOpenDbError(FleetError):
     """A find-db, perf-db or kernel-db file (or key) that cannot be read or written."""
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``value`` as an error message may quote it: ``repr`` (so a newline or an escape code is written as
+    ``\\n`` or ``\\x1b``, never reaching the terminal raw), cut to ``limit`` characters with ``...``.
+
+    User input goes into messages through here, so that a 10 000-character name or a 5 000-digit number still
+    makes one readable line.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        # repr of a large integer costs time (and fails above 4300 digits); its size is what matters.
+        return f"<an integer of {value.bit_length()} bits>"
+    text = repr(value[: limit + 1] if isinstance(value, str) else value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

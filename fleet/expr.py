@@ -11,26 +11,89 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fleet.errors import SpecError
+from fleet.errors import SpecError, shown
 
 
 class Undefined(Exception):
-    """The expression has no value for these values: a zero divisor, an overflow, a huge power."""
+    """The expression has no value for these values: a zero divisor, an overflow, a string multiplied."""
 
 
-MAX_EXPONENT = 64
+class TooCostly(Undefined):
+    """Evaluating the expression for these values would pass the cost bound (see :data:`MAX_BITS` and the rest).
+
+    A configuration it happens for is invalid, so that no search ever hangs on one; a spec whose constraints
+    pass the bound on a sampled configuration is refused when it is loaded
+    (:meth:`fleet.space.Space.check_constraints`).
+    """
+
+
+class IllTyped(Undefined):
+    """The expression combines values that do not go together, such as a string compared with a number."""
+
+
+# The cost bound. A constraint is a test of knob values, not a computation: each of these is far above
+# what one needs, and low enough that no evaluation takes more than a few milliseconds.
+MAX_LENGTH = 4096
+"""Characters of one expression's source."""
+MAX_DEPTH = 100
+"""Nesting of one expression's tree: the evaluator recurses once per level."""
+MAX_BITS = 4096
+"""Bits of an integer value, intermediate ones included (``2**4096`` has 4097): a power tower stops here."""
+MAX_ITEMS = 4096
+"""Items of a tuple or characters of a string that an operation makes (``(1,) * n``, ``s + s``)."""
+MAX_STEPS = 10_000
+"""Work of one evaluation: nodes visited plus items of the sequences made, compared or searched."""
+
+
+class _Budget:
+    """The steps one evaluation has left."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_STEPS
+
+    def spend(self, steps: int) -> None:
+        self.left -= steps
+        if self.left < 0:
+            raise TooCostly(f"it takes more than {MAX_STEPS} steps")
+
+
+def _bits(value: Any) -> int:
+    return value.bit_length() if isinstance(value, int) else 0
+
+
+def _checked(value: Any) -> Any:
+    """``value`` if it is within the bound on sizes, else :class:`TooCostly`."""
+    if isinstance(value, int) and value.bit_length() > MAX_BITS:
+        raise TooCostly(f"an intermediate integer has more than {MAX_BITS} bits")
+    if isinstance(value, str | tuple) and len(value) > MAX_ITEMS:
+        raise TooCostly(f"an intermediate {type(value).__name__} has more than {MAX_ITEMS} items")
+    if isinstance(value, complex):
+        # A fractional power of a negative number: no real value, like a zero divisor.
+        raise Undefined("a complex number")
+    return value
 
 
 def _power(base: Any, exponent: Any) -> Any:
-    # Unbounded powers hang inside one C call that no timeout interrupts.
-    if isinstance(exponent, int | float) and abs(exponent) > MAX_EXPONENT:
-        raise Undefined(f"exponent {exponent} is larger than {MAX_EXPONENT}")
+    # An integer power is computed in one C call that no timeout interrupts, so its size is bounded before it
+    # starts: (bits - 1) * exponent is a lower bound of the result's bits. Each power of a tower is checked, and
+    # each result too, so the bound holds for the whole tower, not only for each exponent alone.
+    ints = isinstance(base, int) and isinstance(exponent, int)
+    if ints and exponent > 0 and abs(base) > 1 and (base.bit_length() - 1) * exponent >= MAX_BITS:
+        raise TooCostly(f"a power has more than {MAX_BITS} bits")
     return operator.pow(base, exponent)
 
 
 def _multiply(a: Any, b: Any) -> Any:
     if isinstance(a, str) or isinstance(b, str):
         raise Undefined("strings cannot be multiplied")
+    if isinstance(a, int) and isinstance(b, int) and a.bit_length() + b.bit_length() > MAX_BITS + 1:
+        raise TooCostly(f"a product has more than {MAX_BITS} bits")
+    for sequence, count in ((a, b), (b, a)):
+        # (1,) * 2**40 would fill the memory before any check of its result.
+        if isinstance(sequence, tuple) and isinstance(count, int) and len(sequence) * max(count, 0) > MAX_ITEMS:
+            raise TooCostly(f"a repeated tuple has more than {MAX_ITEMS} items")
     return operator.mul(a, b)
 
 
@@ -68,10 +131,17 @@ class Expression:
 
     def __init__(self, text: str) -> None:
         self.text = text
+        if not isinstance(text, str):
+            raise SpecError(f"a constraint is a string, not {type(text).__name__}")
+        if len(text) > MAX_LENGTH:
+            raise SpecError(f"constraint {shown(text)} is longer than {MAX_LENGTH} characters")
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as error:
-            raise SpecError(f"constraint {text!r} is not an expression: {error.msg}") from None
+            raise SpecError(f"constraint {shown(text)} is not an expression: {error.msg}") from None
+        except (ValueError, RecursionError, MemoryError):
+            # Python's parser gives up on deep nesting (50 000 unary minus signs) with these, not SyntaxError.
+            raise SpecError(f"constraint {shown(text)} is nested too deeply") from None
         self._check(tree.body)
         self._tree = tree.body
         self.names = frozenset(
@@ -97,24 +167,43 @@ class Expression:
             *_UNARY,
             *_COMPARE,
         )
-        for child in ast.walk(node):
+        depths = [(node, 1)]
+        while depths:
+            child, depth = depths.pop()
+            if depth > MAX_DEPTH:
+                raise SpecError(f"constraint {shown(self.text)} is nested more than {MAX_DEPTH} deep")
+            depths.extend((grandchild, depth + 1) for grandchild in ast.iter_child_nodes(child))
             if not isinstance(child, allowed):
-                raise SpecError(f"constraint {self.text!r}: {type(child).__name__} is not allowed")
+                raise SpecError(f"constraint {shown(self.text)}: {type(child).__name__} is not allowed")
             if isinstance(child, ast.Call) and not (
                 isinstance(child.func, ast.Name) and child.func.id in _FUNCTIONS and not child.keywords
             ):
-                raise SpecError(f"constraint {self.text!r}: only min(), max() and abs() may be called")
+                raise SpecError(f"constraint {shown(self.text)}: only min(), max() and abs() may be called")
             if isinstance(child, ast.Constant) and not isinstance(child.value, bool | int | float | str):
-                raise SpecError(f"constraint {self.text!r}: {child.value!r} is not a number, bool or string")
+                raise SpecError(f"constraint {shown(self.text)}: {shown(child.value)} is not a number, bool or string")
+            if isinstance(child, ast.Constant) and _bits(child.value) > MAX_BITS:
+                raise SpecError(f"constraint {shown(self.text)}: a number has more than {MAX_BITS} bits")
 
     def __call__(self, values: Mapping[str, Any]) -> Any:
-        return _evaluate(self._tree, values, self.text)
+        """The expression's value for ``values``.
+
+        Raises :class:`Undefined` (or its :class:`TooCostly` or :class:`IllTyped`) where it has none, and
+        :class:`SpecError` for a name that ``values`` lacks.
+        """
+        return self.measure(values)[0]
+
+    def measure(self, values: Mapping[str, Any]) -> tuple[Any, int]:
+        """The expression's value for ``values`` and the steps it took (at most :data:`MAX_STEPS`)."""
+        budget = _Budget()
+        value = _evaluate(self._tree, values, self.text, budget)
+        return value, MAX_STEPS - budget.left
 
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
 
 
-def _evaluate(node: ast.AST, values: Mapping[str, Any], text: str) -> Any:
+def _evaluate(node: ast.AST, values: Mapping[str, Any], text: str, budget: _Budget) -> Any:
+    budget.spend(1)
     match node:
         case ast.Constant(value=value):
             return value
@@ -122,31 +211,46 @@ def _evaluate(node: ast.AST, values: Mapping[str, Any], text: str) -> Any:
             try:
                 return values[name]
             except KeyError:
-                raise SpecError(f"constraint {text!r} names {name!r}, which is not a knob") from None
+                raise SpecError(f"constraint {shown(text)} names {name!r}, which is not a knob") from None
         case ast.Tuple(elts=items) | ast.List(elts=items):
-            return tuple(_evaluate(item, values, text) for item in items)
+            return tuple(_evaluate(item, values, text, budget) for item in items)
         case ast.UnaryOp(op=op, operand=operand):
-            return _UNARY[type(op)](_evaluate(operand, values, text))
+            return _apply(_UNARY[type(op)], budget, _evaluate(operand, values, text, budget))
         case ast.BinOp(left=left, op=op, right=right):
-            try:
-                return _BINARY[type(op)](_evaluate(left, values, text), _evaluate(right, values, text))
-            except (ZeroDivisionError, OverflowError):
-                # A zero divisor makes the configuration meaningless rather than the spec wrong.
-                raise Undefined(text) from None
+            left_value = _evaluate(left, values, text, budget)
+            return _apply(_BINARY[type(op)], budget, left_value, _evaluate(right, values, text, budget))
         case ast.BoolOp(op=ast.And(), values=items):
-            return all(_evaluate(item, values, text) for item in items)
+            return all(_evaluate(item, values, text, budget) for item in items)
         case ast.BoolOp(op=ast.Or(), values=items):
-            return any(_evaluate(item, values, text) for item in items)
+            return any(_evaluate(item, values, text, budget) for item in items)
         case ast.Compare(left=left, ops=ops, comparators=comparators):
-            current = _evaluate(left, values, text)
+            current = _evaluate(left, values, text, budget)
             for op, comparator in zip(ops, comparators, strict=True):
-                right = _evaluate(comparator, values, text)
-                if not _COMPARE[type(op)](current, right):
+                right = _evaluate(comparator, values, text, budget)
+                if not _apply(_COMPARE[type(op)], budget, current, right):
                     return False
                 current = right
             return True
         case ast.IfExp(test=test, body=body, orelse=orelse):
-            return _evaluate(body if _evaluate(test, values, text) else orelse, values, text)
+            return _evaluate(body if _evaluate(test, values, text, budget) else orelse, values, text, budget)
         case ast.Call(func=ast.Name(id=name), args=args):
-            return _FUNCTIONS[name](*(_evaluate(arg, values, text) for arg in args))
-    raise SpecError(f"constraint {text!r}: cannot evaluate {ast.dump(node)}")
+            return _apply(_FUNCTIONS[name], budget, *(_evaluate(arg, values, text, budget) for arg in args))
+    raise SpecError(f"constraint {shown(text)}: cannot evaluate {type(node).__name__}")
+
+
+def _apply(function: Callable[..., Any], budget: _Budget, *arguments: Any) -> Any:
+    """``function(*arguments)`` within the cost bound, its failures turned into :class:`Undefined`."""
+    # Comparing, searching and taking the min of sequences costs their length.
+    budget.spend(sum(len(a) for a in arguments if isinstance(a, str | tuple)))
+    try:
+        result = _checked(function(*arguments))
+    except (ZeroDivisionError, OverflowError):
+        # A zero divisor makes the configuration meaningless rather than the spec wrong.
+        raise Undefined("a zero divisor or an overflow") from None
+    except (TypeError, ValueError) as error:
+        # Such as 1 < "a", or min() of nothing: like a zero divisor, the values are wrong, not the spec (a knob
+        # of strings and numbers may be constrained by a test meant for its numbers).
+        raise IllTyped(str(error)) from None
+    if isinstance(result, str | tuple):
+        budget.spend(len(result))
+    return result

@@ -10,12 +10,13 @@ import hashlib
 import itertools
 import json
 import math
+import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet.errors import SpecError
-from fleet.expr import Expression, Undefined
+from fleet.errors import SpecError, shown
+from fleet.expr import Expression, TooCostly, Undefined
 
 Value = bool | int | float | str
 Config = dict[str, Value]
@@ -41,13 +42,37 @@ def _is_build(knob: Any) -> bool:
     return knob.get("build", True) if isinstance(knob, Mapping) else True
 
 
+MAX_CONSTRAINTS = 100
+"""Constraints of one space: each is evaluated for every configuration a search looks at."""
+MAX_INTEGER_BITS = 64
+"""Integers among values fit in 64 bits: a 5000-digit one cannot even be written as text (Python's limit is 4300)."""
+
+
 def check_value(where: str, value: Any) -> Value:
     """Return ``value`` if it is a bool, a finite number or a string, else raise :class:`SpecError`."""
-    if isinstance(value, bool | str | int):
+    if isinstance(value, bool):
         return value
+    if isinstance(value, int):
+        if value.bit_length() > MAX_INTEGER_BITS:
+            raise SpecError(f"{where}: {shown(value)} is larger than an integer of {MAX_INTEGER_BITS} bits")
+        return value
+    if isinstance(value, str):
+        return check_text(where, value)
     if isinstance(value, float) and math.isfinite(value):
         return value
-    raise SpecError(f"{where}: {value!r} is not a bool, number or string")
+    raise SpecError(f"{where}: {shown(value)} is not a bool, number or string")
+
+
+def check_text(where: str, text: str) -> str:
+    """``text`` if it can be stored: no NUL (PostgreSQL refuses it) and no lone surrogate (not UTF-8)."""
+    if "\0" in text:
+        raise SpecError(f"{where}: {shown(text)} holds a NUL character")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        # JSON's "\ud800" reads as a lone surrogate, which neither UTF-8 nor the database can hold.
+        raise SpecError(f"{where}: {shown(text)} is not valid Unicode (a lone surrogate)") from None
+    return text
 
 
 @dataclass(frozen=True)
@@ -106,6 +131,8 @@ class Space:
         names = [k.name for k in self.knobs]
         if len(set(names)) != len(names):
             raise SpecError("the space names a knob twice")
+        if len(self.constraints) > MAX_CONSTRAINTS:
+            raise SpecError(f"the space has {len(self.constraints)} constraints; at most {MAX_CONSTRAINTS} are allowed")
         for constraint in self.constraints:
             unknown = constraint.names - set(names) - set(self.base)
             if unknown:
@@ -153,6 +180,61 @@ class Space:
         except Undefined:
             return False
         return self.predicate is None or bool(self.predicate(dict(values)))
+
+    SAMPLE = 256
+    """Configurations :meth:`check_constraints` evaluates the constraints on, at most."""
+    CHECK_STEPS = 500_000
+    """Steps after which :meth:`check_constraints` stops sampling: well under a second, whatever the constraints."""
+
+    def sample(self, count: int) -> list[Config]:
+        """Up to ``count`` configurations of the unconstrained product, the same ones every time: all of them
+        when there are no more, else the first and the last, each value of each knob (as far as ``count``
+        allows) and random ones, drawn with a seed of the space's size.
+        """
+        size = self.size
+        if size <= count:
+            return [self.decode(index) for index in range(size)]
+        chance = random.Random(size)
+        indices = dict.fromkeys([0, size - 1])
+        stride = 1
+        for knob in reversed(self.knobs):
+            # Value ``position`` of this knob, the others' values drawn: knobs after it vary within ``stride``.
+            above = size // (stride * len(knob.values))
+            for position in range(len(knob.values)):
+                high, low = chance.randrange(above), chance.randrange(stride)
+                indices.setdefault((high * len(knob.values) + position) * stride + low)
+            stride *= len(knob.values)
+        while len(indices) < count:
+            indices.setdefault(chance.randrange(size))
+        return [self.decode(index) for index in list(indices)[:count]]
+
+    def check_constraints(self) -> None:
+        """Refuse constraints that pass the cost bound (:mod:`fleet.expr`) on a sampled configuration.
+
+        Each is evaluated as :meth:`is_valid` does, in order until one is false, on :meth:`sample`; on fewer
+        configurations when they are costly, so that the check itself takes well under a second.
+        """
+        if not self.constraints:
+            return
+        spent = 0
+        for config in self.sample(self.SAMPLE):
+            values = {**self.base, **config}
+            for constraint in self.constraints:
+                try:
+                    value, steps = constraint.measure(values)
+                except TooCostly as error:
+                    at = " ".join(f"{name}={shown(value, 24)}" for name, value in config.items())
+                    at = at if len(at) <= 160 else at[:157] + "..."
+                    raise SpecError(
+                        f"constraint {shown(constraint.text)} cannot be evaluated at {at}: {error}"
+                    ) from None
+                except Undefined:
+                    break
+                spent += steps
+                if not value:
+                    break
+            if spent > self.CHECK_STEPS:
+                return
 
     def __iter__(self) -> Iterator[Config]:
         """Every valid configuration, build-time knobs varying slowest."""
