@@ -90,10 +90,16 @@ class Settings:
         home = Path(env["FLEET_HOME"]).absolute() if env.get("FLEET_HOME") else find_home(Path.cwd())
         database_url = env.get("FLEET_DATABASE_URL", "")
         broker_url = env.get("FLEET_BROKER_URL", "")
-        if database_url and not database_url.startswith(("postgresql", "sqlite")):
-            raise ConfigurationError(f"FLEET_DATABASE_URL={database_url!r}: expected a postgresql:// or sqlite:/// URL")
-        if broker_url and not broker_url.startswith(("redis://", "rediss://", "redis+socket://", "filesystem://")):
-            raise ConfigurationError(f"FLEET_BROKER_URL={broker_url!r}: expected a redis:// URL")
+        if database_url and not (database_url.startswith(("postgresql", "sqlite")) and _readable(database_url)):
+            raise ConfigurationError(
+                f"FLEET_DATABASE_URL={_quoted(database_url)}: expected a postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
+                "or sqlite:///PATH URL"
+            )
+        redis = ("redis://", "rediss://", "redis+socket://", "filesystem://")
+        if broker_url and not (broker_url.startswith(redis) and _readable(broker_url)):
+            raise ConfigurationError(
+                f"FLEET_BROKER_URL={_quoted(broker_url)}: expected a redis://[:PASSWORD@]HOST:PORT/DB URL"
+            )
         if not broker_url:
             broker_url = _embedded_broker_url(home)
         return cls(
@@ -135,16 +141,39 @@ def _embedded_broker_url(home: Path) -> str:
     return "filesystem://"
 
 
+def _readable(url: str) -> bool:
+    """Whether ``url`` parses, port included, and holds no control character (which no driver accepts)."""
+    from urllib.parse import urlsplit
+
+    try:
+        port = urlsplit(url).port
+    except ValueError:  # "postgresql://::::", a port out of range, an unclosed "[" of an IPv6 address
+        return False
+    return url.isprintable() and (port is None or port > 0)
+
+
+def _quoted(url: str) -> str:
+    """``url`` quoted for a message (``repr``: one line), its password hidden, cut to 200 characters."""
+    text = repr(redact(url))
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def redact(url: str) -> str:
     """``url`` with its password, if any, replaced by ``***``: fit for messages and logs."""
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        port = parts.port
+    except ValueError:
+        # An URL that does not parse (its port is not a number): its password's place is not known either.
+        scheme, _, rest = url.partition("://")
+        return f"{scheme}://***@{rest.rpartition('@')[2]}" if "@" in rest else url
     user = parts.username or ""
     host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{user}:***@{host}" + (f":{port}" if port else "")
     return urlunsplit(parts._replace(netloc=netloc))
 
 
