@@ -28,6 +28,7 @@ from fleet.chains import ChainDriver
 from fleet.errors import FleetError, SpecError
 from fleet.settings import get_settings
 from fleet.spec import load_spec
+from fleet.spec.campaign import check_priority
 from fleet.store import Campaign, Measurement, Store, TrialRecord, TrialResult, connect
 
 
@@ -56,8 +57,12 @@ def submit(
     priority:
         The campaign's weight on its target's evaluation slots (default: the spec's, else 1).
     """
+    # The spec (and the priority) are checked whole before the store is opened: a bad one writes nothing.
+    campaign_spec = _spec(spec)
+    if priority is not None:
+        check_priority(priority)
     store = store or connect()
-    campaign = _submit(store, _spec(spec))
+    campaign = _submit(store, campaign_spec)
     store.submit_campaign(campaign.id, priority)
     return CampaignHandle(store, campaign.id)
 

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fleet.bundle import pack, read_files
-from fleet.errors import SpecError
+from fleet.errors import SpecError, shown
 from fleet.search import Searcher, make_searcher
-from fleet.space import Config, Space, check_value
+from fleet.space import Config, Space, check_text, check_value
 from fleet.space_files import load_space_file
+from fleet.spec.limits import KIND_LENGTH, NAME_LENGTH, PATH_LENGTH, SPEC_BYTES, TAG_LENGTH, check_json, check_label
 from fleet.spec.targets import check_target, cpu_target
 from fleet.spec.workloads import load_workload_spec
 
@@ -73,13 +75,26 @@ class CampaignSpec:
     searcher_factory: Callable[[Space], Searcher] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if not self.name or not isinstance(self.name, str):
+        # Everything is checked here, before anything is written: a spec that fails halfway through writing
+        # (a name too long for its column, a constraint that never ends) would leave a campaign behind.
+        if not self.name:
             raise SpecError("the campaign needs a name")
+        check_label("the campaign's name", self.name, NAME_LENGTH)
         check_target(self.target)
-        if not self.problems:
+        if not isinstance(self.problems, list) or not self.problems:
             raise SpecError("the campaign has no problems")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int | float) or not self.priority > 0:
-            raise SpecError(f"'priority' is a weight above 0, such as 1 or 3, not {self.priority!r}")
+        for index, problem in enumerate(self.problems):
+            _check_problem(index, problem)
+        if not isinstance(self.space, Space):
+            raise SpecError(f"the space must be a fleet.space.Space, not {type(self.space).__name__}")
+        check_priority(self.priority)
+        if not isinstance(self.strategy, Mapping):
+            raise SpecError(f"the strategy must be an object, not {shown(self.strategy)}")
+        if not isinstance(self.strategy.get("options", {}), Mapping):
+            raise SpecError(f"strategy 'options' must be an object, not {shown(self.strategy['options'])}")
+        if not isinstance(self.options, Mapping):
+            raise SpecError(f"'options' must be an object, not {shown(self.options)}")
+        check_json("the spec", self._stored())
         workload = load_workload_spec(self.workload)
         for problem in self.problems:
             workload.check(self.space.names, problem.params)
@@ -104,6 +119,17 @@ class CampaignSpec:
                 if key not in self.space.names:
                     raise SpecError(f"baseline names {key!r}, which is not a knob")
                 check_value(f"baseline {key!r}", value)
+        self.space.check_constraints()
+
+    def _stored(self) -> dict[str, Any]:
+        """What the store keeps of the spec besides problems and names: it must all be JSON it can hold."""
+        return {
+            "space": self.space.to_dict(),
+            "strategy": self.strategy,
+            "workload": self.workload,
+            "baseline": self.baseline,
+            "options": self.options,
+        }
 
     @property
     def maximize(self) -> bool:
@@ -112,7 +138,32 @@ class CampaignSpec:
 
 def chains_on_fleet(strategy: Mapping[str, Any]) -> bool:
     """Whether a strategy runs as annealing chains on the fleet (see :mod:`fleet.chains`)."""
-    return strategy.get("name") == "anneal" and bool((strategy.get("options") or {}).get("on_fleet"))
+    options = strategy.get("options")
+    return strategy.get("name") == "anneal" and isinstance(options, Mapping) and bool(options.get("on_fleet"))
+
+
+def check_priority(priority: Any) -> float:
+    """``priority`` if it is a finite weight above 0, else SpecError (NaN and infinity would break the shares)."""
+    if isinstance(priority, bool) or not isinstance(priority, int | float) or not 0 < priority < math.inf:
+        raise SpecError(f"'priority' is a weight above 0, such as 1 or 3, not {shown(priority)}")
+    return priority
+
+
+def _check_problem(index: int, problem: Any) -> None:
+    if not isinstance(problem, ProblemSpec):
+        raise SpecError(f"problem {index}: must be a fleet.spec.ProblemSpec, not {type(problem).__name__}")
+    check_label(f"problem {index}: the kind", problem.kind, KIND_LENGTH)
+    if not isinstance(problem.params, Mapping):
+        raise SpecError(f"problem {index}: 'params' must be an object")
+    for key, value in problem.params.items():
+        if not isinstance(key, str):
+            raise SpecError(f"problem {index}: parameter {shown(key)} must be named by a string")
+        check_text(f"problem {index} parameter", key)
+        check_value(f"problem {index} parameter {shown(key)}", value)
+    if not isinstance(problem.tags, tuple | list):
+        raise SpecError(f"problem {index}: 'tags' must be a list of strings")
+    for tag in problem.tags:
+        check_label(f"problem {index}: a tag", tag, TAG_LENGTH)
 
 
 def _check_chain_options(strategy: Mapping[str, Any], space: Space) -> None:
@@ -138,8 +189,6 @@ def _problems(raw: Any) -> list[ProblemSpec]:
         params = entry.get("params", {})
         if not isinstance(params, Mapping):
             raise SpecError(f"problem {index}: 'params' must be an object")
-        for key, value in params.items():
-            check_value(f"problem {index} parameter {key!r}", value)
         tags = entry.get("tags", [])
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise SpecError(f"problem {index}: 'tags' must be a list of strings")
@@ -168,7 +217,7 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
         raise SpecError("a spec is a JSON object")
     unknown = set(data) - _SPEC_KEYS
     if unknown:
-        raise SpecError(f"the spec has an unknown field {sorted(unknown)[0]!r}")
+        raise SpecError(f"the spec has an unknown field {shown(sorted(unknown)[0])}")
     workload = data.get("workload")
     if not isinstance(workload, Mapping):
         raise SpecError("the spec needs a 'workload' object")
@@ -179,8 +228,9 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
         if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
             raise SpecError("workload 'sources' must be a list of file names")
         for source in sources:
+            check_label("workload source", source, PATH_LENGTH)
             if Path(source).is_absolute() or ".." in Path(source).parts:
-                raise SpecError(f"workload source {source!r} must be a path inside the spec's directory")
+                raise SpecError(f"workload source {shown(source)} must be a path inside the spec's directory")
         try:
             bundle = pack(read_files(base, sources))
         except OSError as error:
@@ -192,7 +242,7 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
         raise SpecError('\'strategy\' must be an object such as {"name": "random", "budget": 50}')
     extra = set(strategy) - {"name", "budget", "seed", "options"}
     if extra:
-        raise SpecError(f"strategy has an unknown field {sorted(extra)[0]!r}")
+        raise SpecError(f"strategy has an unknown field {shown(sorted(extra)[0])}")
     options = data.get("options", {})
     if not isinstance(options, Mapping):
         raise SpecError("'options' must be an object")
@@ -222,8 +272,14 @@ def _space(raw: Any, base: Path, options: dict[str, Any]) -> tuple[Space, Callab
     extra = set(raw) - {"file", "base"}
     if extra or not isinstance(raw["file"], str) or not isinstance(raw.get("base", {}), Mapping):
         raise SpecError('a space file is named as "space": "grid.py" or {"file": "grid.py", "base": {...}}')
-    path = (base / raw["file"]).resolve()
-    loaded = load_space_file(path, raw.get("base"))
+    path = (base / check_label("space file", raw["file"], PATH_LENGTH)).resolve()
+    try:
+        loaded = load_space_file(path, raw.get("base"))
+    except (ValueError, RecursionError):
+        # What json.loads raises for a number of more than 4300 digits or a hostile nesting.
+        raise SpecError(
+            f"space file {shown(str(path))}: a number has too many digits, or it is nested too deeply"
+        ) from None
     options["space_file"] = {"path": str(path), "digest": loaded.digest, "base": dict(raw.get("base", {}))}
     return loaded.space, loaded.searcher
 
@@ -262,14 +318,26 @@ def load_spec(
         Override the spec's own.
     """
     path = Path(path)
+    where = str(path) if str(path).isprintable() else shown(str(path))
     try:
-        text = path.read_text()
+        with path.open("rb") as file:
+            raw = file.read(SPEC_BYTES + 1)
     except OSError as error:
-        raise SpecError(f"{path}: {error.strerror}") from None
+        raise SpecError(f"{where}: {error.strerror}") from None
+    if len(raw) > SPEC_BYTES:
+        raise SpecError(f"{where}: a spec file is at most {SPEC_BYTES >> 20} MiB")
     try:
-        data = json.loads(text)
+        # utf-8-sig: a byte order mark, which some editors write, is no part of the JSON.
+        data = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as error:
+        raise SpecError(f"{where}: not UTF-8 text (byte {error.start}); a spec file is JSON") from None
     except json.JSONDecodeError as error:
-        raise SpecError(f"{path}: not valid JSON: {error.msg} at line {error.lineno}") from None
+        raise SpecError(f"{where}: not valid JSON: {error.msg} at line {error.lineno}") from None
+    except ValueError:
+        # The only other ValueError of json.loads: Python reads no integer of more than 4300 digits.
+        raise SpecError(f"{where}: a number has too many digits") from None
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply") from None
     if budget is not None and isinstance(data, dict):
         strategy = data.get("strategy") if isinstance(data.get("strategy"), dict) else {}
         data["strategy"] = {**strategy, "budget": budget}
@@ -281,7 +349,7 @@ def load_spec(
             target=target,
         )
     except SpecError as error:
-        raise SpecError(f"{path}: {error}") from None
+        raise SpecError(f"{where}: {error}") from None
 
 
 def digest_bytes(data: bytes) -> str:
