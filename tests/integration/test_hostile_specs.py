@@ -19,7 +19,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import select
 
+import fleet
+from fleet.spec.limits import KIND_LENGTH, NAME_LENGTH, TAG_LENGTH
+from fleet.spec.targets import TARGET_LENGTH
+from fleet.store import Store
+from fleet.store._models import ProblemTag
 from tests.conftest import ROOT
 from tests.unit.test_spec_hostile import CASES, SPEC, changed, hostile_specs
 
@@ -114,3 +120,18 @@ def test_a_priority_that_is_not_a_finite_weight_is_one_line(tmp_path: Path, prio
     (tmp_path / "spec.json").write_text(json.dumps(SPEC))
     done = fleet_cli(tmp_path, "submit", "spec.json", "--priority", priority)
     assert_refused(tmp_path, done, f"'priority' is a weight above 0, such as 1 or 3, not {priority}")
+
+
+def test_a_spec_at_the_limits_is_written_whole_on_both_stores(store: Store) -> None:
+    # The limits are the columns' sizes: PostgreSQL counts characters, so 64 two-byte ones fit a kind.
+    data = json.loads(json.dumps(SPEC))
+    data["name"] = "n" * NAME_LENGTH
+    data["target"] = "cpu-" + "x" * (TARGET_LENGTH - 4)
+    data["problems"] = [{"kind": "é" * KIND_LENGTH, "params": {"n": 2**63 - 1}, "tags": ["t" * TAG_LENGTH]}]
+    handle = fleet.submit(data, store)
+    campaign = handle.campaign()
+    assert (campaign.name, campaign.target) == (data["name"], data["target"])
+    [problem] = store.campaign_problems(campaign.id)
+    assert problem.kind == "é" * KIND_LENGTH
+    with store.session() as session:
+        assert list(session.scalars(select(ProblemTag.tag))) == ["t" * TAG_LENGTH]
