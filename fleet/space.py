@@ -200,7 +200,7 @@ class Space:
         for knob in reversed(self.knobs):
             # Value ``position`` of this knob, the others' values drawn: knobs after it vary within ``stride``.
             above = size // (stride * len(knob.values))
-            for position in range(len(knob.values)):
+            for position in range(min(len(knob.values), count)):
                 high, low = chance.randrange(above), chance.randrange(stride)
                 indices.setdefault((high * len(knob.values) + position) * stride + low)
             stride *= len(knob.values)
@@ -223,7 +223,7 @@ class Space:
                 try:
                     value, steps = constraint.measure(values)
                 except TooCostly as error:
-                    at = " ".join(f"{name}={shown(value, 24)}" for name, value in config.items())
+                    at = " ".join(f"{name}={shown(knob_value, 24)}" for name, knob_value in config.items())
                     at = at if len(at) <= 160 else at[:157] + "..."
                     raise SpecError(
                         f"constraint {shown(constraint.text)} cannot be evaluated at {at}: {error}"
