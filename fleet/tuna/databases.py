@@ -64,6 +64,8 @@ class Record:
     metrics: dict[str, Any]
     objective: float | None
     why: str | None = None  # why it maps to no driver problem
+    params_key: str = ""  # digest(params), computed once for the whole import
+    db_key: str | None = None  # the problem's MIOpen key where the record spells it so; else derived
 
 
 @contextmanager
@@ -115,22 +117,29 @@ LINE_FORMATS = {"legacy": "older", "current": "newer"}
 
 def _read(path: Path, kind: str) -> list[Record]:
     """Every record of a database file, each as it came: a problem where it maps to one, else a raw record."""
-    from fleet.miopen.keys import parse_key
+    from fleet.miopen.keys import is_legacy_spelling, parse_key
 
     out: list[Record] = []
     seen: dict[str, str] = {}
 
     def add(
-        params: dict[str, Any] | None, raw: dict[str, Any], name: str, metrics: dict, objective: Any, why: str
+        params: dict[str, Any] | None,
+        raw: dict[str, Any],
+        name: str,
+        metrics: dict,
+        objective: Any,
+        why: str,
+        db_key: str | None = None,
     ) -> None:
         if params is not None:
-            first = seen.setdefault(digest(params), name)
+            key = digest(params)
+            first = seen.setdefault(key, name)
             if first == name:
-                out.append(Record("conv", params, metrics, objective))
+                out.append(Record("conv", params, metrics, objective, params_key=key, db_key=db_key))
                 return
             # One problem, two records (two spellings of one key): both are kept, the second as it is.
             why = f"the same problem as {first}"
-        out.append(Record(RAW, raw, metrics, objective, f"{name}: {why}"))
+        out.append(Record(RAW, raw, metrics, objective, f"{name}: {why}", digest(raw)))
 
     if kind == "find-db":
         from fleet.miopen.finddb import read_find_db
@@ -143,7 +152,9 @@ def _read(path: Path, kind: str) -> list[Record]:
                 params, why = parse_key(record.key), ""
             except FleetError as error:
                 params, why = None, str(error)
-            add(params, {"db": "find-db", "key": record.key}, record.key, metrics, objective, why)
+            # A key spelt as Fleet writes it is its problem's key: no need to derive it again.
+            known = record.key if params is not None and is_legacy_spelling(record.key) else None
+            add(params, {"db": "find-db", "key": record.key}, record.key, metrics, objective, why, known)
         return out
     from fleet.miopen.perfdb import config_key, params_from_config, read_perf_rows
 
@@ -212,7 +223,14 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
     source = {"source": str(path.resolve()), "file": path.name, "sha256": sha, "format": kind}
     now = utcnow()
     with store.transaction() as connection:
-        ids, created = ensure_problems(connection, store, [(r.kind, r.params) for r in rows], tags=tags)
+        ids, created = ensure_problems(
+            connection,
+            store,
+            [(r.kind, r.params) for r in rows],
+            tags=tags,
+            params_keys=[r.params_key for r in rows],
+            db_keys=[r.db_key for r in rows],
+        )
         campaign_id = connection.scalar(
             store.insert(Campaign)
             .values(
@@ -234,12 +252,23 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
         )
         if campaign_id is None:
             return Imported(name, kind, records, len(set(ids)), 0, sha, unmapped, "/".join(formats) or None)
-        _write_results(store, connection, campaign_id, target, sha, step, toolchain, ids, rows, now)
+        _write_results(connection, campaign_id, target, sha, step, toolchain, ids, rows, now)
     return Imported(name, kind, records, len(set(ids)), created, sha, unmapped, "/".join(formats) or None)
 
 
+NO_SAMPLES: list[float] = []  # one object for every imported row, so its JSON is written once (never mutated)
+
+
+def _import_key(sha: str, problem_id: int, step: str) -> str:
+    """``digest(["import", sha, problem_id, step])``: an imported trial's build and measure key.
+
+    Written out because it is computed once a record: the canonical JSON of that list is this text (a hex
+    digest, an integer and a step name need no escaping), so the keys are those of earlier imports.
+    """
+    return hashlib.sha256(f'["import","{sha}",{problem_id},"{step}"]'.encode()).hexdigest()
+
+
 def _write_results(
-    store: Store,
     connection: Any,
     campaign_id: int,
     target: str,
@@ -250,71 +279,117 @@ def _write_results(
     rows: Sequence[Record],
     now: Any,
 ) -> None:
-    """The campaign's problems, one evaluated trial each, and its measurement: the record's result."""
+    """The campaign's problems, one evaluated trial each, and its measurement: the record's result.
+
+    The campaign was created in this transaction, so none of these rows can exist: they are written
+    without conflict handling (COPY on PostgreSQL), and the trials' ids read back in one statement.
+    """
     from fleet.store._models import CampaignProblem
+    from fleet.tuna import bulk
 
     unique: dict[int, Record] = {}
     for problem_id, row in zip(ids, rows, strict=True):
         assert problem_id is not None
         unique[problem_id] = row
     order = sorted(unique)
-    rows_cp = [{"campaign_id": campaign_id, "problem_id": p, "position": i} for i, p in enumerate(order)]
-    store.insert_many(connection, CampaignProblem, rows_cp)
+    bulk.insert(
+        connection,
+        CampaignProblem,
+        ("campaign_id", "problem_id", "position"),
+        ((campaign_id, p, i) for i, p in enumerate(order)),
+    )
     config = {"step": step}
     config_key = digest(config)
-    trial_rows = []
-    for i, p in enumerate(order):
-        key = digest(["import", sha, p, step])
-        trial_rows.append(
-            {
-                "campaign_id": campaign_id,
-                "problem_id": p,
-                "target": target,
-                "config": config,
-                "config_key": config_key,
-                "build_key": key,
-                "measure_key": key,
-                "seq": i,
-                "baseline": False,
-                "state": "evaluated",
-                "attempts": 0,
-                "created_at": now,
-                "queued_at": now,
-                "started_at": now,
-                "finished_at": now,
-                "worker": "import",
-            }
-        )
-    store.insert_many(connection, Trial, trial_rows)
-    trial_ids: dict[int, int] = {}
-    for part in chunks(order):
-        trial_ids.update(
-            (r.problem_id, r.id)
-            for r in connection.execute(
-                select(Trial.problem_id, Trial.id).where(Trial.campaign_id == campaign_id, Trial.problem_id.in_(part))
+    keys = {p: _import_key(sha, p, step) for p in order}
+    trial_columns = (
+        "campaign_id",
+        "problem_id",
+        "target",
+        "config",
+        "config_key",
+        "build_key",
+        "measure_key",
+        "seq",
+        "baseline",
+        "state",
+        "attempts",
+        "created_at",
+        "queued_at",
+        "started_at",
+        "finished_at",
+        "worker",
+    )
+    bulk.insert(
+        connection,
+        Trial,
+        trial_columns,
+        (
+            (
+                campaign_id,
+                p,
+                target,
+                config,
+                config_key,
+                keys[p],
+                keys[p],
+                i,
+                False,
+                "evaluated",
+                0,
+                now,
+                now,
+                now,
+                now,
+                "import",
             )
-        )
-    measurements = [
-        {
-            "trial_id": trial_ids[p],
-            "problem_id": p,
-            "target": target,
-            "measure_key": trial_rows[i]["measure_key"],
-            "objective_name": "time_ms",
-            "maximize": False,
-            "objective": unique[p].objective,
-            "valid": True,
-            "samples": [],
-            "metrics": {k: v for k, v in unique[p].metrics.items() if v is not None},
-            "toolchain": toolchain,
-            "node": None,
-            "gpu": None,
-            "worker": "import",
-            "created_at": now,
-        }
-        for i, p in enumerate(order)
-    ]
-    store.insert_many(connection, Measurement, measurements)
+            for i, p in enumerate(order)
+        ),
+    )
+    trial_ids = dict(
+        connection.execute(select(Trial.problem_id, Trial.id).where(Trial.campaign_id == campaign_id)).all()
+    )
+    measurement_columns = (
+        "trial_id",
+        "problem_id",
+        "target",
+        "measure_key",
+        "objective_name",
+        "maximize",
+        "objective",
+        "valid",
+        "samples",
+        "metrics",
+        "toolchain",
+        "node",
+        "gpu",
+        "worker",
+        "created_at",
+    )
+    bulk.insert(
+        connection,
+        Measurement,
+        measurement_columns,
+        (
+            (
+                trial_ids[p],
+                p,
+                target,
+                keys[p],
+                "time_ms",
+                False,
+                unique[p].objective,
+                True,
+                NO_SAMPLES,
+                {k: v for k, v in unique[p].metrics.items() if v is not None},
+                toolchain,
+                None,
+                None,
+                "import",
+                now,
+            )
+            for p in order
+        ),
+    )
 
 
 # -- what an export reads -------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """MIOpen problems: import driver lines, tag them, find them by key, select them, show what is known.
 
-Writes are bulk statements (one INSERT ... ON CONFLICT DO NOTHING per table and chunk, never one ORM object
+Writes are bulk (COPY on PostgreSQL, executemany on SQLite: see :mod:`fleet.tuna.bulk`; never one ORM object
 per row), so a file of a hundred thousand problems imports in seconds.
 """
 
@@ -50,46 +50,53 @@ def ensure_problems(
     *,
     create: bool = True,
     tags: Sequence[str] = (),
+    params_keys: Sequence[str] | None = None,
+    db_keys: Sequence[str | None] | None = None,
 ) -> tuple[list[int | None], int]:
     """The ids of ``problems`` (kind, params), created when missing if ``create``; and how many were created.
 
     Each new problem gets its MIOpen key; ``tags`` go on every problem found or created. Runs inside the
-    caller's transaction (``connection``), so an error leaves nothing half written.
+    caller's transaction (``connection``), so an error leaves nothing half written. ``params_keys``, when
+    given, are the problems' ``digest(params)``, which the caller computed already; ``db_keys`` their MIOpen
+    keys where the caller knows them (None where not: derived here).
     """
-    keyed = [(kind, params, digest(params)) for kind, params in problems]
-    ids: dict[tuple[str, str], int] = {}
-    for kind in {k for k, _, _ in keyed}:
-        wanted = sorted({key for k, _, key in keyed if k == kind})
-        for part in chunks(wanted):
-            rows = connection.execute(
-                select(Problem.params_key, Problem.id).where(Problem.kind == kind, Problem.params_key.in_(part))
-            ).all()
-            ids.update({(kind, r.params_key): r.id for r in rows})
-    created = 0
+    from fleet.tuna import bulk
+
+    if params_keys is None:
+        params_keys = [digest(params) for _, params in problems]
+    keyed = [(kind, params, key) for (kind, params), key in zip(problems, params_keys, strict=True)]
+    unique: dict[tuple[str, str], dict[str, Any]] = {}
+    for kind, params, key in keyed:
+        unique.setdefault((kind, key), params)
+    known: dict[tuple[str, str], str] = {}
+    for (kind, _, key), db_key in zip(keyed, db_keys or (), strict=False):
+        if db_key is not None:
+            known.setdefault((kind, key), db_key)
+    columns = ("kind", "params_key", "params", "created_at")
     if create:
         now = utcnow()
-        new: dict[tuple[str, str], dict[str, Any]] = {}
-        for kind, params, key in keyed:
-            if (kind, key) not in ids and (kind, key) not in new:
-                new[(kind, key)] = {"kind": kind, "params": params, "params_key": key, "created_at": now}
-        store.insert_many(connection, Problem, list(new.values()))
-        for kind in {k for k, _ in new}:
-            wanted = sorted(key for k, key in new if k == kind)
-            for part in chunks(wanted):
+        rows = [(kind, key, params, now) for (kind, key), params in unique.items()]
+        ids, new = bulk.insert_new(connection, Problem, columns, rows, ("kind", "params_key"))
+        keys = []
+        for kind, key in new:
+            db_key = known.get((kind, key)) or db_key_of(kind, unique[(kind, key)])
+            if db_key is not None:
+                keys.append((ids[(kind, key)], db_key))
+        # The problems are this transaction's own: no other writer can have keyed them.
+        bulk.insert(connection, MiopenKey, ("problem_id", "db_key"), keys)
+        created = len(new)
+    else:
+        ids = {}
+        for kind in {k for k, _ in unique}:
+            for part in chunks(sorted(key for k, key in unique if k == kind)):
                 rows = connection.execute(
                     select(Problem.params_key, Problem.id).where(Problem.kind == kind, Problem.params_key.in_(part))
                 ).all()
                 ids.update({(kind, r.params_key): r.id for r in rows})
-        created = len(new)
-        keys = []
-        for (kind, key), row in new.items():
-            db_key = db_key_of(kind, row["params"])
-            if db_key is not None:
-                keys.append({"problem_id": ids[(kind, key)], "db_key": db_key})
-        store.insert_many(connection, MiopenKey, keys)
+        created = 0
     found = [ids.get((kind, key)) for kind, _, key in keyed]
-    tag_rows = [{"problem_id": pid, "tag": tag} for pid in sorted({p for p in found if p is not None}) for tag in tags]
-    store.insert_many(connection, ProblemTag, tag_rows)
+    tag_rows = [(pid, tag) for pid in sorted({p for p in found if p is not None}) for tag in tags]
+    bulk.insert(connection, ProblemTag, ("problem_id", "tag"), tag_rows, ignore=True)
     return found, created
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fleet.errors import MIOpenDbError, SpecError
 from fleet.miopen.driver import DriverLine, parse_line, parse_lines, problems
-from fleet.miopen.keys import db_key, db_keys, key_frame, parse_key
+from fleet.miopen.keys import db_key, db_keys, is_legacy_spelling, key_frame, parse_key
 
 MIOPEN = Path(__file__).resolve().parents[2].parent / "shared" / "miopen"
 
@@ -159,3 +159,41 @@ def conv_problems(draw: st.DrawFn) -> dict:
 @given(conv_problems(), st.sampled_from(["legacy", "current"]))
 def test_random_conv_problems_round_trip_through_their_key(problem: dict, style: str) -> None:
     assert parse_key(db_key(problem, style=style)) == problem
+
+
+def _respellings(key: str) -> list[str]:
+    """Other spellings of a key that parse_key reads: leading zeros, non-ASCII digits, current-style 3-D parts,
+    default layouts written out, blanks."""
+    return [
+        key.replace("-0x0-", "-0x0x0-"),
+        key.replace("-NCHW-", "-NCDHW-"),
+        key.replace("-NCHW-", "-NCHW-NCHW-NCHW-"),
+        key.replace("-NCDHW-", "-NCDHW-NCDHW-NCDHW-"),
+        "0" + key,
+        key.replace("_g", "_g0"),
+        f" {key}",
+        key.replace("-1x1-", "-01x1-", 1),
+        key.replace("-1-", "-\u0661-", 1),  # ARABIC-INDIC DIGIT ONE: a digit to isdigit() and int()
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(conv_problems(), st.sampled_from(["legacy", "current"]))
+def test_legacy_spelling_is_told_from_the_text(problem: dict, style: str) -> None:
+    # The import keeps a key as its problem's key when is_legacy_spelling says db_key would write it so.
+    key = db_key(problem, style=style)
+    for spelling in [key, *_respellings(key)]:
+        try:
+            parsed = parse_key(spelling)
+        except MIOpenDbError:
+            continue
+        assert is_legacy_spelling(spelling) == (db_key(parsed) == spelling), spelling
+
+
+def test_legacy_spelling_of_the_shipped_find_dbs(fdb_keys: list[str]) -> None:
+    with bz2.open(MIOPEN / "gfx90a68.HIP.fdb.txt.bz2", "rt") as lines:
+        newer = [line.split("=", 1)[0] for line in lines if line.strip()]
+    assert all(is_legacy_spelling(key) for key in fdb_keys)
+    spelt = [is_legacy_spelling(key) for key in newer]
+    assert spelt == [db_key(parse_key(key)) == key for key in newer]
+    assert spelt.count(False) == 66675  # the 3-D keys, spelt the MIOpen 3.x way
