@@ -25,7 +25,8 @@ Environment read here: ``FLEET_DATABASE_URL`` and ``FLEET_BROKER_URL`` (required
 (seconds a stop waits for a measurement, default 840), ``FLEET_WHEELHOUSE`` (a wheelhouse to reuse),
 ``FLEET_NODE_PYTHON`` (the interpreter that builds it: the nodes' Python, default ``python3``), and
 ``FLEET_LEASE_SECONDS``, ``FLEET_HEARTBEAT_SECONDS``, ``FLEET_MAX_ATTEMPTS``, ``FLEET_REQUEUE_SECONDS``,
-``FLEET_VISIBILITY_TIMEOUT``, ``FLEET_DRIVER_LEASE_SECONDS``, which are passed on to the nodes.
+``FLEET_VISIBILITY_TIMEOUT``, ``FLEET_DRIVER_LEASE_SECONDS``, ``FLEET_DB_OUTAGE_SECONDS``, which are passed on to
+the nodes.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ PASSED_ON = (
     "FLEET_REQUEUE_SECONDS",
     "FLEET_VISIBILITY_TIMEOUT",
     "FLEET_DRIVER_LEASE_SECONDS",
+    "FLEET_DB_OUTAGE_SECONDS",
 )
 DEFAULT_STOP_TIMEOUT = 840  # as `fleet worker --stop-timeout`, compose.yaml and .env.example; systemd waits 60 s more
 # The driver measures nothing: on SIGTERM it lets go of its campaigns' leases and exits, so a minute is plenty.

@@ -144,6 +144,8 @@ def driver(
     from fleet.tasks import send, send_steps
 
     settings = get_settings()
+    # A driven campaign waits out a database restart instead of ending (the store's calls retry).
+    store.patience = max(store.patience, settings.outage_seconds)
     steering = Steering(
         store,
         campaign.id,

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from fleet.campaign import CampaignBusy, LeaseLost
-from fleet.errors import FleetError
+from fleet.errors import FleetError, StoreUnavailable
 from fleet.settings import Settings
 from fleet.store import Campaign, Store
 
@@ -54,6 +54,8 @@ class DriverService:
         echo: Callable[[str], None] = log.info,
     ) -> None:
         self.store = store
+        # A driver outlives a database restart: its calls retry for this long before they give up.
+        store.patience = max(store.patience, settings.outage_seconds)
         self.settings = settings
         self.name = name or f"driver@{socket.gethostname()}:{os.getpid()}"
         self.max_campaigns = max_campaigns
@@ -134,6 +136,11 @@ class DriverService:
             run.run()
         except (CampaignBusy, LeaseLost) as error:
             self.echo(f"{self.name}: let go of {campaign.name!r}: {error}")
+            return
+        except StoreUnavailable as error:
+            # Down longer than the store waits: the campaign is not at fault; its lease lets another
+            # driver (or this one, at a later poll) carry it on.
+            self.echo(f"{self.name}: campaign {campaign.name!r}: {error}; another look once it answers")
             return
         except FleetError as error:
             # The campaign itself cannot go on (its space file changed, its workload is gone): say why.

@@ -21,6 +21,10 @@ class StoreError(FleetError):
     """The database cannot be reached or is not at the expected schema."""
 
 
+class StoreUnavailable(StoreError):
+    """The database did not answer: it is down or restarting, or the connection broke. Worth trying again."""
+
+
 class NotFound(FleetError):
     """A campaign, problem or trial that does not exist."""
 

@@ -57,6 +57,9 @@ class Settings:
         A waiting trial whose message went out this long ago is sent again, in case the message was lost.
     driver_lease_seconds:
         How long a campaign stays with a ``fleet driver`` that stopped renewing before another takes it.
+    outage_seconds:
+        How long workers and drivers wait out a database that does not answer (retrying with backoff)
+        before they give their work back. ``FLEET_DB_OUTAGE_SECONDS``.
     """
 
     home: Path
@@ -71,6 +74,7 @@ class Settings:
     visibility_timeout: float = 3600.0
     requeue_seconds: float = 300.0
     driver_lease_seconds: float = 30.0
+    outage_seconds: float = 60.0
 
     @property
     def embedded(self) -> bool:
@@ -115,6 +119,7 @@ class Settings:
             visibility_timeout=_number(env, "FLEET_VISIBILITY_TIMEOUT", 3600.0),
             requeue_seconds=_number(env, "FLEET_REQUEUE_SECONDS", 300.0),
             driver_lease_seconds=_number(env, "FLEET_DRIVER_LEASE_SECONDS", 30.0),
+            outage_seconds=_number(env, "FLEET_DB_OUTAGE_SECONDS", 60.0),
         )
 
 

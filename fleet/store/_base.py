@@ -4,24 +4,81 @@ errors a user can act on, the dialect's inserts, and the workers' hot path's hel
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Connection, Engine, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, ProgrammingError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    InterfaceError,
+    NoSuchModuleError,
+    OperationalError,
+    ProgrammingError,
+)
 from sqlalchemy.orm import Session, sessionmaker
 
-from fleet.errors import StoreError
+from fleet.errors import StoreError, StoreUnavailable
 from fleet.store._hotpath import HotPath
 from fleet.store._prepared import Prepared, refused
+
+log = logging.getLogger("fleet.store")
+
+# The errors that say the database could not do what was asked (it is down, it has no schema) become
+# StoreError; any other (a constraint violated) is a bug, and raised as it is.
+_UNANSWERED = (OperationalError, ProgrammingError, InterfaceError)
+Method = TypeVar("Method", bound=Callable[..., Any])
+_patient_calls = threading.local()
+
+
+def patient(method: Method) -> Method:
+    """Run ``method`` again while the database does not answer, for up to its store's ``patience`` seconds.
+
+    A call that failed part way is run again whole. That is safe because each store method is one
+    transaction, or statements ordered so that running them again is harmless: a second claim is refused
+    and the lease brings the work back, a second result is not recorded. A patient method that calls
+    another waits once, not once per level.
+    """
+
+    @functools.wraps(method)
+    def call(self: StoreBase, *args: Any, **kwargs: Any) -> Any:
+        if self.patience <= 0 or getattr(_patient_calls, "active", False):
+            return method(self, *args, **kwargs)
+        _patient_calls.active = True
+        try:
+            start = time.monotonic()
+            delay = 0.2
+            while True:
+                try:
+                    result = method(self, *args, **kwargs)
+                except StoreUnavailable as error:
+                    if time.monotonic() + delay > start + self.patience:
+                        raise StoreUnavailable(f"{error} (for {self.patience:.0f} s)") from error
+                    if delay == 0.2:
+                        log.warning("%s; %s waits for it, up to %.0f s", error, method.__name__, self.patience)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                    continue
+                if delay > 0.2:
+                    log.warning(
+                        "database answers again: %s went on after %.1f s", method.__name__, time.monotonic() - start
+                    )
+                return result
+        finally:
+            _patient_calls.active = False
+
+    return call  # type: ignore[return-value]
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -44,7 +101,10 @@ def _sqlite_begin(connection: Any) -> None:
 class StoreBase:
     """The connections and helpers that each concern of :class:`fleet.store.Store` builds on (see its parameters)."""
 
-    def __init__(self, url: str, *, durable: bool = True) -> None:
+    def __init__(self, url: str, *, durable: bool = True, patience: float = 0.0) -> None:
+        # Seconds a patient method waits out a database that does not answer: workers and drivers set
+        # it (Settings.outage_seconds); a command a user typed fails at once instead.
+        self.patience = patience
         try:
             parsed = make_url(url)
         except ArgumentError:
@@ -90,11 +150,17 @@ class StoreBase:
             event.listen(engine, "begin", _sqlite_begin)
             return engine
         if self.dialect == "postgresql":
-            # No pre-ping: it doubles the statements of the hot path. A dropped connection fails one
-            # transaction (the pool then reconnects), and leases make any one failure harmless.
+            # The hot path's pool (AUTOCOMMIT) has no pre-ping: it would double the hot path's statements;
+            # a connection that a restart broke fails one call, which a patient store runs again. The
+            # other pool's checkouts are few, and a ping spares them a connection that died while idle.
             session = {} if durable else {"options": "-c synchronous_commit=off"}
             return create_engine(
-                url, pool_size=2, max_overflow=4, connect_args={"connect_timeout": 5, **session}, **options
+                url,
+                pool_size=2,
+                max_overflow=4,
+                pool_pre_ping="isolation_level" not in options,
+                connect_args={"connect_timeout": 5, **session},
+                **options,
             )
         raise StoreError(f"{self.display_url}: Fleet stores its data in PostgreSQL or SQLite")
 
@@ -122,14 +188,17 @@ class StoreBase:
         try:
             with self._sessions.begin() as session:
                 yield session
-        except (OperationalError, ProgrammingError) as error:
+        except _UNANSWERED as error:
             raise self._error(error) from error
 
     def _error(self, error: Exception) -> StoreError:
-        """One line for a database error a user can act on."""
+        """One line for a database error a user can act on; :class:`StoreUnavailable` for one worth a retry."""
         line = _first_line(error)
         if _schema_missing(line):
             return StoreError(f"database {self.display_url} has no Fleet schema ({line}): run `fleet db upgrade`")
+        if self.dialect == "postgresql" and isinstance(error, (OperationalError, InterfaceError)):
+            # Refused, reset, restarting, shutting down, a deadlock: SQLite's are its file's, not an outage's.
+            return StoreUnavailable(f"database {self.display_url} does not answer: {line}")
         return StoreError(f"database {self.display_url} does not answer: {line}")
 
     # -- schema -----------------------------------------------------------------------------------------
@@ -149,7 +218,7 @@ class StoreBase:
         try:
             with self.engine.begin() as connection:
                 command.upgrade(self._alembic(connection), "head")
-        except (OperationalError, ProgrammingError) as error:
+        except _UNANSWERED as error:
             raise self._error(error) from error
         return self.revision() or ""
 
@@ -160,7 +229,7 @@ class StoreBase:
         try:
             with self.engine.connect() as connection:
                 return MigrationContext.configure(connection).get_current_revision()
-        except (OperationalError, ProgrammingError) as error:
+        except _UNANSWERED as error:
             raise self._error(error) from error
 
     def head(self) -> str:
@@ -185,7 +254,7 @@ class StoreBase:
         try:
             with self.engine.begin() as connection:
                 yield connection
-        except (OperationalError, ProgrammingError) as error:
+        except _UNANSWERED as error:
             raise self._error(error) from error
 
     @contextmanager
@@ -221,7 +290,7 @@ class StoreBase:
                     raise
             finally:
                 self._held_lock.release()
-        except (OperationalError, ProgrammingError) as error:
+        except _UNANSWERED as error:
             raise self._error(error) from error
 
     def _release_held(self) -> None:

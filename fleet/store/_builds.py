@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from fleet.space import build_part
+from fleet.store._base import patient
 from fleet.store._hotpath import claim_params
 from fleet.store._models import Artifact, utcnow
 from fleet.store._trials import TrialStore
@@ -22,6 +23,7 @@ ArtifactRow = namedtuple("ArtifactRow", [column.key for column in Artifact.__tab
 class BuildStore(TrialStore):
     """Artifacts and their builds; a build is claimed with the trial that needs it."""
 
+    @patient
     def start_compile(self, trial_id: int, worker: str, lease: float, max_attempts: int) -> CompileStart:
         """Everything a compile task does before it builds (in one transaction on SQLite; see :meth:`_steps`).
 
@@ -48,6 +50,7 @@ class BuildStore(TrialStore):
                 return CompileStart("compiled")
             return CompileStart("claimed", work, artifact)
 
+    @patient
     def claim_build(self, work: TrialWork, worker: str, lease: float, max_attempts: int) -> Any:
         """The artifact of ``work``'s build key, claimed by ``worker`` when nobody holds a live lease on it.
 
@@ -97,10 +100,12 @@ class BuildStore(TrialStore):
             taken = connection.execute(hot.take_build, key | {"now": now, "owner": worker, "expires": expires}).first()
         return taken or connection.execute(hot.build, key).one()
 
+    @patient
     def artifact(self, build_key: str) -> Artifact | None:
         with self.session() as session:
             return session.scalar(select(Artifact).where(Artifact.build_key == build_key))
 
+    @patient
     def finish_build(
         self,
         build_key: str,

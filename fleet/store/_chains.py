@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from fleet.errors import NotFound
-from fleet.store._base import StoreBase
+from fleet.store._base import StoreBase, patient
 from fleet.store._models import Campaign, Chain, ChainStep, utcnow
 
 
@@ -18,6 +18,7 @@ class ChainStore(StoreBase):
 
     # -- annealing chains -------------------------------------------------------------------------------
 
+    @patient
     def create_chains(
         self,
         campaign_id: int,
@@ -56,6 +57,7 @@ class ChainStore(StoreBase):
                 )
             )
 
+    @patient
     def chain(self, chain_id: int) -> Chain:
         with self.session() as session:
             chain = session.get(Chain, chain_id)
@@ -63,6 +65,7 @@ class ChainStore(StoreBase):
             raise NotFound(f"no chain {chain_id}")
         return chain
 
+    @patient
     def chains(self, campaign_id: int) -> list[Chain]:
         with self.session() as session:
             return list(
@@ -71,6 +74,7 @@ class ChainStore(StoreBase):
                 )
             )
 
+    @patient
     def finish_chain_step(
         self,
         chain: Chain,
@@ -124,6 +128,7 @@ class ChainStore(StoreBase):
                 )
         return bool(moved)
 
+    @patient
     def chain_steps(self, campaign_id: int) -> list[tuple[Chain, ChainStep]]:
         """Every recorded step of the campaign's chains, in order."""
         with self.session() as session:
@@ -137,6 +142,7 @@ class ChainStore(StoreBase):
                 ).all()
             ]
 
+    @patient
     def stale_chains(self, older_than: float, campaign_id: int | None = None) -> list[tuple[int, int, str]]:
         """Running chains that have not moved for ``older_than`` seconds: (chain id, step, target) to send again.
 

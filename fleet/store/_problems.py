@@ -10,7 +10,7 @@ from sqlalchemy import or_, select, update
 
 from fleet.errors import NotFound, StoreError
 from fleet.space import digest
-from fleet.store._base import StoreBase
+from fleet.store._base import StoreBase, patient
 from fleet.store._models import Blob, Campaign, CampaignProblem, Measurement, Problem, ProblemTag, Trial, utcnow
 
 
@@ -19,6 +19,7 @@ class ProblemStore(StoreBase):
 
     # -- problems and blobs -----------------------------------------------------------------------------
 
+    @patient
     def add_problem(self, kind: str, params: dict[str, Any], tags: Iterable[str] = ()) -> int:
         """The id of the problem (``kind``, ``params``), created if missing, with ``tags`` added."""
         key = digest(params)
@@ -32,6 +33,7 @@ class ProblemStore(StoreBase):
             assert problem_id is not None
             return problem_id
 
+    @patient
     def problem(self, problem_id: int) -> Problem:
         with self.session() as session:
             problem = session.get(Problem, problem_id)
@@ -39,6 +41,7 @@ class ProblemStore(StoreBase):
                 raise NotFound(f"no problem {problem_id}")
             return problem
 
+    @patient
     def find_problems(
         self, kind: str | None = None, params: dict[str, Any] | None = None, tag: str | None = None
     ) -> list[Problem]:
@@ -53,10 +56,12 @@ class ProblemStore(StoreBase):
         wanted = params or {}
         return [p for p in problems if all(p.params.get(k) == v for k, v in wanted.items())]
 
+    @patient
     def tags(self, problem_id: int) -> list[str]:
         with self.session() as session:
             return sorted(session.scalars(select(ProblemTag.tag).where(ProblemTag.problem_id == problem_id)))
 
+    @patient
     def put_blob(self, data: bytes) -> str:
         """Store ``data`` once under its SHA-256; return the digest."""
         key = hashlib.sha256(data).hexdigest()
@@ -64,6 +69,7 @@ class ProblemStore(StoreBase):
             self._insert_ignore(session, Blob, {"digest": key, "size": len(data), "data": data, "created_at": utcnow()})
         return key
 
+    @patient
     def get_blob(self, key: str) -> bytes:
         with self.session() as session:
             data = session.scalar(select(Blob.data).where(Blob.digest == key))
@@ -73,6 +79,7 @@ class ProblemStore(StoreBase):
 
     # -- campaigns --------------------------------------------------------------------------------------
 
+    @patient
     def create_campaign(
         self,
         *,
@@ -126,6 +133,7 @@ class ProblemStore(StoreBase):
             raise StoreError(f"campaign {name!r} exists with another definition: choose another name")
         return campaign
 
+    @patient
     def campaign(self, ref: str | int) -> Campaign:
         """The campaign with id or name ``ref``."""
         with self.session() as session:
@@ -137,10 +145,12 @@ class ProblemStore(StoreBase):
             raise NotFound(f"no campaign {ref!r}")
         return campaign
 
+    @patient
     def campaigns(self) -> list[Campaign]:
         with self.session() as session:
             return list(session.scalars(select(Campaign).order_by(Campaign.id)))
 
+    @patient
     def campaign_problems(self, campaign_id: int) -> list[Problem]:
         with self.session() as session:
             return list(
@@ -152,6 +162,7 @@ class ProblemStore(StoreBase):
                 )
             )
 
+    @patient
     def set_campaign_status(self, campaign_id: int, status: str) -> None:
         finished = utcnow() if status in ("done", "stopped") else None
         with self.session() as session:
@@ -161,6 +172,7 @@ class ProblemStore(StoreBase):
 
     # -- best -------------------------------------------------------------------------------------------
 
+    @patient
     def best(self, problem_id: int, target: str, limit: int = 1) -> list[tuple[Measurement, dict[str, Any]]]:
         """The best valid measurements of a problem on a target, with their configurations.
 
@@ -192,6 +204,7 @@ class ProblemStore(StoreBase):
             ).all()
         return [(m, config) for m, config in rows]
 
+    @patient
     def known_good(self, kind: str, target: str, *, exclude: int | None = None, limit: int = 5) -> list[dict[str, Any]]:
         """The best configurations of other problems of ``kind`` on ``target``: where a new search may start."""
         configs: list[dict[str, Any]] = []

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, true, update
 
 from fleet.errors import FleetError, NotFound
-from fleet.store._base import StoreBase
+from fleet.store._base import StoreBase, patient
 from fleet.store._models import TRIAL_STATES, Campaign, Chain, Measurement, Trial, Worker, utcnow
 
 ACTIVE = ("running", "paused")
@@ -50,6 +50,7 @@ class SteeringStore(StoreBase):
 
     # -- drivers' leases --------------------------------------------------------------------------------
 
+    @patient
     def take_campaign(self, campaign_id: int, driver: str, lease: float, *, force: bool = False) -> bool:
         """Become ``campaign_id``'s driver for ``lease`` seconds; False while another live driver has it.
 
@@ -65,6 +66,7 @@ class SteeringStore(StoreBase):
             ).rowcount
         return bool(taken)
 
+    @patient
     def renew_campaign(self, campaign_id: int, driver: str, lease: float) -> str | None:
         """Extend ``driver``'s lease; the campaign's status, or None when the driver no longer holds it."""
         expires = utcnow() + timedelta(seconds=lease)
@@ -76,6 +78,7 @@ class SteeringStore(StoreBase):
                 .returning(Campaign.status)
             )
 
+    @patient
     def release_campaign(self, campaign_id: int, driver: str) -> None:
         """Let go of a campaign, so that another driver may take it at once."""
         with self.session() as session:
@@ -85,6 +88,7 @@ class SteeringStore(StoreBase):
                 .values(driver=None, driver_lease_expires_at=None)
             )
 
+    @patient
     def campaigns_to_drive(self, limit: int = 100) -> list[Campaign]:
         """Submitted campaigns that no live driver holds, the highest priority first."""
         now = utcnow()
@@ -102,6 +106,7 @@ class SteeringStore(StoreBase):
                 )
             )
 
+    @patient
     def driven(self) -> dict[str, list[Campaign]]:
         """The campaigns each live driver holds, by driver name."""
         with self.session() as session:
@@ -115,6 +120,7 @@ class SteeringStore(StoreBase):
                 held.setdefault(campaign.driver or "", []).append(campaign)
         return held
 
+    @patient
     def share(self, campaign_id: int, target: str) -> float:
         """This campaign's share of its target's evaluation slots: its priority over that of every driven one.
 
@@ -131,6 +137,7 @@ class SteeringStore(StoreBase):
             mine = session.scalar(select(Campaign.priority).where(Campaign.id == campaign_id)) or 0.0
         return mine / total if total > 0 else 1.0
 
+    @patient
     def eval_slots(self, target: str, within: float) -> int:
         """Evaluation slots of ``target``: the concurrency of its live evaluation workers."""
         since = utcnow() - timedelta(seconds=within)
@@ -147,6 +154,7 @@ class SteeringStore(StoreBase):
 
     # -- the users' steering ----------------------------------------------------------------------------
 
+    @patient
     def submit_campaign(self, campaign_id: int, priority: float | None = None) -> None:
         """Hand a campaign to the fleet's drivers (with a new priority when one is given)."""
         values: dict[str, Any] = {"submitted": True}
@@ -155,12 +163,14 @@ class SteeringStore(StoreBase):
         with self.session() as session:
             session.execute(update(Campaign).where(Campaign.id == campaign_id).values(**values))
 
+    @patient
     def set_priority(self, campaign_id: int, priority: float) -> None:
         if priority <= 0:
             raise SteeringError(f"a priority is a weight above 0, not {priority}")
         with self.session() as session:
             session.execute(update(Campaign).where(Campaign.id == campaign_id).values(priority=priority))
 
+    @patient
     def cancel_campaign(self, ref: str | int) -> dict[str, int]:
         """Cancel a running or paused campaign; its unfinished trials end as ``cancelled`` (counts by former state)."""
         campaign = self._steerable(ref, "cancel", ACTIVE)
@@ -179,6 +189,7 @@ class SteeringStore(StoreBase):
             )
         return self.cancel_trials(campaign.id)
 
+    @patient
     def cancel_trials(self, campaign_id: int) -> dict[str, int]:
         """End a cancelled campaign's unfinished trials: the ones a late driver wrote as well."""
         now = utcnow()
@@ -198,18 +209,21 @@ class SteeringStore(StoreBase):
                 ).rowcount
         return {state: n for state, n in counts.items() if n}
 
+    @patient
     def pause_campaign(self, ref: str | int) -> Campaign:
         """Hold a running campaign: no new trial starts; running ones finish."""
         campaign = self._steerable(ref, "pause", ("running",))
         self._set_status(campaign.id, "paused", "running")
         return campaign
 
+    @patient
     def resume_campaign(self, ref: str | int) -> Campaign:
         """Let a paused campaign go on; its driver sends the trials whose messages the pause dropped."""
         campaign = self._steerable(ref, "resume", ("paused",))
         self._set_status(campaign.id, "running", "paused")
         return campaign
 
+    @patient
     def fail_campaign(self, campaign_id: int, reason: str) -> None:
         """End a campaign a driver cannot go on with, keeping why."""
         with self.session() as session:
@@ -239,6 +253,7 @@ class SteeringStore(StoreBase):
 
     # -- records ----------------------------------------------------------------------------------------
 
+    @patient
     def trial_records(self, campaign_id: int, state: str | None = None) -> list[TrialRecord]:
         """The trials of a campaign with their measurements (a reused trial shows the measurement it reused)."""
         if state is not None and state not in TRIAL_STATES:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import aliased
 
 from fleet.errors import NotFound
 from fleet.space import digest
-from fleet.store._base import StoreBase
+from fleet.store._base import StoreBase, patient
 from fleet.store._hotpath import MEASURED, claim_params
 from fleet.store._models import (
     TERMINAL_STATES,
@@ -66,6 +66,7 @@ class TrialStore(StoreBase):
 
     # -- trials -----------------------------------------------------------------------------------------
 
+    @patient
     def add_trials(
         self, campaign_id: int, target: str, trials: Sequence[NewTrial], *, remeasure: bool = False
     ) -> list[tuple[int, str]]:
@@ -125,6 +126,7 @@ class TrialStore(StoreBase):
         found = {(r.problem_id, r.config_key): (r.id, r.state) for r in rows}
         return [found[key] for key in keys]
 
+    @patient
     def trial(self, trial_id: int) -> Trial:
         with self.session() as session:
             trial = session.get(Trial, trial_id)
@@ -132,6 +134,7 @@ class TrialStore(StoreBase):
             raise NotFound(f"no trial {trial_id}")
         return trial
 
+    @patient
     def trials(self, campaign_id: int, states: Sequence[str] | None = None) -> list[Trial]:
         query = select(Trial).where(Trial.campaign_id == campaign_id).order_by(Trial.id)
         if states:
@@ -139,6 +142,7 @@ class TrialStore(StoreBase):
         with self.session() as session:
             return list(session.scalars(query))
 
+    @patient
     def trial_rows(
         self, campaign_id: int, states: Sequence[str] | None = None, problem_id: int | None = None
     ) -> list[TrialRow]:
@@ -174,6 +178,7 @@ class TrialStore(StoreBase):
         with self.transaction() as connection:
             return [TrialRow(*row) for row in connection.execute(query)]
 
+    @patient
     def trial_detail(self, trial_id: int) -> TrialDetail:
         """Everything about ``trial_id``; :class:`NotFound` when there is no such trial."""
         with self.session() as session:
@@ -191,6 +196,7 @@ class TrialStore(StoreBase):
                 artifact=session.scalar(select(Artifact).where(Artifact.build_key == trial.build_key)),
             )
 
+    @patient
     def trial_counts(self, campaign_id: int) -> dict[str, int]:
         with self.session() as session:
             rows = session.execute(
@@ -198,6 +204,7 @@ class TrialStore(StoreBase):
             ).all()
         return {state: count for state, count in rows}
 
+    @patient
     def results(self, trial_ids: Iterable[int] | None = None, campaign_id: int | None = None) -> list[TrialResult]:
         """The trials among ``trial_ids`` (or of a campaign) that reached a terminal state."""
         measured = func.coalesce(Trial.source_trial_id, Trial.id)
@@ -266,6 +273,7 @@ class TrialStore(StoreBase):
             problem = self._problem_cache[problem_id] = {"kind": row.kind, "params": row.params}
         return campaign, problem
 
+    @patient
     def claim(self, trial_id: int, phase: str, worker: str, lease: float, max_attempts: int) -> TrialWork | None:
         """Take ``trial_id`` for ``phase`` (``compile`` or ``evaluate``), or None if it is not this worker's.
 
@@ -308,6 +316,7 @@ class TrialStore(StoreBase):
             artifact_data=bytes(trial.artifact_data) if phase == "evaluate" and trial.artifact_data else None,
         )
 
+    @patient
     def renew(self, trial_id: int, worker: str, lease: float, build_key: str | None = None) -> bool:
         """Extend this worker's lease on a trial (and on the artifact it builds); False if it lost it."""
         params = {"trial": trial_id, "owner": worker, "expires": utcnow() + timedelta(seconds=lease)}
@@ -317,11 +326,13 @@ class TrialStore(StoreBase):
                 connection.execute(self._hot.renew_build, params | {"key": build_key})
         return bool(held)
 
+    @patient
     def mark_compiled(self, trial_id: int, worker: str) -> bool:
         with self._steps() as connection:
             params = {"trial": trial_id, "owner": worker, "now": utcnow()}
             return bool(connection.execute(self._hot.compiled, params).rowcount)
 
+    @patient
     def record(
         self,
         trial_id: int,
@@ -365,6 +376,7 @@ class TrialStore(StoreBase):
                 connection.execute(self._hot.put_measurement, row | measurement)
             return trial is not None
 
+    @patient
     def fail_waiting(self, trial_id: int, reason: str) -> bool:
         """Error a trial that no worker holds (its build failed before it was claimed)."""
         with self.session() as session:
@@ -376,6 +388,7 @@ class TrialStore(StoreBase):
                 ).rowcount
             )
 
+    @patient
     def reap(self, max_attempts: int) -> list[Requeue]:
         """Give back work whose lease expired; error trials that have lost ``max_attempts`` workers."""
         now = utcnow()
@@ -417,6 +430,7 @@ class TrialStore(StoreBase):
             Requeue(r.id, r.target, "compile") for r in to_compile
         ]
 
+    @patient
     def stale(self, older_than: float, campaign_id: int | None = None, limit: int = 1000) -> list[Requeue]:
         """Waiting trials whose message went out more than ``older_than`` seconds ago: send them again.
 
@@ -441,6 +455,24 @@ class TrialStore(StoreBase):
             ).all()
         return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]
 
+    @patient
+    def resend(self, trial_id: int) -> list[Requeue]:
+        """The trial, if it waits for a message that nobody may send: what a worker whose work was lost sends.
+
+        A worker loses its claim this way when the database crashed and came back without the claim's
+        commit (workers commit without waiting for the disk): the trial is waiting again, and the
+        message that brought it is gone. Sending it again is safe: a duplicate costs one refused claim.
+        """
+        with self.session() as session:
+            rows = session.execute(
+                update(Trial)
+                .where(Trial.id == trial_id, Trial.state.in_(("new", "compiled")))
+                .values(queued_at=utcnow())
+                .returning(Trial.id, Trial.target, Trial.state)
+            ).all()
+        return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]
+
+    @patient
     def pending(self, campaign_id: int) -> list[Requeue]:
         """Trials of a campaign waiting for a message that may have been lost: what resuming sends again."""
         with self.session() as session:

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from fleet.store._base import StoreBase
+from fleet.store._base import StoreBase, patient
 from fleet.store._models import Machine, Worker, utcnow
 
 
@@ -16,6 +16,7 @@ class WorkerStore(StoreBase):
 
     # -- machines and workers ---------------------------------------------------------------------------
 
+    @patient
     def register_worker(
         self,
         *,
@@ -78,6 +79,7 @@ class WorkerStore(StoreBase):
                 )
             )
 
+    @patient
     def heartbeat(self, name: str) -> None:
         now = utcnow()
         with self.session() as session:
@@ -87,10 +89,12 @@ class WorkerStore(StoreBase):
             if machine_id is not None:
                 session.execute(update(Machine).where(Machine.id == machine_id).values(last_seen=now))
 
+    @patient
     def worker_stopped(self, name: str) -> None:
         with self.session() as session:
             session.execute(update(Worker).where(Worker.name == name).values(stopped_at=utcnow()))
 
+    @patient
     def workers(
         self, *, target: str | None = None, role: str | None = None, within: float | None = None
     ) -> list[Worker]:
@@ -107,6 +111,7 @@ class WorkerStore(StoreBase):
         with self.session() as session:
             return list(session.scalars(query))
 
+    @patient
     def machines(self) -> list[Machine]:
         with self.session() as session:
             return list(session.scalars(select(Machine).order_by(Machine.hostname)))

@@ -16,6 +16,7 @@ from typing import Any
 
 from celery import signals
 
+from fleet.errors import StoreError
 from fleet.settings import get_settings
 from fleet.store import Store
 from fleet.tasks.sending import send, send_steps
@@ -33,7 +34,7 @@ def context(name: str) -> WorkerContext:
     if ctx is None:
         settings = get_settings()
         ctx = WorkerContext(
-            store=Store(settings.database_url, durable=False),
+            store=Store(settings.database_url, durable=False, patience=settings.outage_seconds),
             name=name,
             settings=settings,
             gpu=os.environ.get("FLEET_WORKER_GPU") or None,
@@ -86,7 +87,9 @@ def _heartbeat(ctx: WorkerContext) -> None:
                 send_steps(ctx.store.stale_chains(requeue_after))
             if reaped:
                 log.warning("gave back %d trials whose worker went away", send(reaped))
-        except Exception:  # the database or broker may be down for a while; the next beat tries again
+        except StoreError as error:  # the database down for a while: the next beat tries again
+            log.warning("heartbeat: %s", error)
+        except Exception:  # the broker, or a bug: the next beat tries again
             log.exception("heartbeat failed")
 
 

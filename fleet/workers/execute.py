@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from fleet.errors import StoreUnavailable
 from fleet.settings import Settings
 from fleet.space import build_part
 from fleet.store import INLINE_BYTES, Store, TrialWork
@@ -133,6 +134,8 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
                         return "lost"
                     last_tick = time.monotonic()
             artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts)
+    except StoreUnavailable:
+        raise  # not the trial's fault: its lease gives it back once the database answers again
     except Exception as error:
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"compile failed: {error!r}")
         raise
@@ -194,6 +197,8 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
             )
             # The GPU's clocks, power and energy while it ran become metrics (fleet.workers.observers).
             measured = observed(ctx.gpu, lambda: workload.evaluate(job, data), workload.definition.get("objective"))
+    except StoreUnavailable:
+        raise  # as in compile_trial
     except Exception as error:
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}")
         raise

@@ -7,9 +7,11 @@ environment so that a worker's secrets (database and broker URLs) never reach us
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -118,23 +120,27 @@ def run(
                 stdin=subprocess.DEVNULL,
                 env=sandbox_env(env),
                 start_new_session=True,
+                preexec_fn=_die_with(os.getpid()),
             )
         except OSError as error:
             return Completed(argv, 127, "", f"cannot run {argv[0]}: {error.strerror}", 0.0)
         timed_out = False
-        while True:
-            left = timeout - (time.monotonic() - start)
-            if left <= 0:
-                timed_out = True
-                break
-            try:
-                proc.wait(timeout=min(left, tick_seconds))
-                break
-            except subprocess.TimeoutExpired:
-                if tick is not None and not tick():
+        try:
+            while True:
+                left = timeout - (time.monotonic() - start)
+                if left <= 0:
+                    timed_out = True
                     break
-        # Always: nothing the command started may outlive it and disturb the next measurement.
-        _kill_group(proc)
+                try:
+                    proc.wait(timeout=min(left, tick_seconds))
+                    break
+                except subprocess.TimeoutExpired:
+                    if tick is not None and not tick():
+                        break
+        finally:
+            # Always, however the wait ended (a lease lost, the database gone, the task stopped): nothing
+            # the command started may outlive it, run beside the retry and disturb its measurement.
+            _kill_group(proc)
         seconds = time.monotonic() - start
         out.seek(0)
         err.seek(0)
@@ -146,6 +152,24 @@ def run(
             seconds,
             timed_out,
         )
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """What the child runs before the command: ask for SIGKILL when the worker process that waits for it dies.
+
+    A SIGKILLed worker runs no ``finally``; without this its measurement would go on beside the retry.
+    (Only the command itself gets the signal; the rest of its process group is killed by ``_kill_group``.)
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def arm() -> None:
+        prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the worker died before the request took effect
+            os._exit(137)
+
+    return arm
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -10,6 +10,8 @@ import hashlib
 import io
 import os
 import stat
+import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -519,6 +521,41 @@ def test_runner_kills_what_the_command_left_behind_after_a_normal_exit(tmp_path:
     finally:
         if alive(child):
             os.kill(child, 9)  # the sleep this test started
+
+
+def test_runner_kills_the_command_when_the_wait_ends_in_an_error(tmp_path: Path) -> None:
+    # A lease renewal that raises (the database gone) must not leave the measurement running beside the retry.
+    def tick() -> bool:
+        raise ConnectionError("the database does not answer")
+
+    with pytest.raises(ConnectionError):
+        run(["sh", "-c", "echo $$ > run.pid; sleep 60"], cwd=tmp_path, timeout=120, tick=tick, tick_seconds=0.2)
+    assert wait_gone(int((tmp_path / "run.pid").read_text()))
+
+
+def test_runner_command_dies_with_a_worker_killed_by_sigkill(tmp_path: Path) -> None:
+    # A SIGKILLed worker runs no cleanup: the command must not outlive it and disturb the next measurement.
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import pathlib, sys; from fleet.workers.runner import run; "
+            "run(['sh', '-c', 'echo $$ > run.pid; sleep 60'], cwd=pathlib.Path(sys.argv[1]), timeout=120)",
+            str(tmp_path),
+        ]
+    )
+    pid_file = tmp_path / "run.pid"
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    command = int(pid_file.read_text())
+    worker.kill()
+    worker.wait()
+    try:
+        assert wait_gone(command, seconds=5)
+    finally:
+        if alive(command):
+            os.kill(command, 9)
 
 
 # --- bundles -----------------------------------------------------------------------------------------
