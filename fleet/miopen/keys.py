@@ -220,40 +220,35 @@ def is_legacy_spelling(key: str) -> bool:
 
 
 def _ints(text: str, count: int) -> list[int]:
-    values = [int(v) for v in text.split("x")]
-    if len(values) != count or any(v < 0 for v in values) or any(not v.isdigit() for v in text.split("x")):
+    texts = text.split("x")
+    if len(texts) != count or not all(t.isdigit() for t in texts):
         raise ValueError(text)
-    return values
+    return [int(t) for t in texts]
+
+
+def _number(text: str) -> int:
+    if not text.isdigit():
+        raise ValueError(text)
+    return int(text)
 
 
 def _parse_parts(parts: list[str], three: bool) -> dict[str, Any] | str:
+    # By position: C, n input sizes, filter, K, n output sizes, N, pads, strides, dilations, bias, then the rest.
+    # parse_key has checked that there are at least 15 parts, which covers every position below.
     n = 3 if three else 2
-    position = 0
-
-    def take() -> str:
-        nonlocal position
-        position += 1
-        return parts[position - 1]
-
-    def number() -> int:
-        text = take()
-        if not text.isdigit():
-            raise ValueError(text)
-        return int(text)
-
-    c = number()
-    in_dims = [number() for _ in range(n)]
-    fil = _ints(take(), n)
-    k = number()
-    out_dims = [number() for _ in range(n)]
-    batch = number()
-    pad_text = take()
+    c = _number(parts[0])
+    in_dims = [_number(t) for t in parts[1 : 1 + n]]
+    fil = _ints(parts[1 + n], n)
+    k = _number(parts[2 + n])
+    out_dims = [_number(t) for t in parts[3 + n : 3 + 2 * n]]
+    batch = _number(parts[3 + 2 * n])
+    pad_text = parts[4 + 2 * n]
     # "0x0" is the legacy spelling of an all-zero 3-D padding.
     pads = [0, 0, 0] if three and pad_text == "0x0" else _ints(pad_text, n)
-    strides = _ints(take(), n)
-    dilations = _ints(take(), n)
-    bias = number()
-    rest = parts[position:]
+    strides = _ints(parts[5 + 2 * n], n)
+    dilations = _ints(parts[6 + 2 * n], n)
+    bias = _number(parts[7 + 2 * n])
+    rest = parts[8 + 2 * n :]
     if len(rest) not in (3, 5):
         return f"expected one or three layouts before the precision, found {len(rest) - 2} parts"
     *layouts, precision, tail = rest
