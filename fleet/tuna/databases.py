@@ -630,7 +630,8 @@ def export_find_db(store: Store, what: Selection, output: Path, line_format: str
     from fleet.miopen.finddb import FORMATS, FindEntry, FindRecord, write_find_db
 
     results, source = gather(store, what, "find")
-    problems = _problems(store, [pid for pid, _ in results])
+    # An imported record keeps its key as spelt; only Fleet's own results need their problem's key looked up.
+    problems = _problems(store, [pid for (pid, _), r in results.items() if not r.payload.get("key")])
     records = []
     came_in: dict[str, int] = {}
     for (pid, _), result in results.items():
