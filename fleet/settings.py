@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from fleet.errors import ConfigurationError
 
@@ -104,6 +105,7 @@ class Settings:
             raise ConfigurationError(
                 f"FLEET_BROKER_URL={_quoted(broker_url)}: expected a redis://[:PASSWORD@]HOST:PORT/DB URL"
             )
+        _refuse_placeholders(env)
         if not broker_url:
             broker_url = _embedded_broker_url(home)
         return cls(
@@ -121,6 +123,24 @@ class Settings:
             driver_lease_seconds=_number(env, "FLEET_DRIVER_LEASE_SECONDS", 30.0),
             outage_seconds=_number(env, "FLEET_DB_OUTAGE_SECONDS", 60.0),
         )
+
+
+# .env.example's passwords start with this: a stack started with them would be open to anyone who read it.
+PLACEHOLDER = "change-me"
+
+
+def _refuse_placeholders(env: dict[str, str]) -> None:
+    secrets = {
+        "FLEET_DATABASE_URL": urlsplit(env.get("FLEET_DATABASE_URL", "")).password,
+        "FLEET_BROKER_URL": urlsplit(env.get("FLEET_BROKER_URL", "")).password,
+        "FLOWER_BASIC_AUTH": env.get("FLOWER_BASIC_AUTH", "").partition(":")[2],
+    }
+    for name, secret in secrets.items():
+        if secret and secret.startswith(PLACEHOLDER):
+            raise ConfigurationError(
+                f"{name} holds a placeholder password of .env.example ({PLACEHOLDER}...): "
+                "set a real one in .env (openssl rand -hex 24)"
+            )
 
 
 def find_home(start: Path) -> Path:

@@ -16,6 +16,7 @@ from fleet.cli.miopen import register as register_tuna
 from fleet.cli.tvm import run_model_command, tune_model_command, tvm_group
 from fleet.errors import FleetError
 from fleet.settings import Settings
+from fleet.workers.runner import conceal
 
 
 @click.group(cls=SectionedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from fleet.settings import reset_settings
 
     reset_settings()
+    conceal()  # every fleet process holds the database and broker URLs in its environment
     try:
         Settings.from_env()
         result = cli.main(args=argv, prog_name="fleet", standalone_mode=False)

@@ -79,10 +79,23 @@ def worker(
             click.echo(f"  {' '.join(command(spec, loglevel))}")
         return
     open_store().close()  # the database answers and is at the latest revision, or one line says why
+    _check_workload_account()
     from fleet.ops.logs import log_dir as default_log_dir
 
     launcher = Launcher(specs, log_dir=log_dir or default_log_dir(), loglevel=loglevel, echo=True)
     _serve(launcher, stop_timeout)
+
+
+def _check_workload_account() -> None:
+    """Refuse an unusable ``FLEET_WORKLOAD_USER``; warn when commands would run as root."""
+    from fleet.workers.runner import workload_account
+
+    if workload_account() is None and os.geteuid() == 0:
+        click.echo(
+            "fleet: warning: the workers run as root, and so would the workloads, which could then read this "
+            "node's secrets: set FLEET_WORKLOAD_USER to an unprivileged account",
+            err=True,
+        )
 
 
 def _serve(launcher: Any, stop_timeout: float = 840.0) -> None:

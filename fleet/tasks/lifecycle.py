@@ -21,6 +21,7 @@ from fleet.settings import get_settings
 from fleet.store import Store
 from fleet.tasks.sending import send, send_steps
 from fleet.workers.execute import WorkerContext
+from fleet.workers.runner import conceal
 
 log = logging.getLogger("fleet.worker")
 
@@ -42,6 +43,12 @@ def context(name: str) -> WorkerContext:
         _contexts.clear()
         _contexts[os.getpid()] = ctx
     return ctx
+
+
+@signals.worker_init.connect
+def _conceal(**_: Any) -> None:
+    # Before the pool forks, so that every process of this worker holds its URLs out of the workloads' reach.
+    conceal()
 
 
 @signals.worker_process_init.connect

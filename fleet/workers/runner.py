@@ -1,14 +1,18 @@
 """The sandboxed runner: one command, as a list of arguments, in a scratch directory, with a time limit.
 
 The command gets its own session so that a timeout kills everything it started, and a minimal
-environment so that a worker's secrets (database and broker URLs) never reach user code.
+environment so that a worker's secrets (database and broker URLs) never reach user code. The worker's
+own processes are non-dumpable (:func:`conceal`), so a command running as the same user cannot read them
+from ``/proc/PID/environ`` either; a worker that runs as root runs commands as ``FLEET_WORKLOAD_USER``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -17,6 +21,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from fleet.errors import ConfigurationError
 
 TAIL_BYTES = 4096
 _PASSED_ENV = (
@@ -109,6 +116,8 @@ def run(
     """
     argv = [str(a) for a in argv]
     start = time.monotonic()
+    env = dict(env or {})
+    account = _as_account(cwd, env)
     # Output goes to files, not pipes: a chatty command cannot fill a pipe and hang while we wait.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
@@ -121,6 +130,7 @@ def run(
                 env=sandbox_env(env),
                 start_new_session=True,
                 preexec_fn=_die_with(os.getpid()),
+                **account,
             )
         except OSError as error:
             return Completed(argv, 127, "", f"cannot run {argv[0]}: {error.strerror}", 0.0)
@@ -152,6 +162,57 @@ def run(
             seconds,
             timed_out,
         )
+
+
+def conceal() -> None:
+    """Make this process non-dumpable, so that a command it runs cannot read its secrets.
+
+    A command running as the same user could otherwise read the database and broker URLs from
+    ``/proc/PID/environ`` of any Fleet process, or its memory, or attach a debugger. Non-dumpable
+    processes' ``/proc`` entries belong to root, and core dumps are off. ``exec`` undoes it, so each Fleet
+    process (the CLI, each Celery worker) calls this itself; the children it forks inherit it.
+    """
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0)  # 4 = PR_SET_DUMPABLE
+
+
+@functools.cache
+def workload_account() -> pwd.struct_passwd | None:
+    """The account commands run as: ``FLEET_WORKLOAD_USER``'s, or None for the worker's own.
+
+    Raises
+    ------
+    ConfigurationError
+        When it names no account on this node, or the worker cannot switch to it (it is not root).
+    """
+    name = os.environ.get("FLEET_WORKLOAD_USER")
+    if not name:
+        return None
+    try:
+        account = pwd.getpwnam(name)
+    except KeyError:
+        raise ConfigurationError(f"FLEET_WORKLOAD_USER={name!r}: no such user on this node") from None
+    if account.pw_uid != os.getuid() and os.geteuid() != 0:
+        raise ConfigurationError(
+            f"FLEET_WORKLOAD_USER={name!r}: only a worker that runs as root can run commands as it"
+        )
+    return account
+
+
+def _as_account(cwd: Path, env: dict[str, str]) -> dict[str, Any]:
+    """Popen's options that run the command as the workload account, which is given ``cwd`` to work in."""
+    account = workload_account()
+    if account is None or account.pw_uid == os.getuid():
+        return {}
+    for root, dirs, files in os.walk(cwd):
+        for name in [root, *(os.path.join(root, entry) for entry in dirs + files)]:
+            os.lchown(name, account.pw_uid, account.pw_gid)
+    env.setdefault("HOME", str(cwd))  # the worker's own home is not the workload's to write in
+    return {
+        "user": account.pw_uid,
+        "group": account.pw_gid,
+        "extra_groups": os.getgrouplist(account.pw_name, account.pw_gid),  # video, render: the GPUs
+    }
 
 
 def _die_with(parent: int) -> Callable[[], None] | None:

@@ -91,6 +91,17 @@ def test_docker_compose_resolves_the_file_with_the_example_environment() -> None
     assert missing.returncode != 0
     assert "PASSWORD" in missing.stderr
 
+    # With the example's placeholder passwords, Fleet's services refuse to start: migrate fails, and all
+    # the others wait for it; Flower (which imports Fleet's settings) stops too.
+    for name, command in (
+        ("migrate", [sys.executable, "-m", "fleet.cli", "db", "upgrade"]),
+        ("flower", [sys.executable, "-c", "import fleet.tasks"]),
+    ):
+        service_env = {k: str(v) for k, v in services[name]["environment"].items() if k != "FLEET_HOME"}
+        refused = subprocess.run(command, env={**env, **service_env}, capture_output=True, text=True, check=False)
+        assert refused.returncode != 0, name
+        assert "placeholder password of .env.example" in refused.stderr, refused.stderr
+
 
 def test_secrets_stay_out_of_git() -> None:
     ignored = subprocess.run(
