@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -163,7 +164,7 @@ def test_stack_status_reports_every_service(stack: tuple[dict, dict[str, str]]) 
     done = run_stack("status", env)
     assert done.returncode == 0, done.stdout
     lines = done.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["redis", "postgres", "flower", "worker"]
+    assert [line.split()[0] for line in lines] == ["redis", "postgres", "flower", "worker", "driver"]
     assert "appendonly yes, maxmemory-policy noeviction" in lines[0]
     assert all(" ok " in line for line in lines)
 
@@ -240,5 +241,23 @@ def test_stack_runs_a_campaign_on_its_worker(stack: tuple[dict, dict[str, str]],
         result = json.loads(done.stdout)
         assert result["problems"][0]["trials"] == {"evaluated": 2}
         assert result["problems"][0]["best"]["config"] == {"mode": "bb"}
+
+        # Submitted and left: the stack's own driver runs it to its end.
+        path = write_spec(tmp_path, spec | {"name": "stack-submitted"}, "submitted.json")
+        submitted = subprocess.run(
+            [sys.executable, "-m", "fleet.cli", "submit", str(path)],
+            env={**env, "FLEET_DATABASE_URL": urls["FLEET_DATABASE_URL"], "FLEET_BROKER_URL": urls["FLEET_BROKER_URL"]},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        deadline = time.monotonic() + 120
+        while store.campaign("stack-submitted").status != "done" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert store.campaign("stack-submitted").status == "done"
+        assert store.trial_counts(store.campaign("stack-submitted").id) == {"evaluated": 2}
     finally:
         store.close()
