@@ -1,0 +1,412 @@
+"""``fleet bench scale``: whether Fleet's cost stays flat as a campaign grows, and with many campaigns at once.
+
+On a private PostgreSQL and Redis, with one ``fleet worker`` (one build and one evaluation process, as
+``fleet bench dispatch`` has), two phases of the ``noop`` workload (each build returns its configuration,
+each evaluation measures 0: what is timed is the fleet itself):
+
+- **one campaign** of ``trials`` trials (100,000 by default), driven by a real ``fleet tune`` process: ten
+  build-time values times run-time values, so that almost every trial reuses an artifact;
+- **20 campaigns at once** of ``concurrent_trials`` trials each (5,000 by default), submitted to the fleet
+  and driven by one ``fleet driver`` process.
+
+For each phase: trials per second over the first and the last ``window`` trials to finish (10,000 by default;
+goal: the last at least 0.9 of the first) and over each tenth of the run, the driver process's peak resident
+memory (goal: under 300 MB), the wall time of ``fleet status``, ``fleet trials --state errored`` and
+``fleet report`` run as real commands on the finished work (goal: under 2 s each; the same commands on a
+100-trial campaign measured in the same run are the baseline: most of their time is Python's start), and the
+database's bytes per trial. Trials finish when their evaluation is recorded (``finished_at`` in the database),
+so the rates are those the workers saw, not the driver's view of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from fleet.bench.dispatch import _stop, _wait
+from fleet.services import PostgresServer, RedisServer
+
+BUILDS = 10
+"""Build-time values of every campaign: few builds, every other trial reuses an artifact."""
+
+WARMUP_TRIALS = 100
+"""Trials of the campaign that warms the workers up and gives the commands' baseline times."""
+
+_EXITED = os.WEXITED | os.WNOHANG | os.WNOWAIT
+
+GOALS = {"last_over_first": ">= 0.9", "driver_peak_mb": "< 300", "command_s": "< 2"}
+
+
+def scale_spec(name: str, target: str, trials: int) -> dict[str, Any]:
+    """A ``noop`` campaign of ``trials`` trials over ``BUILDS`` builds; its problem is its own, so none is reused."""
+    per_build = -(-trials // BUILDS)
+    return {
+        "name": name,
+        "target": target,
+        "problems": [{"kind": "noop", "params": {"campaign": name}}],
+        "space": {
+            "knobs": {
+                "b": {"values": list(range(BUILDS)), "build": True},
+                "i": {"values": list(range(per_build)), "build": False},
+            }
+        },
+        "strategy": {"name": "grid", "budget": trials},
+        "workload": {"kind": "noop"},
+    }
+
+
+class Servers:
+    """A benchmark's PostgreSQL and Redis (private unless the environment names them), store and processes.
+
+    The ``fleet`` commands it starts run each in its own session, and are stopped at the end.
+    """
+
+    def __init__(self, stack: ExitStack, workdir: Path) -> None:
+        env = dict(os.environ)
+        if not env.get("FLEET_BROKER_URL"):
+            env["FLEET_BROKER_URL"] = stack.enter_context(RedisServer(workdir / "redis")).url
+        if not env.get("FLEET_DATABASE_URL"):
+            pg_dir = Path(tempfile.mkdtemp(prefix="fleet-bench-pg-"))
+            env["FLEET_DATABASE_URL"] = stack.enter_context(PostgresServer(pg_dir)).url
+        env |= {"FLEET_HOME": str(workdir / "home"), "PYTHONUNBUFFERED": "1"}
+        os.environ.update(env)
+        from fleet.settings import reset_settings
+
+        reset_settings()
+        from fleet.store import Store
+
+        self.env, self.workdir = env, workdir
+        self.store = Store(env["FLEET_DATABASE_URL"])
+        self.store.upgrade()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        stack.callback(self.close)
+
+    def start(self, *args: str, python: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+        """A ``fleet`` command in its own session, its output appended to ``fleet.log``."""
+        with (self.workdir / "fleet.log").open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, *python, "-m", "fleet.cli", *args],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def finish(self, procs: list[subprocess.Popen[bytes]]) -> None:
+        """Stop ``procs`` (their whole process groups) before the run ends."""
+        _stop(procs)
+        self.procs = [p for p in self.procs if p not in procs]
+
+    def exists(self, name: str) -> bool:
+        from fleet.errors import NotFound
+
+        try:
+            self.store.campaign(name)
+        except NotFound:
+            return False
+        return True
+
+    def log_tail(self) -> str:
+        """The end of the commands' output: why one failed, before the run's directory goes."""
+        return (self.workdir / "fleet.log").read_text(errors="replace")[-3000:]
+
+    def close(self) -> None:
+        _stop(self.procs)
+        self.store.close()
+
+
+class Bench(Servers):
+    """The servers and the worker of one run, and the commands it times."""
+
+    def __init__(self, stack: ExitStack, workdir: Path, say: Callable[[str], None]) -> None:
+        super().__init__(stack, workdir)
+        self.say = say
+        self.target = f"cpu-scale{uuid.uuid4().hex[:6]}"
+
+    def start_worker(self) -> None:
+        self.start(
+            "worker", "--target", self.target, "--eval-procs", "1", "--build-procs", "1", "--loglevel", "WARNING"
+        )
+        _wait(lambda: len(self.store.workers(target=self.target, within=30)) >= 2, 120, "the fleet's workers")
+
+    def write_spec(self, name: str, trials: int) -> Path:
+        path = self.workdir / f"{name}.json"
+        path.write_text(json.dumps(scale_spec(name, self.target, trials)))
+        return path
+
+    def timed(self, *args: str) -> float:
+        """Wall seconds of ``fleet ARGS`` as a user runs it: a new process, its output read whole."""
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "fleet.cli", *args], env=self.env, capture_output=True, cwd=self.workdir
+        )
+        seconds = time.perf_counter() - start
+        if done.returncode:
+            raise RuntimeError(f"fleet {' '.join(args)} failed: {done.stderr.decode(errors='replace')[-2000:]}")
+        return round(seconds, 2)
+
+    def commands(self, status_of: str | None, campaign: str) -> dict[str, float]:
+        """Seconds of the three commands a user runs on a finished campaign."""
+        return {
+            "status": self.timed("status", *([status_of] if status_of else [])),
+            "trials_errored": self.timed("trials", campaign, "--state", "errored"),
+            "report": self.timed("report", campaign, "-o", str(self.workdir / "report.html")),
+        }
+
+    def database_bytes(self) -> int:
+        from sqlalchemy import text
+
+        with self.store.engine.connect() as connection:
+            return int(connection.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
+
+    def finish_times(self, campaign_ids: list[int]) -> list[float]:
+        """When each trial of the campaigns was recorded, in seconds since the epoch, in order."""
+        from sqlalchemy import select
+
+        from fleet.store._models import Trial
+
+        query = (
+            select(Trial.finished_at)
+            .where(Trial.campaign_id.in_(campaign_ids), Trial.finished_at.is_not(None))
+            .order_by(Trial.finished_at)
+        )
+        with self.store.engine.connect() as connection:
+            return [moment.timestamp() for (moment,) in connection.execute(query)]
+
+    def counts(self, campaign_ids: list[int]) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for cid in campaign_ids:
+            for state, n in self.store.trial_counts(cid).items():
+                total[state] = total.get(state, 0) + n
+        return total
+
+    def progress(self, what: str, campaign_ids: list[int], total: int, pid: int) -> Callable[[], None]:
+        """A function that prints, at most every five seconds: trials done, the recent rate, the driver's memory."""
+        last = {"at": time.monotonic(), "done": 0}
+
+        def tick() -> None:
+            now = time.monotonic()
+            if now - last["at"] < 5:
+                return
+            counts = self.counts(campaign_ids)
+            done = sum(counts.get(state, 0) for state in ("evaluated", "errored", "invalid"))
+            rate = (done - last["done"]) / (now - last["at"])
+            last.update(at=now, done=done)
+            self.say(f"  {what}: {done:,}/{total:,} trials, {rate:.0f} trials/s lately, driver RSS {_rss_mb(pid)} MB")
+
+        return tick
+
+
+def _status_kb(pid: int, field: str) -> int | None:
+    """A ``/proc/PID/status`` field in kB (VmRSS, VmHWM), or None once the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _rss_mb(pid: int) -> str:
+    kb = _status_kb(pid, "VmRSS")
+    return "?" if kb is None else f"{kb / 1024:.0f}"
+
+
+def rates(finished: list[float], window: int) -> dict[str, Any]:
+    """Trials per second over the first and the last ``window`` trials to finish, and over each tenth of them.
+
+    Each rate is trials over the span between the first and the last of them, so the start (workers waking,
+    the first builds) and the end of the run weigh on neither side more than on the other.
+    """
+
+    def rate(times: list[float]) -> float:
+        span = times[-1] - times[0]
+        return (len(times) - 1) / span if span > 0 else float("inf")
+
+    tenth = max(2, len(finished) // 10)
+    first, last = rate(finished[:window]), rate(finished[-window:])
+    return {
+        "trials_per_s_first": round(first, 1),
+        "trials_per_s_last": round(last, 1),
+        "last_over_first": round(last / first, 3),
+        "trials_per_s_by_tenth": [round(rate(finished[n : n + tenth]), 1) for n in range(0, len(finished) - 1, tenth)],
+        "trials_per_s_overall": round(rate(finished), 1),
+    }
+
+
+def _wait_child(proc: subprocess.Popen[bytes], on_tick: Callable[[], None]) -> int:
+    """Wait for ``proc`` through wait4, for its peak resident memory as the kernel counted it (kB)."""
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            if proc.returncode:
+                raise RuntimeError(f"the driver exited with {proc.returncode}")
+            return int(usage.ru_maxrss)
+        on_tick()
+        time.sleep(0.2)
+
+
+def one_campaign(bench: Bench, trials: int, window: int, profile: Path | None) -> dict[str, Any]:
+    """A campaign of ``trials`` trials driven by ``fleet tune`` to its end."""
+    name = f"scale-{trials}-{uuid.uuid4().hex[:4]}"
+    spec = bench.write_spec(name, trials)
+    before = bench.database_bytes()
+    python = ("-m", "cProfile", "-o", str(profile)) if profile else ()
+    driver = bench.start("tune", str(spec), "--no-local", "--json", python=python)
+    # waitid with WNOWAIT sees an early exit without reaping the driver: wait4 reads its memory at the end.
+    _wait(lambda: bench.exists(name) or os.waitid(os.P_PID, driver.pid, _EXITED) is not None, 120, name)
+    if not bench.exists(name):
+        raise RuntimeError(f"fleet tune exited before it wrote campaign {name}:\n{bench.log_tail()}")
+    cid = bench.store.campaign(name).id
+    tick = bench.progress("one campaign", [cid], trials, driver.pid)
+    try:
+        peak_kb = _wait_child(driver, tick)
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}:\n{bench.log_tail()}") from None
+    counts = bench.store.trial_counts(cid)
+    if counts.get("evaluated") != trials:
+        raise RuntimeError(f"campaign {name} did not evaluate every trial: {counts}")
+    bench.say("  timing fleet status, fleet trials --state errored, fleet report")
+    return {"trials": trials, "driver": "fleet tune"} | figures(bench, [cid], window, peak_kb, before, (name, name))
+
+
+def many_campaigns(bench: Bench, campaigns: int, trials: int, window: int) -> dict[str, Any]:
+    """``campaigns`` campaigns of ``trials`` trials submitted at once and driven by one ``fleet driver``."""
+    from fleet import api
+    from fleet.spec import parse_spec
+
+    tag = uuid.uuid4().hex[:4]
+    before = bench.database_bytes()
+    names = [f"scale-{n:02d}-of-{campaigns}-{tag}" for n in range(campaigns)]
+    ids = [
+        api.submit(parse_spec(scale_spec(name, bench.target, trials), bench.workdir), bench.store).id for name in names
+    ]
+    driver = bench.start("driver", "--name", f"scale-driver-{tag}", "--max-campaigns", str(campaigns))
+    total = campaigns * trials
+
+    def ended() -> bool:
+        if driver.poll() is not None:
+            raise RuntimeError(f"the driver exited with {driver.returncode}:\n{bench.log_tail()}")
+        return all(bench.store.campaign(cid).status == "done" for cid in ids)
+
+    tick = bench.progress(f"{campaigns} campaigns", ids, total, driver.pid)
+    while not ended():
+        tick()
+        time.sleep(0.5)
+    # The driver serves on after its campaigns end: its high-water mark is read while it still runs.
+    peak_kb = _status_kb(driver.pid, "VmHWM") or 0
+    os.killpg(driver.pid, signal.SIGTERM)
+    driver.wait(60)
+    counts = bench.counts(ids)
+    if counts.get("evaluated") != total:
+        raise RuntimeError(f"the {campaigns} campaigns did not evaluate every trial: {counts}")
+    bench.say("  timing fleet status (every campaign), fleet trials --state errored, fleet report (one campaign)")
+    shape = {"campaigns": campaigns, "trials_per_campaign": trials, "trials": total, "driver": "fleet driver"}
+    return shape | figures(bench, ids, window, peak_kb, before, (None, names[0]))
+
+
+def figures(
+    bench: Bench, ids: list[int], window: int, peak_kb: int, before: int, commands: tuple[str | None, str]
+) -> dict[str, Any]:
+    """A finished phase's figures: rates, the driver's peak, the commands' seconds, the database's growth."""
+    trials = sum(bench.store.trial_counts(cid).get("evaluated", 0) for cid in ids)
+    after = bench.database_bytes()
+    return {
+        **rates(bench.finish_times(ids), window),
+        "driver_peak_mb": round(peak_kb / 1024, 1),
+        "command_s": bench.commands(*commands),
+        "database_bytes_per_trial": round((after - before) / trials),
+        "database_bytes": after,
+    }
+
+
+def warm_up(bench: Bench) -> dict[str, float]:
+    """A small campaign through the same path: workers answer, and the commands' times on it are the baseline."""
+    name = f"scale-warmup-{uuid.uuid4().hex[:4]}"
+    driver = bench.start("tune", str(bench.write_spec(name, WARMUP_TRIALS)), "--no-local", "--json")
+    _wait_child(driver, lambda: None)
+    return bench.commands(name, name)
+
+
+def run(
+    trials: int = 100_000,
+    campaigns: int = 20,
+    concurrent_trials: int = 5_000,
+    profile: Path | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Both phases, on the URLs in the environment or on private servers started for the run.
+
+    Parameters
+    ----------
+    trials:
+        Trials of the single campaign.
+    campaigns, concurrent_trials:
+        Campaigns run at once, and trials of each.
+    profile:
+        Run the single campaign's ``fleet tune`` under cProfile and write its statistics here.
+    on_step:
+        Called with one line at each step and every five seconds while a phase runs.
+    """
+    say = on_step or (lambda _: None)
+    with ExitStack() as stack:
+        bench = Bench(stack, Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-scale-"))), say)
+        say("starting a worker (one build and one evaluation process)")
+        bench.start_worker()
+        say(f"warm-up: a campaign of {WARMUP_TRIALS} trials; the commands' times on it are the baseline")
+        baseline = warm_up(bench)
+        say(f"  {baseline}")
+        window = min(10_000, max(10, trials // 10))
+        say(f"one campaign of {trials:,} trials, driven by fleet tune")
+        single = one_campaign(bench, trials, window, profile)
+        say(f"  {_line(single)}")
+        many_window = min(10_000, max(10, campaigns * concurrent_trials // 10))
+        say(f"{campaigns} campaigns of {concurrent_trials:,} trials at once, driven by one fleet driver")
+        many = many_campaigns(bench, campaigns, concurrent_trials, many_window)
+        say(f"  {_line(many)}")
+    return {
+        "workers": {"build": 1, "eval": 1},
+        "builds_per_campaign": BUILDS,
+        "window_trials": {"one_campaign": window, "many_campaigns": many_window},
+        "one_campaign": single,
+        "many_campaigns": many,
+        "command_s_baseline": {"trials": WARMUP_TRIALS, **baseline},
+        "bench_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "goals": GOALS,
+        "met": {
+            "one_campaign": met(single),
+            "many_campaigns": met(many),
+        },
+    }
+
+
+def met(phase: dict[str, Any]) -> dict[str, bool]:
+    """Which goals a phase met."""
+    return {
+        "last_over_first": phase["last_over_first"] >= 0.9,
+        "driver_peak_mb": phase["driver_peak_mb"] < 300,
+        "command_s": all(seconds < 2 for seconds in phase["command_s"].values()),
+    }
+
+
+def _line(phase: dict[str, Any]) -> str:
+    return (
+        f"{phase['trials_per_s_first']} trials/s at the start, {phase['trials_per_s_last']} at the end "
+        f"(ratio {phase['last_over_first']}); driver peak {phase['driver_peak_mb']} MB; "
+        f"commands {phase['command_s']} s; {phase['database_bytes_per_trial']} bytes/trial"
+    )

@@ -1,0 +1,48 @@
+"""``fleet bench scale`` with small numbers: both phases run, and every figure is there and sane."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+TRIALS, CAMPAIGNS = 400, 4
+COMMAND = ["bench", "scale", "--trials", str(TRIALS), "--campaigns", str(CAMPAIGNS), "--json"]
+
+
+def test_a_small_scale_run_gives_every_figure_of_both_phases() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fleet.cli", *COMMAND],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout)
+    one, many = result["one_campaign"], result["many_campaigns"]
+    assert (one["trials"], one["driver"]) == (TRIALS, "fleet tune")
+    assert (many["campaigns"], many["trials_per_campaign"], many["driver"]) == (CAMPAIGNS, TRIALS // 20, "fleet driver")
+    assert many["trials"] == CAMPAIGNS * (TRIALS // 20)
+    for phase in (one, many):
+        assert 0 < phase["trials_per_s_first"] < 10_000 and 0 < phase["trials_per_s_last"] < 10_000
+        # Rates are rounded to 0.1 trials/s in the output, their ratio from the unrounded ones.
+        ratio = phase["trials_per_s_last"] / phase["trials_per_s_first"]
+        assert phase["last_over_first"] == pytest.approx(ratio, rel=0.01)
+        assert 5 <= len(phase["trials_per_s_by_tenth"]) <= 11
+        # A real Python process that imported Fleet, SQLAlchemy and Celery: tens of MB, not a guess.
+        assert 30 < phase["driver_peak_mb"] < 2000
+        assert set(phase["command_s"]) == {"status", "trials_errored", "report"}
+        assert all(0 < seconds < 60 for seconds in phase["command_s"].values())
+        # Each trial leaves a row, its measurement and index entries: a few hundred bytes to a few kB.
+        assert 100 < phase["database_bytes_per_trial"] < 100_000
+    assert set(result["command_s_baseline"]) == {"trials", "status", "trials_errored", "report"}
+    assert result["met"]["one_campaign"]["driver_peak_mb"] is (one["driver_peak_mb"] < 300)
+    # Progress went to stderr as the run went.
+    assert f"one campaign of {TRIALS} trials" in done.stderr
+    assert f"{CAMPAIGNS} campaigns of {TRIALS // 20} trials at once" in done.stderr
