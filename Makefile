@@ -44,6 +44,8 @@ bench: $(STAMP) services
 	$(BIN)/fleet bench search --space all
 	$(BIN)/fleet bench miopen
 	$(BIN)/fleet bench share
+	$(BIN)/fleet bench scale
+	$(BIN)/fleet bench pipeline
 	$(BIN)/fleet bench tvm
 
 ## A tuned 1024^3 matmul and an AlexNet conv2d (TVM) against the default schedule and NumPy.

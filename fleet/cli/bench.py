@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -68,6 +69,84 @@ def bench_share(trials: int, seconds: float, as_json: bool) -> None:
     click.echo(f"driver takeover   {result['takeover_s']:.1f} s (goal: lease {result['lease_s']} s + 10 s at most)")
     click.echo(f"cancel            last trial started {result['cancel_last_start_s']:.1f} s after (goal: under 5 s)")
     click.echo(f"                  running measurements killed after {result['cancel_stopped_s']:.1f} s (goal: 10 s)")
+
+
+@bench.command("scale")
+@click.option(
+    "--trials",
+    type=click.IntRange(200),
+    default=100_000,
+    show_default=True,
+    help="Trials of the one campaign; the campaigns run at once have a twentieth of it each.",
+)
+@click.option("--campaigns", type=click.IntRange(1), default=20, show_default=True, help="Campaigns run at once.")
+@click.option(
+    "--profile",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Run the one campaign's fleet tune under cProfile and write its statistics to this file.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def bench_scale(trials: int, campaigns: int, profile: Path | None, as_json: bool) -> None:
+    """Whether the fleet's cost stays flat: one campaign of 100,000 no-op trials, then 20 of 5,000 at once.
+
+    For each: trials/s over the first and the last 10,000 trials (goal: the last at least 0.9 of the first), the
+    driver process's peak memory (goal: under 300 MB), the seconds of `fleet status`, `fleet trials --state
+    errored` and `fleet report` on the finished work (goal: under 2 s each, beside the same commands on a
+    100-trial campaign), and the database's bytes per trial. One build and one evaluation worker process.
+    Uses FLEET_DATABASE_URL and FLEET_BROKER_URL when set, else a private PostgreSQL and Redis started for the run.
+    """
+    from fleet.bench.scale import run
+
+    result = run(
+        trials,
+        campaigns,
+        max(10, trials // 20),
+        profile=profile.absolute() if profile else None,
+        on_step=lambda line: click.echo(line, err=True),
+    )
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    base = result["command_s_baseline"]
+    for key, title in (("one_campaign", "one campaign"), ("many_campaigns", f"{campaigns} campaigns at once")):
+        phase = result[key]
+        window = result["window_trials"][key]
+        click.echo(f"{title}: {phase['trials']:,} trials ({phase['driver']})")
+        click.echo(
+            f"  trials/s   first {window:,} {phase['trials_per_s_first']}, last {window:,} "
+            f"{phase['trials_per_s_last']}: {phase['last_over_first']} (goal >= 0.9)"
+        )
+        click.echo(f"  driver     peak {phase['driver_peak_mb']} MB (goal < 300)")
+        for command, seconds in phase["command_s"].items():
+            click.echo(f"  {command:<15} {seconds:.2f} s (goal < 2; {base[command]:.2f} s on {base['trials']} trials)")
+        click.echo(f"  database   {phase['database_bytes_per_trial']} bytes per trial")
+
+
+@bench.command("pipeline")
+@click.option("--quick", is_flag=True, help="One small case only, for a look in seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def bench_pipeline(quick: bool, as_json: bool) -> None:
+    """Whether builds and evaluations overlap: makespans of sleep campaigns against their lower bound.
+
+    Builds sleep B seconds and runs R; for several B/R and numbers of build and evaluation slots, the makespan
+    of the campaign against its lower bound (the larger of total build time over build slots, and the first
+    build plus total evaluation time over evaluation slots; goal: at most 1.1 of it), and beside it the makespan
+    of the MITuna order (every build, then every evaluation) measured in the same run. Uses FLEET_DATABASE_URL
+    and FLEET_BROKER_URL when set, else a private PostgreSQL and Redis started for the run.
+    """
+    from fleet.bench.pipeline import CASES, QUICK_CASES, run
+
+    result = run(QUICK_CASES if quick else CASES, on_step=lambda line: click.echo(line, err=True))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"{'case':<34} {'bound':>7} {'fleet':>7} {'ratio':>6} {'MITuna':>7} {'ratio':>6}")
+    for case in result["cases"]:
+        click.echo(
+            f"{case['case']:<34} {case['bound_s']:>6.1f}s {case['fleet_s']:>6.1f}s {case['fleet_over_bound']:>6.3f} "
+            f"{case['mituna_s']:>6.1f}s {case['mituna_over_bound']:>6.3f}"
+        )
+    click.echo("goal: fleet at most 1.1 of the bound in every case")
 
 
 bench.add_command(search_command, "search")
