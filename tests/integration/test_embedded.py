@@ -89,4 +89,10 @@ def test_python_api_submit_run_status_best(fleet: Fleet, monkeypatch: pytest.Mon
     assert summaries[0].speedup == 4.0
     measurement, config = api.best(summaries[0].problem_id, fleet.target)[0]
     assert (measurement.objective, config) == (40.0, {"size": 4, "scale": 10})
+    # The same trials as a table: one row each, one column per knob.
+    frame = campaign.to_pandas()
+    assert len(frame) == 8 and set(frame["state"]) == {"evaluated"}
+    best = frame.loc[frame["objective"].idxmax()]
+    assert (best["config.size"], best["config.scale"], best["objective"]) == (4, 10, 40.0)
+    assert frame["id"].is_unique and (frame["attempts"] == 1).all()
     reset_settings()
