@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 
 import click
@@ -69,6 +71,71 @@ def bench_share(trials: int, seconds: float, as_json: bool) -> None:
     click.echo(f"driver takeover   {result['takeover_s']:.1f} s (goal: lease {result['lease_s']} s + 10 s at most)")
     click.echo(f"cancel            last trial started {result['cancel_last_start_s']:.1f} s after (goal: under 5 s)")
     click.echo(f"                  running measurements killed after {result['cancel_stopped_s']:.1f} s (goal: 10 s)")
+
+
+def _fault_options(command: Callable[..., None]) -> Callable[..., None]:
+    """One option per kind of fault of ``fleet bench chaos``, its default and help from :class:`Faults`."""
+    from fleet.bench.chaos import Faults
+
+    for kind in reversed(fields(Faults)):
+        option = click.option(
+            f"--{kind.name.replace('_', '-')}",
+            kind.name,
+            type=click.IntRange(0),
+            default=kind.default,
+            show_default=True,
+            help=kind.metadata["help"],
+        )
+        command = option(command)
+    return command
+
+
+@bench.command("chaos")
+@click.option("--trials", type=click.IntRange(20), default=1000, show_default=True, help="Trials of the campaign.")
+@_fault_options
+@click.option(
+    "--seconds", type=click.FloatRange(0), default=0.05, show_default=True, help="How long each build and run sleeps."
+)
+@click.option(
+    "--timeout", type=click.FloatRange(10), default=780.0, show_default=True, help="Seconds before trials count stuck."
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the choice of the pool processes killed.")
+@click.option("--keep", is_flag=True, help="Keep the work directory (logs, data) even when the run passes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def bench_chaos(
+    trials: int, seconds: float, timeout: float, seed: int, keep: bool, as_json: bool, **faults: int
+) -> None:
+    """A campaign through a fleet under fire: every trial recorded exactly once, with its right value.
+
+    Two build and two evaluation processes on a private PostgreSQL and Redis; SIGKILLs of pool processes, of
+    whole Celery workers, of `fleet worker` with all its workers, Redis and PostgreSQL crashed and started
+    again, `fleet tune` killed and resumed. Prints the trials planned, recorded, lost, duplicated, stuck and
+    wrong-valued, the faults, the settings and the wall time; exits 1 unless lost, duplicated, stuck and wrong
+    are all 0, every fault was injected and the driver ended well.
+    """
+    from fleet.bench.chaos import Faults, run
+
+    result = run(
+        trials,
+        Faults(**faults),
+        seconds=seconds,
+        timeout=timeout,
+        seed=seed,
+        keep=keep,
+        say=lambda line: click.echo(line, err=True),
+    )
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        for key in ("trials_planned", "recorded", "lost", "duplicated", "stuck", "wrong_valued", "measured_again"):
+            click.echo(f"{key:<16} {result[key]}")
+        click.echo("faults           " + ", ".join(f"{k} {v}" for k, v in result["faults"].items()))
+        click.echo(f"stale messages   {result['stale_messages']}")
+        click.echo("settings         " + ", ".join(f"{k}={v}" for k, v in result["settings"].items()))
+        click.echo(f"wall time        {result['wall_s']} s (campaign {result['campaign_s']} s)")
+    if not result["ok"]:
+        where = result.get("work_directory")
+        raise click.ClickException(f"the chaos run failed; logs and data kept in {where}")
 
 
 @bench.command("scale")
