@@ -71,6 +71,20 @@ def _parse_only(path: Path) -> float:
     return time.perf_counter() - start
 
 
+def _commit() -> str | None:
+    """The git commit of the Fleet checkout that runs the bench (figures are quoted with it), when it is one."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
 def run(problems: int = 120_000, lookups: int = 1000, files: bool = True) -> dict[str, Any]:
     """Import the shipped files and a ``problems``-key find-db into PostgreSQL, time key lookups; return the figures."""
     import os
@@ -89,6 +103,8 @@ def run(problems: int = 120_000, lookups: int = 1000, files: bool = True) -> dic
         store = Store(url)
         stack.callback(store.close)
         store.upgrade()
+        with store.transaction() as connection:
+            server = str(connection.exec_driver_sql("SHOW server_version").scalar())
         shipped = []
         for name in FILES if files else ():
             start = time.perf_counter()
@@ -119,6 +135,8 @@ def run(problems: int = 120_000, lookups: int = 1000, files: bool = True) -> dic
             if not found:
                 raise RuntimeError(f"key {key} was imported but is not found")
     return {
+        "commit": _commit(),
+        "postgresql": server,
         "files": shipped,
         "problems": count,
         "imported_problems": done.problems,
@@ -145,6 +163,7 @@ def bench_command(problems: int, lookups: int, no_files: bool, as_json: bool) ->
     if as_json:
         click.echo(json.dumps(result))
         return
+    click.echo(f"fleet {result['commit'] or '(not a git checkout)'} on PostgreSQL {result['postgresql']}")
     for item in result["files"]:
         click.echo(
             f"import   {item['file']:<28} {item['records']:>7} records in {item['import_s']:6.1f} s "

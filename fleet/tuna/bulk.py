@@ -97,8 +97,6 @@ class _Stream:
         self.rest = text[size:]
         return text[:size]
 
-    readline = read  # never called by psycopg2's COPY FROM; here so that the object is a complete file
-
 
 def _copy(
     connection: Connection, table: str, model: type, columns: Sequence[str], rows: Iterable[Sequence[Any]]
