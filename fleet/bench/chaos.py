@@ -69,6 +69,7 @@ RUNS_PER_BUILD = 10  # run-time values of each artifact: builds are a tenth of t
 BUILD_PROCS = 2
 EVAL_PROCS = 2
 TERMINAL = ("evaluated", "errored", "invalid")
+BUSY_WAIT_SECONDS = 15.0  # how long a kill waits for its victim to be mid-task: more than a lease
 
 
 @dataclass(frozen=True)
@@ -277,10 +278,10 @@ class Chaos:
         return {"build": " mid-build", "eval": " mid-measurement"}[role] if busy else " (idle)"
 
     def kill_pool(self, rng: random.Random) -> str:
-        # Build and evaluation workers in turn; a kill mid-task is the one that matters: give one a few
-        # seconds to start.
+        # Build and evaluation workers in turn; a kill mid-task is the one that matters: give one time to
+        # start (a fault just before may have left the workers waiting out a lease).
         role = ("eval", "build")[self.injected.pool_kills % 2]
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + BUSY_WAIT_SECONDS
         while True:
             pools = [(pid, name) for main, name in self._celery_workers_up(role) for pid in _child_pids(main)]
             busy = [(pid, name) for pid, name in pools if self._busy(pid)]
@@ -297,7 +298,7 @@ class Chaos:
 
     def kill_worker(self) -> str:
         role = ("eval", "build")[self.injected.worker_kills % 2]
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + BUSY_WAIT_SECONDS
         while True:
             mains = self._celery_workers_up(role)
             busy = [(pid, name) for pid, name in mains if any(self._busy(p) for p in _child_pids(pid))]
@@ -579,7 +580,10 @@ def run(
             # One fault at a time, a second apart at least, each once its share of the trials has finished.
             if pending and chaos.finished >= pending[0][0] * trials and now - last_fault >= 1:
                 _, kind = pending.pop(0)
-                done = chaos.inject(kind, rng)
+                try:
+                    done = chaos.inject(kind, rng)
+                except Exception as error:  # a fault that could not be injected: reported, and the run fails
+                    done = f"{kind} failed: {error}"
                 last_fault = time.monotonic()
                 line = f"{last_fault - chaos.started:5.0f} s  fault {chaos.injected.total}/{faults.total}: {done}"
                 chaos.injected.log.append(line.strip())
