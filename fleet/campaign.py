@@ -102,6 +102,31 @@ def baseline_configs(space: Space, baseline: Mapping[str, Any]) -> list[Config]:
     ]
 
 
+def build_order(work: list[Requeue], keys: list[str | None], build_slots: int) -> list[Requeue]:
+    """``work`` (its build keys beside it, None for an evaluation) in an order that keeps every build slot building.
+
+    A compile whose artifact another worker is building waits for it, holding its build slot: sent back to back,
+    the trials of one build key would leave every build slot but one waiting. So each key's first trial goes
+    first, and the key's other trials (quick to compile: they find the artifact) follow once the first trials
+    of as many other keys as there are build slots beside it have been sent: they are taken about when their
+    build ends, and their evaluations start then. With one build slot this is the searcher's own order.
+    """
+    groups: dict[str, list[Requeue]] = {}
+    order = [requeue for requeue, key in zip(work, keys, strict=True) if key is None]
+    for requeue, key in zip(work, keys, strict=True):
+        if key is not None:
+            groups.setdefault(key, []).append(requeue)
+    lag = max(1, build_slots) - 1
+    firsts = list(groups)
+    for position, key in enumerate(firsts):
+        order.append(groups[key][0])
+        if position >= lag:
+            order.extend(groups[firsts[position - lag]][1:])
+    for key in firsts[max(0, len(firsts) - lag) :]:
+        order.extend(groups[key][1:])
+    return order
+
+
 class LeaseLost(FleetError):
     """Another driver holds the campaign now: this one stalled past its lease, and must stop driving."""
 
@@ -319,7 +344,8 @@ class Driver:
         remeasure = bool(self.campaign.options.get("remeasure"))
         created = self.store.add_trials(self.campaign.id, self.campaign.target, trials, remeasure=remeasure)
         send = []
-        for (index, _, baseline), (trial_id, state) in zip(proposals, created, strict=True):
+        keys: list[str | None] = []
+        for (index, _, baseline), trial, (trial_id, state) in zip(proposals, trials, created, strict=True):
             # A baseline that is also in the space is one trial; only the searcher's proposals go back to it.
             asked = 0 if baseline else 1
             if trial_id in self.in_flight:
@@ -328,6 +354,11 @@ class Driver:
             self.in_flight[trial_id] = (index, asked)
             if state in ("new", "compiled"):
                 send.append(Requeue(trial_id, self.campaign.target, self.first_task if state == "new" else "evaluate"))
+                keys.append(trial.build_key if state == "new" and self.first_task == "compile" else None)
+        if len(set(keys) - {None}) > 1:
+            within = 3 * self.heartbeat_seconds + 5
+            builders = self.store.workers(target=self.campaign.target, role="build", within=within)
+            send = build_order(send, keys, sum(w.concurrency for w in builders))
         self._send(send)
 
     def _send(self, work: list[Requeue]) -> None:
