@@ -242,6 +242,10 @@ def run(cases: Sequence[Case] = CASES, on_step: Callable[[str], None] | None = N
                     "mituna_build_phase_s": round(tuna["build_phase_s"], 2),
                     "mituna_eval_phase_s": round(tuna["eval_phase_s"], 2),
                     "mituna_ideal_s": round(case.mituna_ideal_s, 2),
+                    # The MITuna order runs builds and evaluations each back to back: what each took beyond its
+                    # sleep is the fleet's cost per task (claim, record, messages, the command's start).
+                    "build_overhead_s": round(tuna["build_phase_s"] * case.build_slots / case.builds - case.build_s, 3),
+                    "eval_overhead_s": round(tuna["eval_phase_s"] * case.eval_slots / case.trials - case.run_s, 3),
                 }
             )
     return {
