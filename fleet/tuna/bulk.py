@@ -14,7 +14,7 @@ leaves nothing behind.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -73,20 +73,21 @@ class _Stream:
     """The COPY text of ``rows``, read by psycopg2 a block at a time while the server parses what it sent:
     formatting the rows here and parsing them there overlap."""
 
-    def __init__(self, formats: Sequence[Callable[[Any], str]], rows: Iterable[Sequence[Any]]) -> None:
+    def __init__(self, formats: Sequence[Callable[[Any], str]], rows: Iterable[Sequence[Any]], tail: str) -> None:
         self.formats = formats
         self.rows = iter(rows)
+        self.tail = tail + "\n"  # the columns every row shares, formatted once
         self.rest = ""
         self.count = 0
 
     def read(self, size: int = -1) -> str:
         parts, length = [self.rest], len(self.rest)
-        formats = self.formats
+        formats, tail = self.formats, self.tail
         while size < 0 or length < size:
             row = next(self.rows, None)
             if row is None:
                 break
-            line = "\t".join([f(v) for f, v in zip(formats, row, strict=True)]) + "\n"
+            line = "\t".join([f(v) for f, v in zip(formats, row, strict=True)]) + tail
             parts.append(line)
             length += len(line)
             self.count += 1
@@ -99,13 +100,23 @@ class _Stream:
 
 
 def _copy(
-    connection: Connection, table: str, model: type, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+    connection: Connection,
+    table: str,
+    model: type,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    same: Mapping[str, Any] | None = None,
 ) -> int:
-    """COPY ``rows`` into ``table`` (``model``'s columns decide how values are written); return the rows sent."""
-    stream = _Stream([_formatter(c) for c in _columns(model, columns)], rows)
+    """COPY ``rows`` into ``table`` (``model``'s columns decide how values are written), each with the columns
+    ``same``; return the rows sent."""
+    same = same or {}
+    shared = _columns(model, list(same))
+    tail = "".join("\t" + _formatter(c)(v) for c, v in zip(shared, same.values(), strict=True))
+    stream = _Stream([_formatter(c) for c in _columns(model, columns)], rows, tail)
+    names = _quoted(connection, [*columns, *same])
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
-        cursor.copy_expert(f"COPY {table} ({_quoted(connection, columns)}) FROM STDIN", stream, size=_BLOCK)
+        cursor.copy_expert(f"COPY {table} ({names}) FROM STDIN", stream, size=_BLOCK)
     finally:
         cursor.close()
     return stream.count
@@ -138,11 +149,15 @@ def insert(
     rows: Iterable[Sequence[Any]],
     *,
     ignore: bool = False,
+    same: Mapping[str, Any] | None = None,
 ) -> None:
     """INSERT ``rows`` (tuples in the order of ``columns``) into ``model``'s table.
 
     Parameters
     ----------
+    same:
+        Columns and the value every row has in them (a campaign's id, a target, a timestamp): converted once,
+        not once a row.
     ignore:
         Leave rows that exist (by any unique constraint) alone. Without it, the caller knows that none
         can exist (rows of a campaign created in this transaction), and a conflict is an error.
@@ -150,11 +165,11 @@ def insert(
     table = model.__table__.name  # type: ignore[attr-defined]
     if connection.dialect.name == "postgresql":
         if not ignore:
-            _copy(connection, connection.dialect.identifier_preparer.quote(table), model, columns, rows)
+            _copy(connection, connection.dialect.identifier_preparer.quote(table), model, columns, rows, same)
             return
-        names = _quoted(connection, columns)
-        scratch = _scratch(connection, model, columns)
-        if _copy(connection, scratch, model, columns, rows):
+        names = _quoted(connection, [*columns, *(same or {})])
+        scratch = _scratch(connection, model, [*columns, *(same or {})])
+        if _copy(connection, scratch, model, columns, rows, same):
             connection.exec_driver_sql(
                 f"INSERT INTO {connection.dialect.identifier_preparer.quote(table)} ({names}) "
                 f"SELECT {names} FROM {scratch} ON CONFLICT DO NOTHING"
@@ -162,10 +177,15 @@ def insert(
         connection.exec_driver_sql(f"DROP TABLE {scratch}")
         return
     verb = "INSERT OR IGNORE" if ignore else "INSERT"
-    sql = f"{verb} INTO {table} ({_quoted(connection, columns)}) VALUES ({', '.join('?' * len(columns))})"
+    every = [*columns, *(same or {})]
+    sql = f"{verb} INTO {table} ({_quoted(connection, every)}) VALUES ({', '.join('?' * len(every))})"
+    shared = tuple(
+        _sqlite_rows(_sqlite_converters(connection, model, list(same or {})), [tuple((same or {}).values())])
+    )
+    rows = (row + shared[0] for row in _sqlite_rows(_sqlite_converters(connection, model, columns), rows))
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
-        cursor.executemany(sql, _sqlite_rows(_sqlite_converters(connection, model, columns), rows))
+        cursor.executemany(sql, rows)
     finally:
         cursor.close()
 

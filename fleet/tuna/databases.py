@@ -256,9 +256,6 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
     return Imported(name, kind, records, len(set(ids)), created, sha, unmapped, "/".join(formats) or None)
 
 
-NO_SAMPLES: list[float] = []  # one object for every imported row, so its JSON is written once (never mutated)
-
-
 def _import_key(sha: str, problem_id: int, step: str) -> str:
     """``digest(["import", sha, problem_id, step])``: an imported trial's build and measure key.
 
@@ -295,100 +292,61 @@ def _write_results(
     bulk.insert(
         connection,
         CampaignProblem,
-        ("campaign_id", "problem_id", "position"),
-        ((campaign_id, p, i) for i, p in enumerate(order)),
+        ("problem_id", "position"),
+        ((p, i) for i, p in enumerate(order)),
+        same={"campaign_id": campaign_id},
     )
     config = {"step": step}
-    config_key = digest(config)
     keys = {p: _import_key(sha, p, step) for p in order}
-    trial_columns = (
-        "campaign_id",
-        "problem_id",
-        "target",
-        "config",
-        "config_key",
-        "build_key",
-        "measure_key",
-        "seq",
-        "baseline",
-        "state",
-        "attempts",
-        "created_at",
-        "queued_at",
-        "started_at",
-        "finished_at",
-        "worker",
-    )
     bulk.insert(
         connection,
         Trial,
-        trial_columns,
-        (
-            (
-                campaign_id,
-                p,
-                target,
-                config,
-                config_key,
-                keys[p],
-                keys[p],
-                i,
-                False,
-                "evaluated",
-                0,
-                now,
-                now,
-                now,
-                now,
-                "import",
-            )
-            for i, p in enumerate(order)
-        ),
+        ("problem_id", "build_key", "measure_key", "seq"),
+        ((p, keys[p], keys[p], i) for i, p in enumerate(order)),
+        same={
+            "campaign_id": campaign_id,
+            "target": target,
+            "config": config,
+            "config_key": digest(config),
+            "baseline": False,
+            "state": "evaluated",
+            "attempts": 0,
+            "created_at": now,
+            "queued_at": now,
+            "started_at": now,
+            "finished_at": now,
+            "worker": "import",
+        },
     )
     trial_ids = dict(
         connection.execute(select(Trial.problem_id, Trial.id).where(Trial.campaign_id == campaign_id)).all()
     )
-    measurement_columns = (
-        "trial_id",
-        "problem_id",
-        "target",
-        "measure_key",
-        "objective_name",
-        "maximize",
-        "objective",
-        "valid",
-        "samples",
-        "metrics",
-        "toolchain",
-        "node",
-        "gpu",
-        "worker",
-        "created_at",
-    )
     bulk.insert(
         connection,
         Measurement,
-        measurement_columns,
+        ("trial_id", "problem_id", "measure_key", "objective", "metrics"),
         (
             (
                 trial_ids[p],
                 p,
-                target,
                 keys[p],
-                "time_ms",
-                False,
                 unique[p].objective,
-                True,
-                NO_SAMPLES,
                 {k: v for k, v in unique[p].metrics.items() if v is not None},
-                toolchain,
-                None,
-                None,
-                "import",
-                now,
             )
             for p in order
         ),
+        same={
+            "target": target,
+            "objective_name": "time_ms",
+            "maximize": False,
+            "valid": True,
+            "samples": [],
+            "toolchain": toolchain,
+            "node": None,
+            "gpu": None,
+            "worker": "import",
+            "created_at": now,
+        },
     )
 
 
