@@ -421,16 +421,44 @@ def schedule(faults: Faults, first: float = 0.05, last: float = 0.85) -> list[tu
     return sorted(points)
 
 
-def replay_stale(redis_url: str) -> int:
+def _unacknowledged(redis_url: str) -> int:
+    """Messages delivered to a Celery worker and not acknowledged: those of killed workers, once all is idle."""
+    from kombu import Connection
+
+    with Connection(redis_url) as connection:
+        channel: Any = connection.default_channel
+        return int(channel.client.hlen(channel.unacked_key))
+
+
+def replay_stale(redis_url: str) -> None:
     """Deliver the messages left unacknowledged by killed workers now, as kombu would after the visibility timeout."""
     from kombu import Connection
 
     with Connection(redis_url, transport_options={"visibility_timeout": 0}) as connection:
         channel: Any = connection.default_channel
-        left = int(channel.client.hlen(channel.unacked_key))
         # start=0, num=None: all of them; interval=1: on this very call.
         channel.qos.restore_visible(start=0, num=None, interval=1)
-    return left
+
+
+def deliver_stale(
+    chaos: Chaos, planned: list[dict[str, Any]], before: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Deliver the stale messages of a finished campaign; the counts after, and what the messages changed."""
+    left = _unacknowledged(chaos.redis.url)
+    chaos.say(f"delivering the {left} messages killed workers left unacknowledged, as after the visibility timeout")
+    replay_stale(chaos.redis.url)
+    with contextlib.suppress(RuntimeError):
+        _wait(lambda: _queued(chaos.redis.url, chaos.target) == 0, 60, "the stale messages to be taken")
+    queued = _queued(chaos.redis.url, chaos.target)
+    time.sleep(2 * float(SETTINGS["FLEET_HEARTBEAT_SECONDS"]))  # a reaper's round after them
+    after = tally(chaos.store, chaos.campaign_id, planned)
+    changed = sum(after["snapshot"].get(i) != s for i, s in before["snapshot"].items())
+    changed += len(set(after["snapshot"]) - set(before["snapshot"]))
+    return after, {
+        "left_unacknowledged": left,
+        "still_queued_after_delivery": queued,
+        "trials_changed_by_their_delivery": changed,
+    }
 
 
 def _queued(redis_url: str, target: str) -> int:
@@ -444,8 +472,11 @@ def _queued(redis_url: str, target: str) -> int:
         return sum(int(client.llen(key)) for key in lists) + int(client.hlen(channel.unacked_key))
 
 
-def tally(store: Any, campaign_id: int | None, planned: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every count the bench reports, read from the database."""
+def tally(store: Any, campaign_id: int | None, planned: list[dict[str, Any]], ended: bool = True) -> dict[str, Any]:
+    """Every count the bench reports, read from the database.
+
+    A configuration never written is lost when the campaign ``ended``, and stuck when its time ran out first.
+    """
     from sqlalchemy import func, select
 
     from fleet.store import Measurement, Trial
@@ -496,9 +527,9 @@ def tally(store: Any, campaign_id: int | None, planned: list[dict[str, Any]]) ->
     return {
         "trials_planned": len(planned),
         "recorded": recorded,
-        "lost": never_written + len(lost),
+        "lost": never_written * ended + len(lost),
         "duplicated": duplicated,
-        "stuck": len(stuck),
+        "stuck": never_written * (not ended) + len(stuck),
         "wrong_valued": len(wrong),
         "measured_again": sum(row.attempts > 1 for row in rows),
         "examples": {"lost": lost[:10], "stuck": stuck[:10], "wrong_valued": wrong[:10]},
@@ -590,33 +621,27 @@ def run(
                 say(line)
             time.sleep(0.2)
         campaign_s = time.monotonic() - chaos.started
-        driver_status = chaos.driver.poll() if chaos.driver is not None else None
+        assert chaos.driver is not None
+        driver_status = chaos.driver.poll()
+        if driver_status is None:  # out of time: what is unfinished now is stuck
+            _kill(chaos.driver.pid, group=True)
+            chaos.driver.wait()
         chaos.poll()
         say(chaos.progress_line())
-        before = tally(chaos.store, chaos.campaign_id, planned)
-        left = replay_stale(chaos.redis.url)
-        say(f"delivering the {left} messages that killed workers left unacknowledged, as after the visibility timeout")
-        with contextlib.suppress(RuntimeError):
-            _wait(lambda: _queued(chaos.redis.url, chaos.target) == 0, 60, "the stale messages to be taken")
-        queued = _queued(chaos.redis.url, chaos.target)
-        time.sleep(2 * float(SETTINGS["FLEET_HEARTBEAT_SECONDS"]))  # a reaper's round after them
-        after = tally(chaos.store, chaos.campaign_id, planned)
-        changed = sum(after["snapshot"].get(i) != s for i, s in before["snapshot"].items())
-        changed += len(set(after["snapshot"]) - set(before["snapshot"]))
+        counts = tally(chaos.store, chaos.campaign_id, planned, ended=driver_status is not None)
+        stale: dict[str, Any] = {"left_unacknowledged": _unacknowledged(chaos.redis.url)}
+        if driver_status is not None:  # with trials still running, a change would prove nothing
+            counts, stale = deliver_stale(chaos, planned, counts)
         missing = {
             kind: count - getattr(chaos.injected, kind)
             for kind, count in asdict(faults).items()
             if getattr(chaos.injected, kind) < count
         }
-        del after["snapshot"]
-        result = after | {
+        del counts["snapshot"]
+        result = counts | {
             "faults": {k: v for k, v in asdict(chaos.injected).items() if k != "log"},
             "faults_not_injected": missing,
-            "stale_messages": {
-                "left_unacknowledged": left,
-                "still_queued_after_delivery": queued,
-                "trials_changed_by_their_delivery": changed,
-            },
+            "stale_messages": stale,
             "driver_exit_status": driver_status,
             "settings": SETTINGS
             | {

@@ -130,7 +130,11 @@ def bench_chaos(
         for key in ("trials_planned", "recorded", "lost", "duplicated", "stuck", "wrong_valued", "measured_again"):
             click.echo(f"{key:<16} {result[key]}")
         click.echo("faults           " + ", ".join(f"{k} {v}" for k, v in result["faults"].items()))
-        click.echo(f"stale messages   {result['stale_messages']}")
+        stale = result["stale_messages"]
+        click.echo(f"stale messages   {stale['left_unacknowledged']} left unacknowledged")
+        if "trials_changed_by_their_delivery" in stale:
+            changed, queued = stale["trials_changed_by_their_delivery"], stale["still_queued_after_delivery"]
+            click.echo(f"                 delivered at the end: {changed} trials changed, {queued} still queued")
         click.echo("settings         " + ", ".join(f"{k}={v}" for k, v in result["settings"].items()))
         click.echo(f"wall time        {result['wall_s']} s (campaign {result['campaign_s']} s)")
     if not result["ok"]:
