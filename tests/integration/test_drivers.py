@@ -103,7 +103,8 @@ def test_a_sigkilled_driver_of_a_dynamic_campaign_is_replaced_and_no_trial_is_lo
 ) -> None:
     fleet.start_worker()
     first = start_driver(fleet, "driver-a")
-    spec = slow_spec(fleet, "dynamic", 0.3, strategy={"name": "anneal", "budget": 12, "seed": 1})
+    # Long enough measurements that the driver is killed half way, whatever the machine's load.
+    spec = slow_spec(fleet, "dynamic", 1.0, strategy={"name": "anneal", "budget": 12, "seed": 1})
     fleet.cli("submit", str(spec), check=True)
     fleet.wait_for(lambda: counts(fleet, "dynamic").get("evaluated", 0) >= 3, timeout=120, what="3 trials")
     assert campaign(fleet, "dynamic").driver == "driver-a"
@@ -114,13 +115,17 @@ def test_a_sigkilled_driver_of_a_dynamic_campaign_is_replaced_and_no_trial_is_lo
     first.send_signal(signal.SIGKILL)
     first.wait()
     killed = time.monotonic()
+    # Trials the killed driver had sent are measured, not lost; the new driver's searcher, replaying what
+    # finished in another order, may not propose all of them again.
+    orphans = sum(n for state, n in counts(fleet, "dynamic").items() if state != "evaluated")
     start_driver(fleet, "driver-b")
     fleet.wait_for(lambda: campaign(fleet, "dynamic").driver == "driver-b", timeout=60, what="driver-b to take over")
     takeover = time.monotonic() - killed
 
     fleet.wait_for(lambda: campaign(fleet, "dynamic").status == "done", timeout=180, what="the campaign to end")
     assert takeover < float(LEASE) + 10
-    assert counts(fleet, "dynamic") == {"evaluated": 12}
+    found = counts(fleet, "dynamic")
+    assert set(found) == {"evaluated"} and 12 <= found["evaluated"] <= 12 + orphans, (found, orphans)
     recorded_once(fleet, "dynamic")
 
 
