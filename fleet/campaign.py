@@ -49,14 +49,18 @@ def campaign_space(campaign: Campaign) -> tuple[Space, Callable[[Space], Searche
     return loaded.space, loaded.searcher
 
 
-def provenance(toolchain: str) -> dict[str, Any]:
-    """Where and with what a campaign was submitted."""
+def provenance(toolchain: str = "") -> dict[str, Any]:
+    """Where and with what a campaign was submitted.
+
+    ``toolchain`` names where an imported campaign's results came from. A submitted campaign has none: its
+    builds' toolchains are taken by the build workers, on their machines, and recorded with each artifact.
+    """
     import celery
 
     from fleet._version import __version__
 
     return {
-        "toolchain": toolchain,
+        **({"toolchain": toolchain} if toolchain else {}),
         "fleet": __version__,
         "python": platform.python_version(),
         "celery": celery.__version__,
@@ -68,8 +72,6 @@ def provenance(toolchain: str) -> dict[str, Any]:
 
 def submit(store: Store, spec: CampaignSpec) -> Campaign:
     """Write ``spec`` (problems, source bundle, campaign); resubmitting the same spec returns the campaign."""
-    workload = load_workload_spec(spec.workload)
-    toolchain = workload.toolchain()
     problem_ids = [store.add_problem(p.kind, p.params, p.tags) for p in spec.problems]
     for data in spec.files.values():
         store.put_blob(data)
@@ -81,7 +83,7 @@ def submit(store: Store, spec: CampaignSpec) -> Campaign:
         strategy=spec.strategy,
         workload=spec.workload,
         options=spec.options,
-        provenance=provenance(toolchain),
+        provenance=provenance(),
         baseline=spec.baseline,
     )
     if spec.priority != campaign.priority:

@@ -1,7 +1,8 @@
 """Exports of what a campaign did, for people and other tools.
 
 ``steps_csv`` writes one row per trial (per chain step, for annealing chains on the fleet) with its
-execution statistics: configuration, objective and every sample, build and step times, where it ran.
+execution statistics: configuration, objective and every sample, build and step times, where it ran, and
+what it was built and measured with (the build worker's toolchain, the evaluation worker's device).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ COLUMNS = [
     "step_seconds",
     "worker",
     "node",
+    "toolchain",
+    "device",
     "started_at",
     "finished_at",
     "reason",
@@ -43,7 +46,8 @@ def _trials(store: Store, campaign: Campaign) -> dict[int, dict[str, Any]]:
         rows = session.execute(
             select(Trial, Measurement, Artifact.build_seconds)
             .outerjoin(Measurement, Measurement.trial_id == measured)
-            .outerjoin(Artifact, Artifact.build_key == Trial.build_key)
+            # The artifact its own compile took: a build key has one artifact per toolchain that built it.
+            .outerjoin(Artifact, (Artifact.build_key == Trial.build_key) & (Artifact.toolchain == Trial.toolchain))
             .where(Trial.campaign_id == campaign.id)
             .order_by(Trial.id)
         ).all()
@@ -59,6 +63,9 @@ def _trials(store: Store, campaign: Campaign) -> dict[int, dict[str, Any]]:
             "samples": ";".join(f"{x:.6g}" for x in m.samples) if m else "",
             "worker": m.worker if m else "",
             "node": m.node if m else "",
+            # The measurement's: a reused trial reports what its source was built and measured with.
+            "toolchain": m.toolchain if m else (t.toolchain or ""),
+            "device": (m.device or "") if m else "",
             "build_seconds": build,
             "started_at": t.started_at,
             "finished_at": t.finished_at,

@@ -113,6 +113,8 @@ class Row:
     node: str | None = None
     gpu: str | None = None
     worker: str | None = None
+    toolchain: str | None = None
+    device: str | None = None
     objective_name: str | None = None
     maximize: bool | None = None
     series: str = ""
@@ -231,6 +233,7 @@ def collect(store: Store, campaign: Campaign) -> Data:
             row.metrics = dict(m.metrics or {})
             row.samples = list(m.samples or [])
             row.node, row.gpu, row.worker = m.node, m.gpu, m.worker
+            row.toolchain, row.device = m.toolchain, m.device
             row.objective_name, row.maximize = m.objective_name, m.maximize
         rows.append(row)
     objective_name, maximize = _objective(campaign, rows)
@@ -999,7 +1002,7 @@ _WORKLOAD_ORDER = (
 )
 
 
-_PROVENANCE_ORDER = ("toolchain", "fleet", "python", "celery", "host", "platform", "argv")
+_PROVENANCE_ORDER = ("toolchain", "device", "fleet", "python", "celery", "host", "platform", "argv")
 
 
 def campaign_section(data: Data) -> str:
@@ -1015,6 +1018,11 @@ def campaign_section(data: Data) -> str:
     workload = dict(c.workload or {})
     workload.pop("bundle", None)
     provenance = dict(c.provenance or {})
+    # What the workers built and measured with, as their measurements recorded it (not where it was submitted).
+    for fact in ("toolchain", "device"):
+        found = sorted({str(getattr(row, fact)) for row in data.rows if getattr(row, fact)})
+        if found:
+            provenance[fact] = "; ".join(found)
     workers: dict[str, int] = {}
     for row in data.rows:
         if row.measured or (row.objective is not None and row.state == "invalid"):

@@ -117,9 +117,7 @@ def adhoc_campaign(store: Any, source: Any) -> Any:
 def adhoc_from_spec(store: Any, spec: Any) -> Any:
     """The ad-hoc campaign of a loaded spec (its problems, workload and space), created if new."""
     from fleet.campaign import provenance
-    from fleet.spec.workloads import load_workload_spec
 
-    toolchain = load_workload_spec(spec.workload).toolchain()
     problem_ids = [store.add_problem(p.kind, p.params, p.tags) for p in spec.problems]
     for data in spec.files.values():
         store.put_blob(data)
@@ -131,7 +129,7 @@ def adhoc_from_spec(store: Any, spec: Any) -> Any:
         strategy={"name": ADHOC},
         workload=spec.workload,
         options={},
-        provenance=provenance(toolchain),
+        provenance=provenance(),  # the toolchain is the build worker's, taken where it builds
     )
     store.set_campaign_status(campaign.id, ADHOC)
     return store.campaign(campaign.id)
@@ -246,8 +244,11 @@ def describe(store: Any, trial_id: int) -> dict[str, Any]:
             "metrics": m.metrics,
             "worker": m.worker,
             "node": m.node,
+            "toolchain": m.toolchain,
+            "device": m.device,
         }
-    artifact = store.artifact(trial.build_key)
+    # The artifact its compile took: one of its build key's, built with its toolchain.
+    artifact = store.artifact(trial.build_key, trial.toolchain)
     if artifact is not None:
         out["artifact"] = {"state": artifact.state, "digest": artifact.blob_digest, "worker": artifact.worker}
     return out

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import namedtuple
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -24,45 +26,66 @@ class BuildStore(TrialStore):
     """Artifacts and their builds; a build is claimed with the trial that needs it."""
 
     @patient
-    def start_compile(self, trial_id: int, worker: str, lease: float, max_attempts: int) -> CompileStart:
+    def start_compile(
+        self,
+        trial_id: int,
+        worker: str,
+        lease: float,
+        max_attempts: int,
+        toolchains: Mapping[int, str] | None = None,
+    ) -> CompileStart:
         """Everything a compile task does before it builds (in one transaction on SQLite; see :meth:`_steps`).
 
         The trial is claimed and so is its build (see :meth:`claim_build`); a trial whose artifact is
         already built moves straight on to ``compiled``. On PostgreSQL, the claim creates the artifact
         in the same statement when it is new, as it is for most trials.
+
+        ``toolchains`` is the toolchain the worker found for each campaign it has met, by campaign id: the
+        artifact is the one of the trial's build key built with it. A trial of a campaign it does not name is
+        claimed without its build: the start is ``claimed`` with no artifact, and the worker, once it knows
+        the toolchain, calls :meth:`claim_build`. None stands for an empty toolchain for every campaign.
         """
+        fallback = "" if toolchains is None else None
         with self._steps() as connection:
             params = claim_params(trial_id, worker, lease)
             merged = self._hot.claim_and_create is not None
+            if merged:
+                params |= {"toolchains": json.dumps({str(k): v for k, v in (toolchains or {}).items()})}
+                params |= {"fallback": fallback}
             row = self._run(connection, "claim_and_create" if merged else "claim_compile", params).first()
             if row is None:
                 return CompileStart("skipped")
             work = self._work(connection, row, "compile")
+            toolchain = (toolchains or {}).get(work.campaign_id, fallback)
+            if toolchain is None:
+                return CompileStart("claimed", work)
             if not merged:
-                artifact = self._claim_build(connection, work, worker, lease, max_attempts)
+                artifact = self._claim_build(connection, work, toolchain, worker, lease, max_attempts)
             elif row.artifact_id is not None:
                 created = ArtifactRow(*(getattr(row, f"artifact_{name}") for name in ArtifactRow._fields))
                 return CompileStart("claimed", work, created)
             else:
-                artifact = self._take_build(connection, work.build_key, worker, lease, max_attempts)
+                artifact = self._take_build(connection, work.build_key, toolchain, worker, lease, max_attempts)
             if artifact.state == "built":
-                connection.execute(self._hot.compiled, {"trial": trial_id, "owner": worker, "now": utcnow()})
+                params = {"trial": trial_id, "owner": worker, "now": utcnow(), "built_with": toolchain}
+                connection.execute(self._hot.compiled, params)
                 return CompileStart("compiled")
             return CompileStart("claimed", work, artifact)
 
     @patient
-    def claim_build(self, work: TrialWork, worker: str, lease: float, max_attempts: int) -> Any:
-        """The artifact of ``work``'s build key, claimed by ``worker`` when nobody holds a live lease on it.
+    def claim_build(self, work: TrialWork, worker: str, lease: float, max_attempts: int, toolchain: str = "") -> Any:
+        """The artifact of ``work``'s build key and ``toolchain`` (the worker's), claimed by ``worker`` when nobody
+        holds a live lease on it.
 
         The caller owns the build when the returned artifact is ``building`` with ``worker`` as its worker;
         ``built`` and ``failed`` are final; ``building`` by another worker means wait for it. Returns a row
         with the artifact's columns. A build whose lease expired ``max_attempts`` times is ``failed``.
         """
         with self._steps() as connection:
-            return self._claim_build(connection, work, worker, lease, max_attempts)
+            return self._claim_build(connection, work, toolchain, worker, lease, max_attempts)
 
     def _claim_build(
-        self, connection: Connection, work: TrialWork, worker: str, lease: float, max_attempts: int
+        self, connection: Connection, work: TrialWork, toolchain: str, worker: str, lease: float, max_attempts: int
     ) -> Any:
         now = utcnow()
         created = self._run(
@@ -73,7 +96,7 @@ class BuildStore(TrialStore):
                 "problem_id": work.problem_id,
                 "target": work.target,
                 "build_config": build_part(work.space, work.config),
-                "toolchain": work.toolchain,
+                "toolchain": toolchain,
                 "state": "building",
                 "worker": worker,
                 "expires": now + timedelta(seconds=lease),
@@ -82,13 +105,15 @@ class BuildStore(TrialStore):
         ).first()
         if created is not None:
             return created
-        return self._take_build(connection, work.build_key, worker, lease, max_attempts)
+        return self._take_build(connection, work.build_key, toolchain, worker, lease, max_attempts)
 
-    def _take_build(self, connection: Connection, build_key: str, worker: str, lease: float, max_attempts: int) -> Any:
+    def _take_build(
+        self, connection: Connection, build_key: str, toolchain: str, worker: str, lease: float, max_attempts: int
+    ) -> Any:
         """An artifact that exists: as it is, or taken over (or failed) when its builder's lease expired."""
         hot = self._hot
         now = utcnow()
-        key = {"key": build_key}
+        key = {"key": build_key, "built_with": toolchain}
         artifact = connection.execute(hot.build, key).one()
         if artifact.state != "building" or artifact.lease_expires_at >= now:
             return artifact
@@ -101,9 +126,19 @@ class BuildStore(TrialStore):
         return taken or connection.execute(hot.build, key).one()
 
     @patient
-    def artifact(self, build_key: str) -> Artifact | None:
+    def artifact(self, build_key: str, toolchain: str | None = None) -> Artifact | None:
+        """The artifact of ``build_key`` built with ``toolchain``; with None, the first one built of that key."""
+        query = select(Artifact).where(Artifact.build_key == build_key)
+        if toolchain is not None:
+            query = query.where(Artifact.toolchain == toolchain)
         with self.session() as session:
-            return session.scalar(select(Artifact).where(Artifact.build_key == build_key))
+            return session.scalars(query.order_by(Artifact.id)).first()
+
+    @patient
+    def artifacts(self, build_key: str) -> list[Artifact]:
+        """Every artifact of ``build_key``: one per toolchain that built it."""
+        with self.session() as session:
+            return list(session.scalars(select(Artifact).where(Artifact.build_key == build_key).order_by(Artifact.id)))
 
     @patient
     def finish_build(
@@ -116,10 +151,12 @@ class BuildStore(TrialStore):
         log_tail: str | None = None,
         seconds: float | None = None,
         trial_id: int | None = None,
+        toolchain: str = "",
     ) -> bool:
         """Record the build this worker owns: ``data`` when it succeeded, ``reason`` when it failed.
 
-        With ``trial_id``, the trial this worker holds moves to ``compiled`` with it.
+        ``toolchain`` is the one it built with (its artifact's). With ``trial_id``, the trial this worker holds
+        moves to ``compiled`` with it.
         """
         now = utcnow()
         blob = None if data is None else hashlib.sha256(data).hexdigest()
@@ -132,6 +169,7 @@ class BuildStore(TrialStore):
             "log": log_tail,
             "seconds": seconds,
             "now": now,
+            "built_with": toolchain,
         }
         with self._steps() as connection:
             if data is not None and trial_id is not None and self._hot.built_and_compiled is not None:
@@ -145,5 +183,7 @@ class BuildStore(TrialStore):
                 )
             done = connection.execute(self._hot.finish_build, params).rowcount
             if done and data is not None and trial_id is not None:
-                connection.execute(self._hot.compiled, {"trial": trial_id, "owner": worker, "now": now})
+                connection.execute(
+                    self._hot.compiled, {"trial": trial_id, "owner": worker, "now": now, "built_with": toolchain}
+                )
             return bool(done)

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     DateTime,
+    Integer,
     Text,
     and_,
     bindparam,
@@ -21,6 +22,7 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 
 from fleet.store._models import Artifact, Blob, Campaign, Measurement, Trial, utcnow
 
@@ -38,7 +40,8 @@ def _default(column: str) -> Any:
 MEASURED = {
     name: _default(name)
     for name in (
-        "objective_name", "maximize", "objective", "valid", "samples", "metrics", "toolchain", "node", "gpu", "worker",
+        "objective_name", "maximize", "objective", "valid", "samples", "metrics", "toolchain", "node", "gpu",
+        "device_kind", "device", "worker",
     )
 }  # fmt: skip
 
@@ -68,6 +71,8 @@ class HotPath:
             Trial.build_key,
             Trial.measure_key,
             Trial.attempts,
+            Trial.toolchain,
+            Trial.remeasure,
         )
 
         # A paused campaign's trials wait: their messages are dropped, and resuming sends them again.
@@ -89,14 +94,26 @@ class HotPath:
 
         self.claim_compile = claim("new", "compiling").returning(*claimed)
         # Spelled out: SQLite's RETURNING renders columns unqualified, and ``build_key = build_key`` would
-        # compare the artifact with itself.
-        artifact = Artifact.build_key == literal_column("trials.build_key")
+        # compare the artifact with itself. The artifact is the one its compile took: built with its toolchain.
+        artifact = and_(
+            Artifact.build_key == literal_column("trials.build_key"),
+            Artifact.toolchain == literal_column("trials.toolchain"),
+        )
         digest = select(Artifact.blob_digest).where(artifact)
         small = (
             select(Blob.data)
             .join(Artifact, Artifact.blob_digest == Blob.digest)
             .where(artifact, Blob.size <= INLINE_BYTES)
         )
+        # A measurement this evaluation may reuse instead of measuring: the same measure key, taken with the
+        # same toolchain on the same kind of device (the claiming worker's, a parameter). Found in the claim,
+        # so that reuse costs no statement of its own.
+        same = (
+            Measurement.measure_key == literal_column("trials.measure_key"),
+            Measurement.toolchain == literal_column("trials.toolchain"),
+            Measurement.device_kind == bindparam("device_kind", None, type_=Text),
+        )
+        reusable = select(Measurement.id).where(*same).order_by(Measurement.id).limit(1)
         self.claim_evaluate = (
             claim("compiled", "evaluating", attempts=Trial.attempts + 1)
             .where(Trial.attempts < bindparam("max_attempts"))
@@ -104,13 +121,21 @@ class HotPath:
                 *claimed,
                 digest.scalar_subquery().label("artifact_digest"),
                 small.scalar_subquery().label("artifact_data"),
+                reusable.with_only_columns(Measurement.trial_id).scalar_subquery().label("reuse"),
+                reusable.with_only_columns(Measurement.valid).scalar_subquery().label("reuse_valid"),
             )
         )
         held = (Trial.id == trial, Trial.worker == owner)
         self.compiled = (
             update(Trial)
             .where(*held, Trial.state == "compiling")
-            .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now)
+            .values(
+                state="compiled",
+                worker=None,
+                lease_expires_at=None,
+                queued_at=now,
+                toolchain=bindparam("built_with", type_=Text),
+            )
         )
         # Not IN (...): SQLAlchemy expands an IN list on every execution.
         running = or_(Trial.state == "compiling", Trial.state == "evaluating")
@@ -125,6 +150,8 @@ class HotPath:
                 finished_at=now,
                 stdout_tail=bindparam("out"),
                 stderr_tail=bindparam("err"),
+                # The trial whose measurement it reused, or None.
+                source_trial_id=bindparam("source", None, type_=Integer),
             )
             .returning(Trial.id, Trial.problem_id, Trial.target, Trial.measure_key)
         )
@@ -158,8 +185,11 @@ class HotPath:
             self.record_measured = select(func.count()).select_from(done).add_cte(measured)
 
         columns = Artifact.__table__.columns
-        building = (Artifact.build_key == key, Artifact.state == "building")
-        self.build = select(*columns).where(Artifact.build_key == key)
+        # Not named "toolchain": an UPDATE keeps the names of its columns for its SET clause.
+        built_with = bindparam("built_with", type_=Text)
+        mine = (Artifact.build_key == key, Artifact.toolchain == built_with)
+        building = (*mine, Artifact.state == "building")
+        self.build = select(*columns).where(*mine)
         created = ("build_key", "problem_id", "target", "build_config", "toolchain", "state", "worker")
         self.create_build = (
             insert(Artifact)
@@ -172,7 +202,12 @@ class HotPath:
             worker=owner, lease_expires_at=expires, attempts=Artifact.attempts + 1
         ).returning(*columns)
         self.fail_build = expired.values(state="failed", reason=bindparam("why")).returning(*columns)
-        self.renew_build = update(Artifact).where(*building, Artifact.worker == owner).values(lease_expires_at=expires)
+        # By key and holder: a worker builds one artifact at a time, so its toolchain need not be named.
+        self.renew_build = (
+            update(Artifact)
+            .where(Artifact.build_key == key, Artifact.state == "building", Artifact.worker == owner)
+            .values(lease_expires_at=expires)
+        )
         self.put_blob = insert(Blob).on_conflict_do_nothing()
         self.finish_build = (
             update(Artifact)
@@ -219,7 +254,11 @@ class HotPath:
                 .where(value.is_not(None), func.coalesce(build_flag, true()))
                 .scalar_subquery()
             )
-            toolchain = func.coalesce(Campaign.provenance.op("->>")(literal_column("'toolchain'")), "")
+            # The toolchain this worker found for the trial's campaign (``toolchains``: a JSON object by campaign
+            # id), or ``fallback``. A campaign it has not met yet gets no artifact here: the worker learns the
+            # toolchain from the claimed trial, and creates the artifact with claim_build.
+            known = cast(bindparam("toolchains", type_=Text), JSONB).op("->>")(cast(trial_claimed.c.campaign_id, Text))
+            toolchain = func.coalesce(known, cast(bindparam("fallback", None, type_=Text), Text))
             created_artifact = (
                 insert(Artifact)
                 .from_select(
@@ -235,7 +274,9 @@ class HotPath:
                         cast(expires, DateTime()),
                         literal_column("1"),
                         cast(now, DateTime()),
-                    ).join_from(trial_claimed, Campaign, Campaign.id == trial_claimed.c.campaign_id),
+                    )
+                    .join_from(trial_claimed, Campaign, Campaign.id == trial_claimed.c.campaign_id)
+                    .where(toolchain.is_not(None)),
                 )
                 .on_conflict_do_nothing()
                 .returning(*columns)

@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -112,12 +113,17 @@ class Blob(Base):
 
 
 class Artifact(Base):
-    """What a build produced, keyed by problem + target + build-time knobs + toolchain + workload."""
+    """What a build produced: one per build key (problem + target + build-time knobs + workload) and toolchain.
+
+    The toolchain is the one the build worker found on its own machine, so two workers with different compilers
+    build a key twice, each artifact with its own toolchain; the unique constraint keeps one build per pair.
+    """
 
     __tablename__ = "artifacts"
+    __table_args__ = (UniqueConstraint("build_key", "toolchain", name="uq_artifact_build"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    build_key: Mapped[str] = mapped_column(String(64), unique=True)
+    build_key: Mapped[str] = mapped_column(String(64))
     problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
     target: Mapped[str] = mapped_column(String(64))
     build_config: Mapped[dict[str, Any]]
@@ -153,6 +159,10 @@ class Trial(Base):
     # Not indexed: nothing looks a trial up by these, and every state change would write the indexes.
     build_key: Mapped[str] = mapped_column(String(64))
     measure_key: Mapped[str] = mapped_column(String(64))
+    # The toolchain its artifact was built with, set when it is compiled: the evaluation takes that artifact.
+    toolchain: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Measure it even when a measurement of the same key, toolchain and device kind exists (--remeasure).
+    remeasure: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     seq: Mapped[int] = mapped_column(Integer, default=0)
     baseline: Mapped[bool] = mapped_column(Boolean, default=False)
     state: Mapped[str] = mapped_column(String(16), default="new")
@@ -189,6 +199,10 @@ class Measurement(Base):
     toolchain: Mapped[str] = mapped_column(Text, default="")
     node: Mapped[str | None] = mapped_column(String(255), nullable=True)
     gpu: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The device it ran on, as the evaluation worker found it: the model (what reuse compares) and the model
+    # with its driver and runtime versions (provenance).
+    device_kind: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    device: Mapped[str | None] = mapped_column(Text, nullable=True)
     worker: Mapped[str | None] = mapped_column(String(255), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 

@@ -72,25 +72,12 @@ class TrialStore(StoreBase):
     ) -> list[tuple[int, str]]:
         """Create trials (or find them, when the campaign is resumed); return each one's id and state.
 
-        A configuration already measured with the same measure key (problem, target, configuration,
-        workload and toolchain) is not measured again: its trial is created ``evaluated``, pointing at the
-        trial that holds the measurement, unless ``remeasure`` is set.
+        Whether a configuration measured before is reused is decided when a worker claims its evaluation, not
+        here: only then are the toolchain and the device known (see :meth:`claim`). A trial created with
+        ``remeasure`` is measured even so, as is every trial of a campaign whose options say ``remeasure``.
         """
         now = utcnow()
-        sources: dict[str, tuple[int, str]] = {}
         with self.transaction() as connection:
-            if not remeasure:
-                rows = connection.execute(
-                    select(Trial.measure_key, Trial.id, Trial.state)
-                    .join(Measurement, Measurement.trial_id == Trial.id)
-                    .where(
-                        # Through the measurements' index: the trials have none on their measure key.
-                        Measurement.measure_key.in_({t.measure_key for t in trials}),
-                        Trial.measure_key == Measurement.measure_key,
-                        Trial.state.in_(("evaluated", "invalid")),
-                    )
-                ).all()
-                sources = {r.measure_key: (r.id, r.state) for r in rows}
             values = []
             for new in trials:
                 row = {
@@ -103,6 +90,7 @@ class TrialStore(StoreBase):
                     "measure_key": new.measure_key,
                     "seq": new.seq,
                     "baseline": new.baseline,
+                    "remeasure": remeasure,
                     "state": "new",
                     "attempts": 0,
                     "created_at": now,
@@ -110,9 +98,6 @@ class TrialStore(StoreBase):
                     "source_trial_id": None,
                     "finished_at": None,
                 }
-                if new.measure_key in sources:
-                    source, state = sources[new.measure_key]
-                    row |= {"state": state, "source_trial_id": source, "finished_at": now}
                 values.append(row)
             self.insert_many(connection, Trial, values)
             keys = [(t.problem_id, digest(t.config)) for t in trials]
@@ -187,13 +172,17 @@ class TrialStore(StoreBase):
                 raise NotFound(f"no trial {trial_id}")
             source = session.get(Trial, trial.source_trial_id) if trial.source_trial_id is not None else None
             measured = (source or trial).id
+            # The artifact its compile took; a trial compiled before toolchains were the workers' has none named.
+            built = select(Artifact).where(Artifact.build_key == trial.build_key)
+            if trial.toolchain is not None:
+                built = built.where(Artifact.toolchain == trial.toolchain)
             return TrialDetail(
                 trial=trial,
                 campaign=session.get_one(Campaign, trial.campaign_id),
                 problem=session.get_one(Problem, trial.problem_id),
                 source=source,
                 measurement=session.scalar(select(Measurement).where(Measurement.trial_id == measured)),
-                artifact=session.scalar(select(Artifact).where(Artifact.build_key == trial.build_key)),
+                artifact=session.scalars(built.order_by(Artifact.id)).first(),
             )
 
     @patient
@@ -260,12 +249,12 @@ class TrialStore(StoreBase):
         campaign = self._campaign_cache.get(campaign_id)
         if campaign is None:
             row = connection.execute(
-                select(Campaign.workload, Campaign.space, Campaign.provenance).where(Campaign.id == campaign_id)
+                select(Campaign.workload, Campaign.space, Campaign.options).where(Campaign.id == campaign_id)
             ).one()
             campaign = self._campaign_cache[campaign_id] = {
                 "workload": row.workload,
                 "space": row.space,
-                "toolchain": str(row.provenance.get("toolchain", "")),
+                "remeasure": bool((row.options or {}).get("remeasure")),
             }
         problem = self._problem_cache.get(problem_id)
         if problem is None:
@@ -274,26 +263,32 @@ class TrialStore(StoreBase):
         return campaign, problem
 
     @patient
-    def claim(self, trial_id: int, phase: str, worker: str, lease: float, max_attempts: int) -> TrialWork | None:
+    def claim(
+        self,
+        trial_id: int,
+        phase: str,
+        worker: str,
+        lease: float,
+        max_attempts: int,
+        device_kind: str | None = None,
+    ) -> TrialWork | None:
         """Take ``trial_id`` for ``phase`` (``compile`` or ``evaluate``), or None if it is not this worker's.
 
         A trial is free in its waiting state (``new`` before compiling, ``compiled`` before evaluating) or
         when the lease of an earlier claim has expired. Evaluation claims count attempts, and stop at
         ``max_attempts``; :meth:`reap` errors such a trial. An evaluation claim also returns the digest of
-        the trial's artifact, and its bytes when it is at most ``INLINE_BYTES``.
+        the trial's artifact (the one built with the trial's toolchain), and its bytes when it is at most
+        ``INLINE_BYTES``; and, in ``reuse``, the trial holding a measurement of the same measure key taken
+        with the same toolchain on a device of ``device_kind`` (the claiming worker's), when there is one.
         """
-        with self._steps() as connection:
-            return self._claim(connection, trial_id, phase, worker, lease, max_attempts)
-
-    def _claim(
-        self, connection: Connection, trial_id: int, phase: str, worker: str, lease: float, max_attempts: int
-    ) -> TrialWork | None:
         params = claim_params(trial_id, worker, lease)
-        if phase == "compile":
-            trial = self._run(connection, "claim_compile", params).first()
-        else:
-            trial = self._run(connection, "claim_evaluate", params | {"max_attempts": max_attempts}).first()
-        return None if trial is None else self._work(connection, trial, phase)
+        with self._steps() as connection:
+            if phase == "compile":
+                trial = self._run(connection, "claim_compile", params).first()
+            else:
+                params |= {"max_attempts": max_attempts, "device_kind": device_kind}
+                trial = self._run(connection, "claim_evaluate", params).first()
+            return None if trial is None else self._work(connection, trial, phase)
 
     def _work(self, connection: Connection, trial: Any, phase: str) -> TrialWork:
         """What a worker needs of a trial it claimed (a row of a claim statement)."""
@@ -310,10 +305,12 @@ class TrialStore(StoreBase):
             measure_key=trial.measure_key,
             workload=campaign["workload"],
             space=campaign["space"],
-            toolchain=campaign["toolchain"],
+            toolchain=trial.toolchain or "",
             attempts=trial.attempts,
             artifact_digest=trial.artifact_digest if phase == "evaluate" else None,
             artifact_data=bytes(trial.artifact_data) if phase == "evaluate" and trial.artifact_data else None,
+            reuse=None if phase != "evaluate" or trial.remeasure or campaign["remeasure"] else trial.reuse,
+            reuse_valid=bool(phase == "evaluate" and trial.reuse_valid),
         )
 
     @patient
@@ -327,9 +324,10 @@ class TrialStore(StoreBase):
         return bool(held)
 
     @patient
-    def mark_compiled(self, trial_id: int, worker: str) -> bool:
+    def mark_compiled(self, trial_id: int, worker: str, toolchain: str = "") -> bool:
+        """Move a trial this worker holds to ``compiled``, with the toolchain of the artifact it will evaluate."""
         with self._steps() as connection:
-            params = {"trial": trial_id, "owner": worker, "now": utcnow()}
+            params = {"trial": trial_id, "owner": worker, "now": utcnow(), "built_with": toolchain}
             return bool(connection.execute(self._hot.compiled, params).rowcount)
 
     @patient
@@ -343,9 +341,11 @@ class TrialStore(StoreBase):
         measurement: dict[str, Any] | None = None,
         stdout_tail: str | None = None,
         stderr_tail: str | None = None,
+        source: int | None = None,
     ) -> bool:
         """Finish a trial this worker holds: its terminal state, and its measurement if it has one.
 
+        ``source`` is the trial whose measurement it reused instead of measuring (see :meth:`claim`).
         Returns False, writing nothing, when the worker no longer holds the trial (its lease expired and
         the work went to another worker): that worker records it instead.
         """
@@ -358,6 +358,7 @@ class TrialStore(StoreBase):
             "now": now,
             "out": stdout_tail,
             "err": stderr_tail,
+            "source": source,
         }
         if measurement is not None and self._hot.record_measured is not None:
             with self._steps() as connection:

@@ -33,10 +33,14 @@ class TrialWork:
     measure_key: str
     workload: dict[str, Any]
     space: dict[str, Any]
-    toolchain: str
+    toolchain: str  # the toolchain its artifact was built with; "" until it is compiled
     attempts: int
     artifact_digest: str | None = None
     artifact_data: bytes | None = None  # with an evaluation claim, when the artifact is small (INLINE_BYTES)
+    # With an evaluation claim: the trial holding a measurement of the same measure key, toolchain and device
+    # kind, which this one reuses instead of measuring (None when there is none, or the campaign remeasures).
+    reuse: int | None = None
+    reuse_valid: bool = False
 
 
 @dataclass(frozen=True)

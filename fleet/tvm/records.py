@@ -4,7 +4,8 @@ One line per measurement::
 
     {"problem": {"kind": "tvm.dense", "params": {...}}, "target": "cpu-x86_64", "knobs": {...},
      "time_s": 0.0012, "gflops": 41.2, "valid": true, "samples": [...],
-     "provenance": {"toolchain": "tvm 0.27.0 llvm 22", "node": "n1", "gpu": null, "worker": "eval-cpu0@n1",
+     "provenance": {"toolchain": "tvm 0.27.0 llvm 22", "node": "n1", "gpu": null,
+                    "device": "AMD EPYC 7763 64-Core Processor (x86_64, 128 cores)", "worker": "eval-cpu0@n1",
                     "measured_at": "2026-11-21T20:00:00", "campaign": "..."}}
 
 Lines are sorted, so an export of the same measurements is the same file (fit for version control). An import
@@ -65,6 +66,7 @@ def records(store: Any, target: str | None = None) -> Iterator[dict[str, Any]]:
                     "toolchain": m.toolchain,
                     "node": m.node,
                     "gpu": m.gpu,
+                    "device": m.device,
                     "worker": m.worker,
                     "measured_at": metrics.get("measured_at") or m.created_at.isoformat(timespec="seconds"),
                     "campaign": metrics.get("campaign") or campaign,
@@ -195,6 +197,7 @@ def import_records(store: Any, parsed: list[dict[str, Any]], source: str = "reco
                     "toolchain": toolchain,
                     "node": info.get("node"),
                     "gpu": info.get("gpu"),
+                    "device": info.get("device"),
                     "worker": info.get("worker"),
                 },
             )

@@ -12,20 +12,29 @@ import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from fleet.errors import StoreUnavailable
+from fleet.errors import SpecError, StoreUnavailable
 from fleet.settings import Settings
 from fleet.space import build_part
 from fleet.store import INLINE_BYTES, Store, TrialWork
 from fleet.workers.cache import ArtifactCache
+from fleet.workers.gpus import Device, describe_device
 from fleet.workers.observers import observed
 from fleet.workers.workloads import Job, Workload, load_workload
 
 BUILD_POLL_SECONDS = 0.2
+# Campaigns whose toolchain a compile claim brings along (see Store.start_compile): a bound on its parameter.
+KNOWN_CAMPAIGNS = 64
+
+
+class ToolchainError(SpecError):
+    """The workload's toolchain command cannot run on this worker."""
 
 
 @dataclass
@@ -53,6 +62,9 @@ class WorkerContext:
     gpu: str | None = None
     node: str = field(default_factory=socket.gethostname)
     _workloads: dict[int, Workload] = field(default_factory=dict, repr=False)
+    # The toolchain found for each toolchain command (a workload's toolchain_key), and for each campaign met.
+    _toolchains: dict[str, str] = field(default_factory=dict, repr=False)
+    toolchains: dict[int, str] = field(default_factory=dict, repr=False)
 
     @property
     def owner(self) -> str:
@@ -92,6 +104,40 @@ class WorkerContext:
             self._workloads[campaign_id] = load_workload(definition)
         return self._workloads[campaign_id]
 
+    def toolchain(self, campaign_id: int, definition: dict, tick: Callable[[], bool]) -> str | None:
+        """The campaign's toolchain on this machine: its workload's toolchain command, run once per process.
+
+        The command may take a while (``nvcc --version`` on a cold disk; importing TVM takes seconds): the
+        trial's lease is renewed with ``tick`` meanwhile. Returns None when the lease was lost all the same;
+        raises :class:`ToolchainError` when the command cannot run here (the compiler is not installed).
+        """
+        known = self.toolchains.get(campaign_id)
+        if known is not None:
+            return known
+        workload = self.workload(campaign_id, definition)
+        key = workload.toolchain_key()
+        held = True
+        if key not in self._toolchains:
+            with ThreadPoolExecutor(1) as pool:
+                found = pool.submit(workload.toolchain)
+                while True:
+                    try:
+                        self._toolchains[key] = found.result(timeout=self.tick_seconds)
+                        break
+                    except FutureTimeout:
+                        held = tick() and held
+                    except SpecError as error:
+                        raise ToolchainError(f"{error} (on {self.node})") from None
+        if len(self.toolchains) >= KNOWN_CAMPAIGNS:
+            del self.toolchains[next(iter(self.toolchains))]
+        self.toolchains[campaign_id] = self._toolchains[key]
+        return self._toolchains[key] if held else None
+
+    @cached_property
+    def device(self) -> Device:
+        """The device this worker measures on (its GPU, or the CPU), found once per process."""
+        return describe_device(self.gpu)
+
     @property
     def tick_seconds(self) -> float:
         # Renew three times per lease, so one slow database round trip does not lose the work.
@@ -108,13 +154,18 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
     ``compiled`` means send the evaluation next; ``skipped`` means this delivery was a duplicate.
     """
     s = ctx.settings
-    start = ctx.store.start_compile(trial_id, ctx.owner, s.lease_seconds, s.max_attempts)
+    start = ctx.store.start_compile(trial_id, ctx.owner, s.lease_seconds, s.max_attempts, ctx.toolchains)
     if start.outcome != "claimed":
         return start.outcome
     work, artifact = start.work, start.artifact
     assert work is not None
     try:
         tick = ctx.ticker(trial_id)
+        toolchain = ctx.toolchain(work.campaign_id, work.workload, tick)
+        if toolchain is None:
+            return "lost"
+        if artifact is None:  # the first trial of its campaign here: the claim could not name the toolchain
+            artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts, toolchain)
         last_tick = time.monotonic()
         while True:
             if artifact.state == "failed":
@@ -122,9 +173,9 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
                 ctx.store.record(trial_id, ctx.owner, state="errored", reason=reason, stderr_tail=artifact.log_tail)
                 return "errored"
             if artifact.state == "built":
-                return "compiled" if ctx.store.mark_compiled(trial_id, ctx.owner) else "lost"
+                return "compiled" if ctx.store.mark_compiled(trial_id, ctx.owner, toolchain) else "lost"
             if artifact.worker == ctx.owner:
-                if _build(ctx, work):
+                if _build(ctx, work, toolchain):
                     return "compiled"
             else:
                 # Another worker is building the same key right now: wait for it, keeping our own claim.
@@ -133,15 +184,19 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
                     if not tick():
                         return "lost"
                     last_tick = time.monotonic()
-            artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts)
+            artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts, toolchain)
     except StoreUnavailable:
         raise  # not the trial's fault: its lease gives it back once the database answers again
+    except ToolchainError as error:
+        # Its own reason, one line: the fix is to install the compiler on this node, not in the spec.
+        ctx.store.record(trial_id, ctx.owner, state="errored", reason=str(error))
+        return "errored"
     except Exception as error:
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"compile failed: {error!r}")
         raise
 
 
-def _build(ctx: WorkerContext, work: TrialWork) -> bool:
+def _build(ctx: WorkerContext, work: TrialWork, toolchain: str) -> bool:
     """Build and record the artifact; True when the trial is now ``compiled``."""
     workload = ctx.workload(work.campaign_id, work.workload)
     with ctx.scratch() as scratch:
@@ -167,6 +222,7 @@ def _build(ctx: WorkerContext, work: TrialWork) -> bool:
         log_tail=built.log_tail,
         seconds=built.seconds,
         trial_id=work.trial_id,
+        toolchain=toolchain,
     )
     return built.data is not None
 
@@ -174,9 +230,14 @@ def _build(ctx: WorkerContext, work: TrialWork) -> bool:
 def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
     """Measure ``trial_id`` with its artifact and record the result; return the trial's new state."""
     s = ctx.settings
-    work = ctx.store.claim(trial_id, "evaluate", ctx.owner, s.lease_seconds, s.max_attempts)
+    device = ctx.device
+    work = ctx.store.claim(trial_id, "evaluate", ctx.owner, s.lease_seconds, s.max_attempts, device.kind)
     if work is None:
         return "skipped"
+    if work.reuse is not None:
+        # Measured before with the same toolchain on the same kind of device: that measurement answers.
+        state = "evaluated" if work.reuse_valid else "invalid"
+        return state if ctx.store.record(trial_id, ctx.owner, state=state, source=work.reuse) else "lost"
     try:
         workload = ctx.workload(work.campaign_id, work.workload)
         if work.artifact_digest is None:
@@ -214,6 +275,8 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
             "toolchain": work.toolchain,
             "node": ctx.node,
             "gpu": ctx.gpu,
+            "device_kind": device.kind,
+            "device": device.description,
             "worker": ctx.name,
         }
     recorded = ctx.store.record(

@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import platform
 import re
 import shutil
 import signal
@@ -33,9 +34,11 @@ from fleet.spec.targets import cpu_target
 
 __all__ = [
     "KFD_TOPOLOGY",
+    "Device",
     "Gpu",
     "GpuSelectionError",
     "cpu_target",
+    "describe_device",
     "detect_gpus",
     "kfd_compute_units",
     "override_gpus",
@@ -458,3 +461,85 @@ def override_gpus(indices: str, target: str) -> list[Gpu]:
         Gpu(index=index, vendor=vendor, name=f"GPU {index} (given by --target)", target=target)
         for index in _parse_indices(indices, "--gpus")
     ]
+
+
+# What an evaluation worker asks about its device, once per process, for the measurements' provenance.
+NVIDIA_DEVICE_ARGS = ("nvidia-smi", "--query-gpu=index,name,driver_version", "--format=csv,noheader")
+NVIDIA_SMI_HEADER_ARGS = ("nvidia-smi",)
+ROCM_DRIVER_ARGS = ("rocm-smi", "--showdriverversion", "--json")
+_CUDA_VERSION = re.compile(r"CUDA Version:\s*([0-9.]+)")
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device a measurement ran on, as its evaluation worker found it.
+
+    Parameters
+    ----------
+    kind:
+        The model: ``"NVIDIA H100 80GB HBM3"``, or the CPU's model name on a CPU worker. Measurements are
+        reused only between devices of one kind.
+    description:
+        The model with its driver and runtime versions, where the vendor's tools tell them.
+    """
+
+    kind: str
+    description: str
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """This machine's CPU model, as ``/proc/cpuinfo`` names it (``platform`` where there is none)."""
+    with contextlib.suppress(OSError):
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            # "model name" on x86; "Model" or "CPU part" on some ARM kernels.
+            if key.strip() in ("model name", "Model") and value.strip():
+                return " ".join(value.split())
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def parse_nvidia_device(query: str, header: str | None, index: int) -> Device | None:
+    """The GPU ``index`` of ``nvidia-smi --query-gpu=index,name,driver_version`` with the header's CUDA version."""
+    for line in query.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) >= 3 and fields[0] == str(index) and fields[1]:
+            cuda = _CUDA_VERSION.search(header or "")
+            parts = [fields[1], f"driver {fields[2]}"] + ([f"CUDA {cuda.group(1)}"] if cuda else [])
+            return Device(kind=fields[1], description=", ".join(parts))
+    return None
+
+
+def _rocm_versions(timeout: float) -> list[str]:
+    """The amdgpu driver's and ROCm's versions, as far as this node tells them."""
+    versions = []
+    output = _run_tool(ROCM_DRIVER_ARGS, timeout)
+    with contextlib.suppress(ValueError, AttributeError):
+        driver = json.loads(output or "{}").get("system", {}).get("Driver version")
+        if driver:
+            versions.append(f"driver {driver}")
+    with contextlib.suppress(OSError):
+        rocm = (Path(os.environ.get("ROCM_PATH") or "/opt/rocm") / ".info" / "version").read_text().strip()
+        if rocm:
+            versions.append(f"ROCm {rocm}")
+    return versions
+
+
+def describe_device(gpu: str | None, timeout: float = 10.0) -> Device:
+    """The device of an evaluation worker: its GPU (``"index:name"``, as ``FLEET_WORKER_GPU`` holds it), or the CPU.
+
+    The GPU's name comes from the worker's own detection (:func:`detect_gpus`); its driver and runtime
+    versions from ``nvidia-smi``, or ``rocm-smi`` and ROCm's version file, where those answer. A tool that
+    does not answer leaves its versions out; it never fails the worker.
+    """
+    if not gpu:
+        model = cpu_model()
+        return Device(kind=model, description=f"{model} ({platform.machine()}, {os.cpu_count() or 0} cores)")
+    index_text, _, name = gpu.partition(":")
+    index = int(index_text) if index_text.isdigit() else 0
+    query = _run_tool(NVIDIA_DEVICE_ARGS, timeout)
+    if query is not None:
+        found = parse_nvidia_device(query, _run_tool(NVIDIA_SMI_HEADER_ARGS, timeout), index)
+        if found is not None:
+            return found
+    name = name or gpu
+    return Device(kind=name, description=", ".join([name, *_rocm_versions(timeout)]))

@@ -39,6 +39,7 @@ from fleet.store._models import Base, Blob
 T = TypeVar("T")
 
 TARGET = "gfx90a:104"
+DEVICE = "NVIDIA H100 80GB HBM3"
 OTHER_TARGET = "sm_90"
 LEASE = 60.0
 MAX = 3
@@ -84,10 +85,10 @@ def one_trial(store: Store, config: dict[str, Any] | None = None) -> int:
     return add(store, campaign, config or {"tile": 1})[0]
 
 
-def compile_(store: Store, trial_id: int, worker: str = "builder") -> None:
-    """new -> compiled."""
+def compile_(store: Store, trial_id: int, worker: str = "builder", toolchain: str = "gcc 13") -> None:
+    """new -> compiled, by a builder whose toolchain is ``toolchain``."""
     assert store.claim(trial_id, "compile", worker, LEASE, MAX) is not None
-    assert store.mark_compiled(trial_id, worker)
+    assert store.mark_compiled(trial_id, worker, toolchain)
 
 
 def measurement(objective: float, *, maximize: bool = False, valid: bool = True, name: str = "seconds",
@@ -95,14 +96,14 @@ def measurement(objective: float, *, maximize: bool = False, valid: bool = True,
     return {
         "objective_name": name, "maximize": maximize, "objective": objective, "valid": valid,
         "samples": [objective, objective], "metrics": metrics or {}, "toolchain": "gcc 13", "node": "n1",
-        "gpu": "0", "worker": "eval-gpu0@n1",
+        "gpu": "0", "device_kind": DEVICE, "device": f"{DEVICE}, driver 550.54.15, CUDA 12.4", "worker": "eval-gpu0@n1",
     }  # fmt: skip
 
 
 def evaluate(store: Store, trial_id: int, objective: float, *, state: str = "evaluated", **kw: Any) -> None:
-    """new -> evaluated (or ``state``), with a measurement."""
+    """new -> evaluated (or ``state``), with a measurement taken with gcc 13 on a ``DEVICE``."""
     compile_(store, trial_id)
-    assert store.claim(trial_id, "evaluate", "evaluator", LEASE, MAX) is not None
+    assert store.claim(trial_id, "evaluate", "evaluator", LEASE, MAX, DEVICE) is not None
     assert store.record(trial_id, "evaluator", state=state, measurement=measurement(objective, **kw))
 
 
@@ -428,6 +429,14 @@ def test_trials_are_unique_per_campaign_problem_target_and_config(store: Store) 
     assert len(store.trials(campaign.id)) == 3
 
 
+def reuse_claim(store: Store, trial_id: int, toolchain: str = "gcc 13", device_kind: str | None = DEVICE) -> TrialWork:
+    """Compile ``trial_id`` with ``toolchain`` and claim its evaluation on a device of ``device_kind``."""
+    compile_(store, trial_id, toolchain=toolchain)
+    work = store.claim(trial_id, "evaluate", "evaluator", LEASE, MAX, device_kind)
+    assert work is not None
+    return work
+
+
 def test_an_already_measured_config_is_reused_by_another_campaign(store: Store) -> None:
     problem = make_problem(store)
     first = make_campaign(store, name="first", problem_ids=[problem])
@@ -436,8 +445,11 @@ def test_an_already_measured_config_is_reused_by_another_campaign(store: Store) 
 
     second = make_campaign(store, name="second", problem_ids=[problem])
     [(reused, state)] = store.add_trials(second.id, TARGET, [new_trial(problem, {"tile": 2})])
+    assert state == "new"  # whether it is reused is for the workers to say: they know toolchain and device
+    work = reuse_claim(store, reused)
+    assert (work.reuse, work.reuse_valid, work.toolchain) == (measured, True, "gcc 13")
+    assert store.record(reused, "evaluator", state="evaluated", source=work.reuse)
 
-    assert state == "evaluated"
     trial = store.trial(reused)
     assert reused != measured
     assert trial.source_trial_id == measured
@@ -447,14 +459,38 @@ def test_an_already_measured_config_is_reused_by_another_campaign(store: Store) 
     assert (result.reused, result.objective, result.metrics, result.valid) == (True, 1.5, {"gflops": 10.0}, True)
 
 
-def test_remeasure_creates_a_new_trial_instead_of_reusing(store: Store) -> None:
+@pytest.mark.parametrize(
+    ("toolchain", "device_kind"), [("gcc 14", DEVICE), ("gcc 13", "NVIDIA A100-SXM4-80GB"), ("gcc 13", None)]
+)
+def test_a_measurement_of_another_toolchain_or_device_kind_is_not_reused(
+    store: Store, toolchain: str, device_kind: str | None
+) -> None:
     problem = make_problem(store)
     first = make_campaign(store, name="first", problem_ids=[problem])
     evaluate(store, add(store, first, {"tile": 2})[0], 1.5)
     second = make_campaign(store, name="second", problem_ids=[problem])
-    [(trial_id, state)] = store.add_trials(second.id, TARGET, [new_trial(problem, {"tile": 2})], remeasure=True)
-    assert state == "new"
-    assert store.trial(trial_id).source_trial_id is None
+    [trial_id] = add(store, second, {"tile": 2})
+    work = reuse_claim(store, trial_id, toolchain, device_kind)
+    assert work.reuse is None
+    assert store.trial(trial_id).toolchain == toolchain
+
+
+def test_remeasure_measures_again_instead_of_reusing(store: Store) -> None:
+    problem = make_problem(store)
+    first = make_campaign(store, name="first", problem_ids=[problem])
+    evaluate(store, add(store, first, {"tile": 2})[0], 1.5)
+    # A campaign whose options say so (fleet tune --remeasure) ...
+    second = make_campaign(store, name="second", problem_ids=[problem], options={"remeasure": True})
+    [trial_id] = add(store, second, {"tile": 2})
+    assert reuse_claim(store, trial_id).reuse is None
+    # ... or one trial created to be measured again (fleet call --remeasure), beside one that is not.
+    third = make_campaign(store, name="third", problem_ids=[problem])
+    [(again, _)] = store.add_trials(third.id, TARGET, [new_trial(problem, {"tile": 2})], remeasure=True)
+    assert store.trial(again).remeasure
+    assert reuse_claim(store, again).reuse is None
+    fourth = make_campaign(store, name="fourth", problem_ids=[problem])
+    [reused] = add(store, fourth, {"tile": 2})
+    assert reuse_claim(store, reused).reuse is not None
 
 
 def test_a_trial_without_a_measurement_is_not_reused(store: Store) -> None:
@@ -464,11 +500,11 @@ def test_a_trial_without_a_measurement_is_not_reused(store: Store) -> None:
     compile_(store, errored)
     assert store.claim(errored, "evaluate", "w", LEASE, MAX) is not None
     assert store.record(errored, "w", state="errored", reason="crashed")
-    [running] = add(store, first, {"tile": 4})  # not measured yet
+    add(store, first, {"tile": 4})  # not measured yet
     second = make_campaign(store, name="second", problem_ids=[problem])
-    created = store.add_trials(second.id, TARGET, [new_trial(problem, {"tile": 2}), new_trial(problem, {"tile": 4})])
-    assert [state for _, state in created] == ["new", "new"]
-    assert running not in [i for i, _ in created]
+    again, later = add(store, second, {"tile": 2}, {"tile": 4})
+    assert reuse_claim(store, again).reuse is None
+    assert reuse_claim(store, later).reuse is None
 
 
 def test_a_missing_trial_is_not_found(store: Store) -> None:
@@ -483,14 +519,17 @@ def test_claim_compile_works_only_from_new(store: Store) -> None:
     trial_id = one_trial(store)
     work = store.claim(trial_id, "compile", "a", LEASE, MAX)
     assert work is not None
-    assert (work.trial_id, work.config, work.target, work.toolchain) == (trial_id, {"tile": 1}, TARGET, "gcc 13")
+    # No toolchain yet: the builder's own is recorded when the trial is compiled.
+    assert (work.trial_id, work.config, work.target, work.toolchain) == (trial_id, {"tile": 1}, TARGET, "")
     assert work.problem_kind == "matmul"
     trial = store.trial(trial_id)
     assert (trial.state, trial.worker, trial.attempts) == ("compiling", "a", 0)
     assert trial.started_at is not None and trial.lease_expires_at is not None
-    assert store.mark_compiled(trial_id, "a")
+    assert store.mark_compiled(trial_id, "a", "gcc 14.2.0")
     assert store.claim(trial_id, "compile", "b", LEASE, MAX) is None  # compiled: not compile work any more
-    assert store.trial(trial_id).state == "compiled"
+    assert (store.trial(trial_id).state, store.trial(trial_id).toolchain) == ("compiled", "gcc 14.2.0")
+    work = store.claim(trial_id, "evaluate", "e", LEASE, MAX)
+    assert work is not None and work.toolchain == "gcc 14.2.0"
 
 
 def test_claim_evaluate_works_only_from_compiled(store: Store) -> None:
@@ -519,6 +558,7 @@ def test_an_evaluation_claim_carries_its_own_trials_artifact(store: Store) -> No
 
 @pytest.mark.parametrize("toolchain", ["gcc 13", None])
 def test_a_compile_claim_creates_its_artifact_with_the_build_time_knobs(store: Store, toolchain: str | None) -> None:
+    """With the toolchain the builder found for the campaign (None: no toolchain map, an empty toolchain)."""
     space = {
         "knobs": {
             "tile": {"values": [1, 2], "build": True},
@@ -527,10 +567,9 @@ def test_a_compile_claim_creates_its_artifact_with_the_build_time_knobs(store: S
             "vector": {"values": [False, True]},
         }
     }
-    provenance = {"toolchain": toolchain} if toolchain else {}
-    campaign = make_campaign(store, space=space, provenance=provenance)
+    campaign = make_campaign(store, space=space, provenance={})
     (trial_id,) = add(store, campaign, {"tile": 2, "n": 64, "unroll": 1, "vector": False, "stray": "x"})
-    start = store.start_compile(trial_id, "b", LEASE, MAX)
+    start = store.start_compile(trial_id, "b", LEASE, MAX, None if toolchain is None else {campaign.id: toolchain})
     assert start.outcome == "claimed" and start.work is not None
     stored = store.artifact(start.work.build_key)
     assert stored is not None
@@ -540,6 +579,46 @@ def test_a_compile_claim_creates_its_artifact_with_the_build_time_knobs(store: S
     claimed = start.artifact  # what the compile task goes on with is the row it created
     assert (claimed.build_key, claimed.state, claimed.worker) == (stored.build_key, "building", "b")
     assert claimed.build_config == stored.build_config
+
+
+def test_a_compile_claim_of_a_campaign_the_builder_has_not_met_leaves_the_artifact_to_it(store: Store) -> None:
+    """The toolchain is the builder's, found from the claimed trial's workload: the claim cannot name it."""
+    campaign = make_campaign(store)
+    (trial_id,) = add(store, campaign, {"tile": 2})
+    start = store.start_compile(trial_id, "b", LEASE, MAX, {campaign.id + 1: "gcc 13"})
+    assert start.outcome == "claimed" and start.work is not None and start.artifact is None
+    assert store.artifact(start.work.build_key) is None
+    artifact = store.claim_build(start.work, "b", LEASE, MAX, "clang 19")
+    assert (artifact.toolchain, artifact.state, artifact.worker) == ("clang 19", "building", "b")
+
+
+def test_two_toolchains_build_a_key_twice_and_each_evaluation_takes_its_own(store: Store) -> None:
+    campaign = make_campaign(store)
+    old, new = add(store, campaign, {"tile": 2}, {"tile": 4})
+    with store.session() as session:  # two configurations of one build: only run-time knobs differ
+        session.execute(update(Trial).where(Trial.id == new).values(build_key=store.trial(old).build_key))
+    for trial_id, toolchain in ((old, "gcc 12.2.0"), (new, "gcc 14.2.0")):
+        start = store.start_compile(trial_id, toolchain, LEASE, MAX, {campaign.id: toolchain})
+        assert start.outcome == "claimed" and start.work is not None
+        assert (start.artifact.toolchain, start.artifact.worker) == (toolchain, toolchain)  # not the other's
+        data = toolchain.encode()
+        assert store.finish_build(start.work.build_key, toolchain, data=data, trial_id=trial_id, toolchain=toolchain)
+    build_key = store.trial(old).build_key
+    assert sorted(a.toolchain for a in store.artifacts(build_key)) == ["gcc 12.2.0", "gcc 14.2.0"]
+    for trial_id, toolchain in ((old, "gcc 12.2.0"), (new, "gcc 14.2.0")):
+        work = store.claim(trial_id, "evaluate", "e", LEASE, MAX, DEVICE)
+        assert work is not None and work.toolchain == toolchain
+        data = toolchain.encode()
+        assert (work.artifact_digest, work.artifact_data) == (hashlib.sha256(data).hexdigest(), data)
+        assert store.trial_detail(trial_id).artifact.toolchain == toolchain
+    # A third builder of the same toolchain finds that artifact built: no build of its own.
+    (again,) = add(store, make_campaign(store, name="again"), {"tile": 2})
+    with store.session() as session:
+        session.execute(update(Trial).where(Trial.id == again).values(build_key=build_key))
+    assert store.start_compile(again, "b3", LEASE, MAX, {store.trial(again).campaign_id: "gcc 14.2.0"}).outcome == (
+        "compiled"
+    )
+    assert store.trial(again).toolchain == "gcc 14.2.0"
 
 
 def test_a_second_claim_while_the_lease_is_live_gets_nothing(store: Store) -> None:
@@ -922,7 +1001,7 @@ def test_pending_lists_a_campaigns_waiting_trials(store: Store) -> None:
 
 def test_the_first_claim_build_owns_the_build(store: Store) -> None:
     work = work_for(store)
-    artifact = store.claim_build(work, "a", LEASE, MAX)
+    artifact = store.claim_build(work, "a", LEASE, MAX, "gcc 13")
     assert (artifact.state, artifact.worker, artifact.attempts) == ("building", "a", 1)
     assert (artifact.build_key, artifact.target, artifact.toolchain) == (work.build_key, TARGET, "gcc 13")
 
@@ -1191,6 +1270,7 @@ def test_results_of_a_reused_trial_report_the_source_measurement(store: Store) -
     evaluate(store, source, 0.75, metrics={"gflops": 12.0})
     second = make_campaign(store, name="second", problem_ids=[problem])
     [reused] = add(store, second, {"tile": 2})
+    assert store.record(reused, "evaluator", state="evaluated", source=reuse_claim(store, reused).reuse)
     [result] = store.results([reused])
     assert (result.trial_id, result.state, result.reused, result.valid) == (reused, "evaluated", True, True)
     assert (result.objective, result.metrics, result.config) == (0.75, {"gflops": 12.0}, {"tile": 2})

@@ -20,7 +20,7 @@ from fleet.workers.gpus import cpu_target
 from tests.conftest import write_spec
 from tests.integration.test_cli import good_spec
 from tests.integration.test_embedded import embedded_env, fleet_cli
-from tests.integration.test_store import add, evaluate, make_campaign
+from tests.integration.test_store import add, evaluate, make_campaign, reuse_claim
 
 REASON = "no objective in the run's output"
 
@@ -152,6 +152,10 @@ def test_a_reused_trial_shows_the_measurement_and_reason_it_reused(store: Store)
         session.execute(update(Trial).where(Trial.id == failed).values(reason="wrong result\nin detail"))
     second = make_campaign(store, "second", problem_ids=[p.id for p in store.campaign_problems(first.id)])
     [again, failed_again, fresh] = add(store, second, {"tile": 1}, {"tile": 2}, {"tile": 4})
+    for trial_id in (again, failed_again):  # reused by the worker that claims it: same toolchain and device
+        work = reuse_claim(store, trial_id)
+        state = "evaluated" if work.reuse_valid else "invalid"
+        assert store.record(trial_id, "evaluator", state=state, source=work.reuse)
 
     rows = {r.id: r for r in store.trial_rows(second.id)}
     assert (rows[again].state, rows[again].objective, rows[again].source_trial_id) == ("evaluated", 2.5, measured)

@@ -39,8 +39,16 @@ class WorkloadSpec:
         return self.definition.get("objective", {}).get("goal", "min") == "max"
 
     def toolchain(self) -> str:
-        """The versions of the tools that build and run this workload, as text; part of the build key."""
+        """The versions of the tools that build and run this workload, as text.
+
+        Run by the build worker, on its machine, never where the campaign is submitted: the artifact's key
+        and provenance carry it.
+        """
         return ""
+
+    def toolchain_key(self) -> str:
+        """What :meth:`toolchain` depends on: a worker runs it once per process for each distinct key."""
+        return self.kind
 
     def check(self, knobs: list[str], problem: Mapping[str, Any]) -> None:
         """Raise SpecError if the definition names a knob or parameter that does not exist."""

@@ -17,6 +17,7 @@ knob is true. The result is always a list of arguments; no shell ever sees it.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -129,6 +130,11 @@ class CommandSpec(WorkloadSpec):
             value = d.get(name, 1)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
                 raise SpecError(f"workload {name!r} must be a positive number of seconds")
+        toolchain = d.get("toolchain")
+        if toolchain is not None and (
+            not isinstance(toolchain, list) or not toolchain or not all(isinstance(a, str) for a in toolchain)
+        ):
+            raise SpecError("workload 'toolchain' must be a non-empty list of arguments, such as ['gcc', '--version']")
         artifacts = d.get("artifacts", [])
         if not isinstance(artifacts, list) or not all(isinstance(a, str) for a in artifacts):
             raise SpecError("workload 'artifacts' must be a list of file names the build produces")
@@ -147,10 +153,18 @@ class CommandSpec(WorkloadSpec):
                         f"workload {where!r} uses {{{name}}}, which is neither a knob nor a problem parameter"
                     )
 
-    def toolchain(self) -> str:
+    def toolchain_argv(self) -> list[str] | None:
+        """The command whose first line of output names the toolchain: ``toolchain``, or the build's ``--version``."""
         argv = self.definition.get("toolchain") or (
             [self.definition["build"][0], "--version"] if self.definition.get("build") else None
         )
+        return list(argv) if argv else None
+
+    def toolchain_key(self) -> str:
+        return json.dumps([self.kind, self.toolchain_argv()])
+
+    def toolchain(self) -> str:
+        argv = self.toolchain_argv()
         if not argv:
             return ""
         try:

@@ -52,8 +52,11 @@ class ReplaySpec(WorkloadSpec):
         return load_recorded(self.path)
 
     def toolchain(self) -> str:
-        # Part of the build key: results replayed from another file are other results.
+        # Part of the artifact's key: results replayed from another file are other results.
         return f"replay {self.path.name}"
+
+    def toolchain_key(self) -> str:
+        return f"replay {self.path}"
 
     def check(self, knobs: list[str], problem: Mapping[str, Any]) -> None:
         names = self.recorded.names
