@@ -16,6 +16,7 @@ from __future__ import annotations
 import bz2
 import json
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -98,7 +99,10 @@ def run(problems: int = 120_000, lookups: int = 1000, files: bool = True) -> dic
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-bench-miopen-")))
         url = os.environ.get("FLEET_DATABASE_URL", "")
         if not url.startswith("postgresql"):
-            postgres = stack.enter_context(PostgresServer(Path(tempfile.mkdtemp(prefix="fleet-bench-pg-"))))
+            pg_dir = Path(tempfile.mkdtemp(prefix="fleet-bench-pg-"))
+            # Registered first, so it runs after the server has stopped: a run's cluster is about 2 GB.
+            stack.callback(shutil.rmtree, pg_dir, ignore_errors=True)
+            postgres = stack.enter_context(PostgresServer(pg_dir))
             url = postgres.create_database(f"bench{uuid.uuid4().hex[:8]}")
         store = Store(url)
         stack.callback(store.close)
