@@ -58,32 +58,39 @@ class LocalFleet:
                 self.redis.start()
             else:
                 self.redis = None  # another process of ours started it; leave it to that one
+        try:
+            return self._start_workers(timeout)
+        except BaseException:
+            # Whatever stopped the start (no GPU of the target, a worker that died at once, Ctrl-C), it
+            # leaves no broker or worker behind.
+            self.stop()
+            raise
+
+    def _start_workers(self, timeout: float) -> LocalFleet:
         store = Store(self.settings.database_url)
-        if self.settings.embedded_database:
-            store.upgrade()
-        specs = plan(
-            gpus=node_gpus(self.target, None),
-            target=self.target,
-            eval_procs=self.eval_procs,
-            build_procs=self.build_procs,
-        )
-        env = {**os.environ, "FLEET_HOME": str(self.settings.home)}
-        self.launcher = Launcher(specs, log_dir=self.log_dir, env=env).start()
-        names = {s.name for s in specs}
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            live = {w.name for w in store.workers(within=30)}
-            if names <= live:
-                store.close()
-                # The campaign is driven on the caller's thread; without this a killed worker stalls it.
-                self.launcher.supervise_in_background(POLL)
-                return self
-            dead = [n for n, p in self.launcher.procs.items() if p.poll() is not None]
-            if dead:
-                break
-            time.sleep(0.2)
-        store.close()
-        self.stop()
+        try:
+            if self.settings.embedded_database:
+                store.upgrade()
+            specs = plan(
+                gpus=node_gpus(self.target, None),
+                target=self.target,
+                eval_procs=self.eval_procs,
+                build_procs=self.build_procs,
+            )
+            env = {**os.environ, "FLEET_HOME": str(self.settings.home)}
+            self.launcher = Launcher(specs, log_dir=self.log_dir, env=env).start()
+            names = {s.name for s in specs}
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if names <= {w.name for w in store.workers(within=30)}:
+                    # The campaign is driven on the caller's thread; without this a killed worker stalls it.
+                    self.launcher.supervise_in_background(POLL)
+                    return self
+                if any(p.poll() is not None for p in self.launcher.procs.values()):
+                    break
+                time.sleep(0.2)
+        finally:
+            store.close()
         raise FleetError(f"local workers did not start; see their logs under {self.log_dir}")
 
     def stop(self) -> None:

@@ -167,6 +167,18 @@ def test_tune_without_nvcc_or_gpu_stops_with_one_line(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines() == [
         "fleet: error: no GPU of target sm_90 found on this node; name them with --gpus 0,1,..."
     ]
+    # Nothing it started stays behind: the private Redis it started for the run is gone too.
+    left = [
+        entry.name for entry in Path("/proc").iterdir() if entry.name.isdigit() and str(tmp_path) in _cmdline(entry)
+    ]
+    assert left == []
+
+
+def _cmdline(process: Path) -> str:
+    try:
+        return (process / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # gone meanwhile
+        return ""
 
 
 GPU_CHECK = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check"
