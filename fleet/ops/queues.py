@@ -107,9 +107,13 @@ def _filesystem_counts(settings: Settings) -> dict[str, int]:
     return waiting
 
 
-def inspect_consumers(app: Any, timeout: float) -> dict[str, set[str]]:
-    """The workers that answer ``inspect().active_queues()`` within ``timeout`` seconds, by queue name."""
-    replies = app.control.inspect(timeout=timeout).active_queues() or {}
+def inspect_consumers(app: Any, timeout: float, expected: int | None = None) -> dict[str, set[str]]:
+    """The workers that answer ``inspect().active_queues()`` within ``timeout`` seconds, by queue name.
+
+    With ``expected`` (the live workers the database knows), the answer comes as soon as that many have
+    replied, instead of after the whole timeout.
+    """
+    replies = app.control.inspect(timeout=timeout, limit=expected or None).active_queues() or {}
     consumers: dict[str, set[str]] = {}
     for worker, queues in replies.items():
         for queue in queues or []:
@@ -155,9 +159,12 @@ def queue_health(
                 waiting, unacked, names = _redis_counts(connection.default_channel)
         except Exception as error:  # kombu and redis-py raise many kinds; all mean the same here
             raise BrokerError(f"broker {redact(settings.broker_url)} does not answer: {error}") from None
-        consumers = inspect_consumers(app, inspect_timeout)
+    live = [] if store is None else store.workers(within=3 * settings.heartbeat_seconds + 5)
+    if not filesystem:
+        celery_workers = sum(1 for worker in live if worker.role != "driver")
+        consumers = inspect_consumers(app, inspect_timeout, expected=celery_workers)
     if store is not None:
-        for worker in store.workers(within=3 * settings.heartbeat_seconds + 5):
+        for worker in live:
             for queue in worker.queues or []:
                 consumers.setdefault(queue, set()).add(worker.name)
         for campaign in store.campaigns():
