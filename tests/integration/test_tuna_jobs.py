@@ -1,5 +1,6 @@
 """Tuna's jobs on real workers: with no MIOpen on the node they error with one clear reason; with the
-MIOpenDriver test double they run the perf and find steps, and their results export, promote and invalidate."""
+MIOpenDriver test double they run the perf and find steps, and their results export, promote and invalidate;
+with the broker down they write nothing."""
 
 from __future__ import annotations
 
@@ -90,3 +91,20 @@ def test_jobs_run_export_promote_and_invalidate(fleet, tmp_path: Path) -> None: 
     # The golden version is a copy: exported later, it gives the same bytes.
     fleet.cli("export", "find-db", "--target", t, "--golden", "--version", "1", "-o", str(out / "g1b.txt"), check=True)
     assert (out / "g1b.txt").read_bytes() == (out / "g1.txt").read_bytes()
+
+
+def test_jobs_with_the_broker_down_write_nothing(fleet) -> None:  # type: ignore[no-untyped-def]
+    t = fleet.target
+    fleet.cli("import", str(SHARED / "conv_configs_NHWC.txt"), "-t", "nhwc", check=True)
+    fleet.cli("jobs", "add", "--target", t, "--reason", "first", "--tag", "nhwc", "--no-send", check=True)
+    down = {"FLEET_BROKER_URL": "redis://127.0.0.1:1/0"}  # nothing listens on port 1
+
+    for args in (
+        ("jobs", "add", "--target", t, "--reason", "later", "--tag", "nhwc"),
+        ("jobs", "copy", "--from-reason", "first", "--reason", "copied"),
+    ):
+        done = fleet.cli(*args, env=down)
+        assert done.returncode == 1, done.stderr
+        [line] = done.stderr.strip().splitlines()
+        assert line.startswith("fleet: error: broker redis://127.0.0.1:1/0 does not answer")
+    assert {c.name for c in fleet.store.campaigns()} == {f"first@{t}"}
