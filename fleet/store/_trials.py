@@ -457,8 +457,9 @@ class TrialStore(StoreBase):
         return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]
 
     @patient
-    def resend(self, trial_id: int) -> list[Requeue]:
-        """The trial, if it waits for a message that nobody may send: what a worker whose work was lost sends.
+    def resend(self, trial_id: int, states: Sequence[str] = ("new", "compiled")) -> list[Requeue]:
+        """The trial, if it waits (in one of ``states``) for a message that nobody may send: what a worker
+        whose work was lost sends.
 
         A worker loses its claim this way when the database crashed and came back without the claim's
         commit (workers commit without waiting for the disk): the trial is waiting again, and the
@@ -467,7 +468,7 @@ class TrialStore(StoreBase):
         with self.session() as session:
             rows = session.execute(
                 update(Trial)
-                .where(Trial.id == trial_id, Trial.state.in_(("new", "compiled")))
+                .where(Trial.id == trial_id, Trial.state.in_(tuple(states)))
                 .values(queued_at=utcnow())
                 .returning(Trial.id, Trial.target, Trial.state)
             ).all()

@@ -37,7 +37,7 @@ def compile(self: Task, trial_id: int, target: str) -> str:
     outcome = _waiting_out_outages(self, lambda: compile_trial(ctx, trial_id))
     if outcome == "compiled":
         evaluate.apply_async(kwargs={"trial_id": trial_id, "target": target})
-    elif outcome == "lost":
+    elif outcome == "lost":  # a database crash may have taken our claim, and the message with it
         send(ctx.store.resend(trial_id))
     return outcome
 
@@ -49,8 +49,12 @@ def evaluate(self: Task, trial_id: int, target: str) -> str:
 
     ctx = context(self.request.hostname)
     outcome = _waiting_out_outages(self, lambda: evaluate_trial(ctx, trial_id))
-    if outcome == "lost":  # a database crash may have taken our claim, and the message with it
+    if outcome == "lost":  # as in compile
         send(ctx.store.resend(trial_id))
+    elif outcome == "skipped":
+        # An evaluation is sent only once its trial is compiled: a trial found still new was rolled back
+        # by a database crash (workers commit without waiting for the disk), and nothing else will send it.
+        send(ctx.store.resend(trial_id, states=("new",)))
     return outcome
 
 
