@@ -228,32 +228,29 @@ def test_stack_runs_a_campaign_on_its_worker(stack: tuple[dict, dict[str, str]],
         path = write_spec(tmp_path, spec)
         exports = run_stack("env", env).stdout
         urls = dict(re.findall(r"export (\w+)=(\S+)", exports))
-        done = subprocess.run(
-            [sys.executable, "-m", "fleet.cli", "tune", str(path), "--no-local", "--json"],
-            env={**env, "FLEET_DATABASE_URL": urls["FLEET_DATABASE_URL"], "FLEET_BROKER_URL": urls["FLEET_BROKER_URL"]},
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
+
+        def fleet_on_stack(*args: str) -> subprocess.CompletedProcess[str]:
+            """``fleet ARGS`` pointed at the stack by ``scripts/stack env``'s URLs."""
+            done = subprocess.run(
+                [sys.executable, "-m", "fleet.cli", *args],
+                env={**env, **{k: urls[k] for k in ("FLEET_DATABASE_URL", "FLEET_BROKER_URL")}},
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            return done
+
+        done = fleet_on_stack("tune", str(path), "--no-local", "--json")
         result = json.loads(done.stdout)
         assert result["problems"][0]["trials"] == {"evaluated": 2}
         assert result["problems"][0]["best"]["config"] == {"mode": "bb"}
 
         # Submitted and left: the stack's own driver runs it to its end.
         path = write_spec(tmp_path, spec | {"name": "stack-submitted"}, "submitted.json")
-        submitted = subprocess.run(
-            [sys.executable, "-m", "fleet.cli", "submit", str(path)],
-            env={**env, "FLEET_DATABASE_URL": urls["FLEET_DATABASE_URL"], "FLEET_BROKER_URL": urls["FLEET_BROKER_URL"]},
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert submitted.returncode == 0, submitted.stderr
+        fleet_on_stack("submit", str(path))
         deadline = time.monotonic() + 120
         while store.campaign("stack-submitted").status != "done" and time.monotonic() < deadline:
             time.sleep(0.5)
