@@ -14,12 +14,13 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fleet.errors import FleetError, SpecError
+from fleet.pace import Pace
 from fleet.search import Run, Searcher
 from fleet.search.feed import Feed
 from fleet.space import Config, Space
@@ -250,7 +251,8 @@ class Driver:
     campaign:
         The campaign to run (or resume).
     dispatch:
-        Sends work to the broker (``fleet.tasks.send``); the driver itself knows no Celery.
+        Sends work to the broker, up to the given number of trials per message (``fleet.tasks.send``);
+        the driver itself knows no Celery.
     window:
         Most trials in flight at once; enough to keep every evaluation slot busy.
     on_progress:
@@ -272,7 +274,7 @@ class Driver:
         self,
         store: Store,
         campaign: Campaign,
-        dispatch: Callable[[Iterable[Requeue]], int],
+        dispatch: Callable[[list[Requeue], int], int],
         *,
         window: int = 8,
         on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
@@ -315,6 +317,7 @@ class Driver:
         self.seq = 0
         self.unsent: list[Requeue] = []
         self.broker_warned = -1e9
+        self.pace = Pace()
 
     def _strategy(self, store: Store, problem: Any) -> dict[str, Any]:
         """The campaign's strategy; ``auto`` starts from the best configurations of similar problems."""
@@ -370,7 +373,8 @@ class Driver:
         if not work:
             return
         try:
-            self.dispatch(work)
+            self.dispatch(work, self.pace.batch(len(work)))
+            self.pace.sent(time.monotonic())
         except Exception as error:  # kombu raises several kinds when the broker is away
             self.unsent = work
             now = time.monotonic()
@@ -392,12 +396,14 @@ class Driver:
     def _fill(self) -> None:
         if self.paused:
             return
+        # Until the first trials say how long trials take, a few go out, one per message.
+        window = min(self.window, self.pace.probe) if self.pace.probing else self.window
         proposals: list[tuple[int, Config, bool]] = []
         asking = True
-        while asking and len(self.in_flight) + len(proposals) < self.window:
+        while asking and len(self.in_flight) + len(proposals) < window:
             asking = False
             for index, feed in enumerate(self.feeds):
-                if len(self.in_flight) + len(proposals) >= self.window:
+                if len(self.in_flight) + len(proposals) >= window:
                     break
                 config = feed.ask()
                 if config is not None:
@@ -428,6 +434,7 @@ class Driver:
 
     def _check_workers(self, started: float, warned: list[float]) -> None:
         live = self.store.workers(target=self.campaign.target, role="eval", within=3 * self.heartbeat_seconds + 5)
+        self.pace.slots = max(1, sum(w.concurrency for w in live))
         if live:
             warned.clear()
             return
@@ -472,6 +479,7 @@ class Driver:
         started = time.monotonic()
         last_check = 0.0
         warned: list[float] = []
+        self._check_workers(started, warned)  # the evaluation slots, which the first trials sent depend on
         idle = 0
         while True:
             if self.steering.due() and not self._steer():
@@ -479,18 +487,22 @@ class Driver:
             self._fill()
             if not self.in_flight and not self.unsent and all(feed.done or feed.blocked for feed in self.feeds):
                 break
-            if self._collect():
+            finished = self._collect()
+            now = time.monotonic()
+            self.pace.finished(finished, now)
+            if finished:
                 self.on_progress(len(self.results), total, self._overall_best())
                 idle = 0
             else:
                 idle += 1
-            now = time.monotonic()
             if now - last_check > self.heartbeat_seconds:
                 last_check = now
                 self._check_workers(started, warned)
                 stale = [] if self.paused else self.store.stale(self.requeue_seconds, self.campaign.id)
                 self._send(self.store.reap(self.max_attempts) + stale)
-            if idle:
+            if self.pace.probing:
+                time.sleep(self.poll_seconds)  # the first trials' pace is taken from when they are seen back
+            elif idle:
                 # Back off while nothing finishes: long measurements need no tight polling.
                 time.sleep(min(0.5, self.poll_seconds * 2 ** min(idle - 1, 4)))
             elif len(self.in_flight) > 16:

@@ -108,8 +108,8 @@ def celery_chain(trials: int, env: dict[str, str], workdir: Path) -> float:
         _stop(procs)
 
 
-def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> float:
-    """Trials per second of a noop campaign through the whole fleet."""
+def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> tuple[float, float]:
+    """Trials per second of a noop campaign through the whole fleet, and the trials per message its driver sent."""
     from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
     from fleet.settings import reset_settings
     from fleet.space import Knob, Space
@@ -162,7 +162,13 @@ def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> float:
         warm.feeds[0].proposals = (c for c in [{"i": trials}])
         warm.run()
         store.set_campaign_status(campaign.id, "running")  # the warm-up ended it; the measured run goes on
-        driver = Driver(store, campaign, send, window=min(trials, 1024))
+        messages = []
+
+        def dispatch(work: list[Any], batch: int) -> int:
+            messages.append(-(-len(work) // batch))
+            return send(work, batch)
+
+        driver = Driver(store, campaign, dispatch, window=min(trials, 1024))
         driver.feeds[0].proposals = ({"i": i} for i in range(trials))
         start = time.perf_counter()
         driver.run()
@@ -170,7 +176,7 @@ def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> float:
         counts = store.trial_counts(campaign.id)
         if counts.get("evaluated") != trials + 1:
             raise RuntimeError(f"the fleet did not evaluate every trial: {counts}")
-        return trials / elapsed
+        return trials / elapsed, trials / sum(messages)
     finally:
         _stop([launcher])
         store.close()
@@ -209,17 +215,22 @@ def run(
         env["PYTHONUNBUFFERED"] = "1"
         fleet_rates: list[float] = []
         chain_rates: list[float] = []
+        per_message: list[float] = []
         for number in range(1, rounds + 1):
             if number % 2:
                 chain_rates.append(celery_chain(trials, env, workdir))
-                fleet_rates.append(fleet_campaign(trials, env, workdir))
+                fleet_rate, batch = fleet_campaign(trials, env, workdir)
             else:
-                fleet_rates.append(fleet_campaign(trials, env, workdir))
+                fleet_rate, batch = fleet_campaign(trials, env, workdir)
                 chain_rates.append(celery_chain(trials, env, workdir))
+            fleet_rates.append(fleet_rate)
+            per_message.append(batch)
             if on_round is not None:
                 on_round(number, fleet_rates[-1], chain_rates[-1])
     return {
         "fleet_trials_per_s": round(median(fleet_rates), 1),
         "celery_trials_per_s": round(median(chain_rates), 1),
         "ratio": round(median(f / c for f, c in zip(fleet_rates, chain_rates, strict=True)), 3),
+        # What the driver sent: each of its compile messages' evaluations go out in one message too.
+        "fleet_trials_per_message": round(median(per_message), 1),
     }

@@ -24,7 +24,12 @@ def bench() -> None:
 @click.option(
     "--rounds", type=click.IntRange(1), default=5, show_default=True, help="Turns each side takes; medians are kept."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print {fleet_trials_per_s, celery_trials_per_s, ratio}.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {fleet_trials_per_s, celery_trials_per_s, ratio, fleet_trials_per_message}.",
+)
 def bench_dispatch(trials: int, rounds: int, as_json: bool) -> None:
     """Trials per second of a no-op workload through the whole fleet, against a bare Celery chain.
 
@@ -43,7 +48,10 @@ def bench_dispatch(trials: int, rounds: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result))
         return
-    click.echo(f"fleet  {result['fleet_trials_per_s']:>8.1f} trials/s  (build + evaluate + all bookkeeping)")
+    click.echo(
+        f"fleet  {result['fleet_trials_per_s']:>8.1f} trials/s  (build + evaluate + all bookkeeping; "
+        f"{result['fleet_trials_per_message']:.1f} trials per message)"
+    )
     click.echo(f"celery {result['celery_trials_per_s']:>8.1f} trials/s  (bare two-task chain, same broker)")
     click.echo(f"ratio  {result['ratio']:>8.3f}")
 

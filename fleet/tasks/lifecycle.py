@@ -105,6 +105,8 @@ def _subject(kwargs: dict[str, Any] | None) -> str:
     kwargs = kwargs or {}
     if "trial_id" in kwargs:
         return f"trial {kwargs['trial_id']}"
+    if "trial_ids" in kwargs:
+        return "trials " + ", ".join(f"trial {i}" for i in kwargs["trial_ids"])
     if "chain_id" in kwargs:
         return f"chain {kwargs['chain_id']} step {kwargs.get('step')}"
     return "task"
@@ -116,6 +118,8 @@ _started: dict[str, float] = {}
 @signals.task_prerun.connect
 def _task_start(task_id: str = "", task: Any = None, kwargs: dict[str, Any] | None = None, **_: Any) -> None:
     _started[task_id] = time.monotonic()
+    if "trial_ids" in (kwargs or {}):
+        return  # the task logs each of its trials' start and end itself (fleet.tasks.trials)
     name = getattr(task, "name", "?").removeprefix("fleet.")
     log.info("%s %s start (task %s)", _subject(kwargs), name, task_id)
 
@@ -125,6 +129,8 @@ def _task_end(
     task_id: str = "", task: Any = None, kwargs: dict[str, Any] | None = None, retval: Any = None, **extra: Any
 ) -> None:
     seconds = time.monotonic() - _started.pop(task_id, time.monotonic())
+    if "trial_ids" in (kwargs or {}) and extra.get("state") == "SUCCESS":
+        return  # as in _task_start; a retry or a failure is the message's, and logged here
     name = getattr(task, "name", "?").removeprefix("fleet.")
     outcome = retval if extra.get("state") == "SUCCESS" else f"{extra.get('state')}: {retval!r}"
     log.info("%s %s end: %s in %.3f s (task %s)", _subject(kwargs), name, outcome, seconds, task_id)

@@ -1,61 +1,147 @@
-"""The ``compile`` and ``evaluate`` tasks: messages carry a trial id and a target, nothing else."""
+"""The ``compile`` and ``evaluate`` tasks: messages carry trial ids and a target, nothing else.
+
+A message carries several trials when the driver has seen that trials are cheap (see
+``fleet.pace``): one message then pays for many, and each trial is still claimed,
+leased and recorded on its own, so a dead worker gives each back on its own.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
+from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
 from celery import Task
+from celery.exceptions import Retry
 
 from fleet.errors import StoreUnavailable
+from fleet.pace import CHEAP_SECONDS
 from fleet.settings import get_settings
+from fleet.store import Requeue
 from fleet.tasks._app import app
 from fleet.tasks.lifecycle import context
 from fleet.tasks.sending import send
 
 T = TypeVar("T")
+log = logging.getLogger("fleet.worker")
 
 
-def _waiting_out_outages(task: Task, work: Callable[[], T]) -> T:
+def _waiting_out_outages(task: Task, work: Callable[[], T], kwargs: dict | None = None) -> T:
     """Run ``work``; when the database stayed down longer than the worker waits, send the task again later.
 
     By then its lease has run out, so the next delivery claims the trial whether or not the database
     kept this claim (a crash can lose it, and with it the only message that would bring the trial back).
+    ``kwargs`` are the retried message's, when they differ from this one's.
     """
     try:
         return work()
     except StoreUnavailable as error:
-        raise task.retry(exc=error, countdown=get_settings().lease_seconds, max_retries=None) from error
+        raise task.retry(exc=error, kwargs=kwargs, countdown=get_settings().lease_seconds, max_retries=None) from error
+
+
+def _each(
+    task: Task,
+    name: str,
+    target: str,
+    trial_ids: list[int],
+    one: Callable[[int], str],
+    then: Callable[[int, str], list[Requeue]],
+) -> dict[str, int]:
+    """Run ``one`` on each trial of a message in turn; return how many trials ended in each outcome.
+
+    Parameters
+    ----------
+    name:
+        The task (``compile`` or ``evaluate``), to send the rest of the message again as.
+    one:
+        Works on one trial and returns its outcome.
+    then:
+        What to send for a trial once ``one`` has returned its outcome.
+    """
+    outcomes: Counter[str] = Counter()
+    following: list[Requeue] = []
+    rest: list[Requeue] = []
+    error: Exception | None = None
+    started = time.monotonic()
+    try:
+        for done, trial_id in enumerate(trial_ids):
+            # Trials slower than the driver took them for: the rest go out one per message, for idle slots.
+            if done and time.monotonic() - started > CHEAP_SECONDS * done:
+                rest = [Requeue(later, target, name) for later in trial_ids[done:]]
+                outcomes["sent on"] += len(rest)
+                break
+            remaining = {"trial_ids": trial_ids[done:], "target": target}
+
+            def step(trial_id: int = trial_id) -> tuple[str, list[Requeue]]:
+                outcome = one(trial_id)
+                return outcome, then(trial_id, outcome)
+
+            # One line as each trial starts and ends: what ``fleet logs --trial N`` finds.
+            log.info("trial %d %s start (task %s)", trial_id, name, task.request.id)
+            began = time.monotonic()
+
+            try:
+                outcome, more = _waiting_out_outages(task, step, remaining)
+            except Retry:
+                raise
+            except Exception as failure:  # recorded as the trial's error already; the others still run
+                error = error or failure
+                outcome, more = "failed", []
+            outcomes[outcome] += 1
+            following += more
+            seconds = time.monotonic() - began
+            log.info("trial %d %s end: %s in %.3f s (task %s)", trial_id, name, outcome, seconds, task.request.id)
+    finally:
+        # Sent even when the database went away: compiled trials' evaluations would be lost otherwise.
+        # What this message's trials need next goes out together (the next worker splits it if slow).
+        send(following, batch=max(1, len(following)))
+        send(rest)
+    if error is not None:
+        raise error
+    return dict(outcomes)
+
+
+def _ids(trial_ids: list[int] | None, trial_id: int | None) -> list[int]:
+    # ``trial_id``: messages from before several trials could share one, and ``celery call`` by hand.
+    return list(trial_ids or []) + ([trial_id] if trial_id is not None else [])
 
 
 @app.task(name="fleet.compile", bind=True)
-def compile(self: Task, trial_id: int, target: str) -> str:
-    """Build (or reuse) the trial's artifact, then send its evaluation to ``eval.<target>``."""
+def compile(self: Task, target: str, trial_ids: list[int] | None = None, trial_id: int | None = None) -> dict:
+    """Build (or reuse) each trial's artifact, then send the evaluations of those compiled to ``eval.<target>``."""
     from fleet.workers.execute import compile_trial
 
     ctx = context(self.request.hostname)
-    outcome = _waiting_out_outages(self, lambda: compile_trial(ctx, trial_id))
-    if outcome == "compiled":
-        evaluate.apply_async(kwargs={"trial_id": trial_id, "target": target})
-    elif outcome == "lost":  # a database crash may have taken our claim, and the message with it
-        send(ctx.store.resend(trial_id))
-    return outcome
+
+    def then(trial_id: int, outcome: str) -> list[Requeue]:
+        if outcome == "compiled":
+            return [Requeue(trial_id, target, "evaluate")]
+        if outcome == "lost":  # a database crash may have taken our claim, and the message with it
+            return ctx.store.resend(trial_id)
+        return []
+
+    return _each(self, "compile", target, _ids(trial_ids, trial_id), lambda t: compile_trial(ctx, t), then)
 
 
 @app.task(name="fleet.evaluate", bind=True)
-def evaluate(self: Task, trial_id: int, target: str) -> str:
-    """Measure the trial on this worker's device and record it."""
+def evaluate(self: Task, target: str, trial_ids: list[int] | None = None, trial_id: int | None = None) -> dict:
+    """Measure each trial on this worker's device and record it."""
     from fleet.workers.execute import evaluate_trial
 
     ctx = context(self.request.hostname)
-    outcome = _waiting_out_outages(self, lambda: evaluate_trial(ctx, trial_id))
-    if outcome == "lost":  # as in compile
-        send(ctx.store.resend(trial_id))
-    elif outcome == "skipped":
-        # An evaluation is sent only once its trial is compiled: a trial found still new was rolled back
-        # by a database crash (workers commit without waiting for the disk), and nothing else will send it.
-        send(ctx.store.resend(trial_id, states=("new",)))
-    return outcome
+
+    def then(trial_id: int, outcome: str) -> list[Requeue]:
+        if outcome == "lost":  # as in compile
+            return ctx.store.resend(trial_id)
+        if outcome == "skipped":
+            # An evaluation is sent only once its trial is compiled: a trial found still new was rolled back
+            # by a database crash (workers commit without waiting for the disk), and nothing else will send it.
+            return ctx.store.resend(trial_id, states=("new",))
+        return []
+
+    return _each(self, "evaluate", target, _ids(trial_ids, trial_id), lambda t: evaluate_trial(ctx, t), then)
 
 
 @app.task(name="fleet.anneal_step", bind=True)

@@ -44,7 +44,7 @@ def test_auto_is_seeded_with_the_best_of_other_problems_of_the_kind(store: Store
         ),
     )
 
-    driver = Driver(store, second, lambda work: 0)
+    driver = Driver(store, second, lambda work, batch: 0)
 
     assert driver.searchers[0].seed_configs == [good]  # type: ignore[attr-defined]
     assert next(driver.searchers[0].generate()) == good

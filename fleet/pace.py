@@ -1,0 +1,85 @@
+"""How fast a campaign's trials go, as its driver sees them finish: whether they may share messages.
+
+A Celery message costs about what a cheap trial's whole bookkeeping costs, so trials that take a few
+milliseconds go several to a message (``fleet.tasks.send``'s ``batch``). Trials that take seconds gain
+nothing from it and would lose the slots' parallelism, so they go one to a message. Nothing is known when
+a campaign starts: its driver sends a few trials first (:attr:`Pace.probe`) and looks at how soon they
+come back.
+"""
+
+from __future__ import annotations
+
+CHEAP_SECONDS = 0.05
+"""Trials taking at most this long each, per slot, are cheap. A worker holding a message whose trials turn
+out slower sends the rest on, one per message (``fleet.tasks.trials``)."""
+
+PROBE_SECONDS = 0.5
+"""The first trials coming back within this long are taken to be cheap; none back by then, to be slow."""
+
+MAX_BATCH = 32
+"""Most trials in one message: enough that the message costs little per trial."""
+
+MEASURE_SECONDS = 1.0
+"""The pace is measured again over each span this long."""
+
+
+class Pace:
+    """Trials finished per second per slot, and the batch size that follows from it.
+
+    Parameters
+    ----------
+    slots:
+        The evaluation slots of the campaign's target (at least one is assumed).
+    """
+
+    def __init__(self, slots: int = 1) -> None:
+        self.slots = max(1, slots)
+        self.seconds: float | None = None  # slot-seconds per trial; None until the first trials say
+        self._since: float | None = None
+        self._finished = 0
+
+    @property
+    def probing(self) -> bool:
+        """Whether the first trials are still out: the driver then sends no more than :attr:`probe`."""
+        return self.seconds is None
+
+    @property
+    def probe(self) -> int:
+        """Trials to send before the pace is known: two per slot, so that no slot waits meanwhile."""
+        return 2 * self.slots
+
+    @property
+    def cheap(self) -> bool:
+        return self.seconds is not None and self.seconds <= CHEAP_SECONDS
+
+    def sent(self, now: float) -> None:
+        """Trials were sent at ``now``; the first call starts the clock."""
+        if self._since is None:
+            self._since = now
+
+    def finished(self, count: int, now: float) -> None:
+        """``count`` more trials were seen finished at ``now``."""
+        if self._since is None:
+            return
+        self._finished += count
+        elapsed = now - self._since
+        if self.seconds is None and not self._finished:
+            if elapsed > PROBE_SECONDS:
+                self.seconds = float("inf")  # none back yet: slow, until trials say otherwise
+            return
+        if self.seconds is None:
+            # A first trial back this soon is cheap enough to try: its time is mostly the messages' and the
+            # polls' latency, not its work. A worker finding a message's trials slow sends the rest on alone.
+            self.seconds = CHEAP_SECONDS
+        elif elapsed >= MEASURE_SECONDS:
+            self.seconds = self.slots * elapsed / self._finished if self._finished else float("inf")
+        else:
+            return
+        self._since, self._finished = now, 0
+
+    def batch(self, waiting: int) -> int:
+        """Trials per message for ``waiting`` trials about to be sent: several only when trials are cheap,
+        and few enough that every slot gets two messages of them."""
+        if not self.cheap:
+            return 1
+        return max(1, min(MAX_BATCH, waiting // (2 * self.slots)))

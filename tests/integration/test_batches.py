@@ -1,0 +1,71 @@
+"""Several trials to a message, on a real worker, Redis and PostgreSQL: each trial is still claimed, recorded
+and given back on its own."""
+
+from __future__ import annotations
+
+import sys
+
+from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
+from fleet.settings import Settings
+from fleet.space import Knob, Space
+from fleet.spec import load_spec
+from fleet.spec.keys import trial_keys
+from fleet.store import NewTrial, Requeue
+from fleet.tasks import app, configure, send
+from tests.conftest import Fleet, write_spec
+from tests.integration.test_faults import assert_each_recorded_once, script_spec, trials
+
+
+def test_cheap_trials_share_messages_and_each_is_recorded_once(fleet: Fleet) -> None:
+    configure(app, Settings.from_env(fleet.env))
+    fleet.start_worker()
+    spec = CampaignSpec(
+        name="cheap",
+        problems=[ProblemSpec("noop", {})],
+        target=fleet.target,
+        space=Space((Knob("i", tuple(range(300))), Knob("r", (0, 1), build=False))),
+        strategy={"name": "grid"},
+        workload={"kind": "noop"},
+    )
+    campaign = submit(fleet.store, spec)
+    batches: list[int] = []
+
+    def dispatch(work: list[Requeue], batch: int) -> int:
+        batches.append(batch)
+        return send(work, batch)
+
+    # A window smaller than the campaign: the driver sends again as trials finish, knowing their pace.
+    Driver(fleet.store, campaign, dispatch, window=200).run()
+
+    assert batches[0] == 1  # the first trials go alone: nothing is known of their pace yet
+    assert max(batches) > 1
+    assert fleet.store.trial_counts(campaign.id) == {"evaluated": 600}
+    assert_each_recorded_once(fleet)
+
+
+def test_a_worker_killed_in_the_middle_of_a_message_gives_each_of_its_trials_back_once(fleet: Fleet) -> None:
+    configure(app, Settings.from_env(fleet.env))
+    marker = fleet.home / "killed"
+    modes = ["a", "killonce", "bb", "ccc", "dddd", "eeeee"]
+    spec_file = write_spec(
+        fleet.home, script_spec(fleet, modes, run=[sys.executable, "poison.py", "{mode}", str(marker)])
+    )
+    campaign = submit(fleet.store, load_spec(spec_file))
+    problem = fleet.store.campaign_problems(campaign.id)[0].id
+    space = Space.from_dict(campaign.space)
+    new = [NewTrial(problem, {"mode": mode}, *trial_keys(campaign, problem, {"mode": mode}, space)) for mode in modes]
+    added = fleet.store.add_trials(campaign.id, fleet.target, new)
+    fleet.start_worker("--eval-procs", "1")
+
+    # One message for all six: the second run kills the process measuring them, the others wait in it.
+    send([Requeue(trial_id, fleet.target, "compile") for trial_id, _ in added], batch=len(added))
+
+    fleet.wait_for(
+        lambda: all(t.state in ("evaluated", "errored") for t in trials(fleet)), timeout=90, what="every trial"
+    )
+    assert marker.exists()
+    assert {t.config["mode"]: t.state for t in trials(fleet)} == dict.fromkeys(modes, "evaluated")
+    killed = next(t for t in trials(fleet) if t.config["mode"] == "killonce")
+    assert killed.attempts == 2  # given back by its lease, measured again
+    assert all(t.attempts == 1 for t in trials(fleet) if t.config["mode"] != "killonce")
+    assert_each_recorded_once(fleet)
