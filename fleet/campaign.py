@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import FleetError, SpecError
-from fleet.pace import Pace
+from fleet.pace import MAX_BATCH, Pace
 from fleet.search import Run, Searcher
 from fleet.search.feed import Feed
 from fleet.space import Config, Space
@@ -262,7 +262,8 @@ class Driver:
     steering:
         Where the driver learns of a pause or a cancel, and renews its lease on the campaign.
     window_for:
-        Called at each look at the campaign for the window to keep: its share of the target's slots.
+        Called at each look at the campaign for the window to keep: its share of the target's slots, in
+        trials at one a message (cheap trials are admitted a message's worth at a time).
     """
 
     @property
@@ -460,7 +461,10 @@ class Driver:
             # Workers dropped the messages of trials that waited during the pause.
             self._send(self.store.pending(self.campaign.id))
         if self.window_for is not None:
-            self.window = max(1, self.window_for())
+            # A share of the target's slots is counted in messages: a cheap trial's message holds several.
+            # Not for a dynamic search, whose window says how far ahead of its results it may run.
+            per_message = MAX_BATCH if self.pace.cheap and not self.dynamic else 1
+            self.window = max(1, self.window_for()) * per_message
         return status in ("running", "paused")
 
     def run(self) -> list[Summary]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
+from fleet.pace import MAX_BATCH
 from fleet.settings import Settings
 from fleet.space import Knob, Space
 from fleet.spec import load_spec
@@ -40,6 +41,34 @@ def test_cheap_trials_share_messages_and_each_is_recorded_once(fleet: Fleet) -> 
     assert batches[0] == 1  # the first trials go alone: nothing is known of their pace yet
     assert max(batches) > 1
     assert fleet.store.trial_counts(campaign.id) == {"evaluated": 600}
+    assert_each_recorded_once(fleet)
+
+
+def test_a_share_of_the_slots_admits_a_message_of_cheap_trials_per_trial_it_allows(fleet: Fleet) -> None:
+    configure(app, Settings.from_env(fleet.env))
+    fleet.start_worker()
+    spec = CampaignSpec(
+        name="shared",
+        problems=[ProblemSpec("noop", {})],
+        target=fleet.target,
+        space=Space((Knob("i", tuple(range(400))),)),
+        strategy={"name": "grid"},
+        workload={"kind": "noop"},
+    )
+    campaign = submit(fleet.store, spec)
+    batches: list[int] = []
+
+    def dispatch(work: list[Requeue], batch: int) -> int:
+        batches.append(batch)
+        return send(work, batch)
+
+    # Two trials in flight at one a message, as fleet driver's shares are: cheap trials come a message's worth each.
+    driver = Driver(fleet.store, campaign, dispatch, window=2, window_for=lambda: 2)
+    driver.run()
+
+    assert driver.pace.cheap and driver.window == 2 * MAX_BATCH
+    assert max(batches) > 1
+    assert fleet.store.trial_counts(campaign.id) == {"evaluated": 400}
     assert_each_recorded_once(fleet)
 
 
