@@ -4,6 +4,7 @@ and given back on its own."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
 from fleet.pace import MAX_BATCH
@@ -11,32 +12,43 @@ from fleet.settings import Settings
 from fleet.space import Knob, Space
 from fleet.spec import load_spec
 from fleet.spec.keys import trial_keys
-from fleet.store import NewTrial, Requeue
+from fleet.store import Campaign, NewTrial, Requeue
 from fleet.tasks import app, configure, send
 from tests.conftest import Fleet, write_spec
 from tests.integration.test_faults import assert_each_recorded_once, script_spec, trials
 
 
-def test_cheap_trials_share_messages_and_each_is_recorded_once(fleet: Fleet) -> None:
+def noop_campaign(fleet: Fleet, name: str, *knobs: Knob) -> Campaign:
+    """A grid campaign of the noop workload, with a worker listening: trials as cheap as they come."""
     configure(app, Settings.from_env(fleet.env))
     fleet.start_worker()
     spec = CampaignSpec(
-        name="cheap",
+        name=name,
         problems=[ProblemSpec("noop", {})],
         target=fleet.target,
-        space=Space((Knob("i", tuple(range(300))), Knob("r", (0, 1), build=False))),
+        space=Space(knobs),
         strategy={"name": "grid"},
         workload={"kind": "noop"},
     )
-    campaign = submit(fleet.store, spec)
-    batches: list[int] = []
+    return submit(fleet.store, spec)
+
+
+def recorded(batches: list[int]) -> Callable[[list[Requeue], int], int]:
+    """``send``, noting the trials per message the driver asked for."""
 
     def dispatch(work: list[Requeue], batch: int) -> int:
         batches.append(batch)
         return send(work, batch)
 
+    return dispatch
+
+
+def test_cheap_trials_share_messages_and_each_is_recorded_once(fleet: Fleet) -> None:
+    campaign = noop_campaign(fleet, "cheap", Knob("i", tuple(range(300))), Knob("r", (0, 1), build=False))
+    batches: list[int] = []
+
     # A window smaller than the campaign: the driver sends again as trials finish, knowing their pace.
-    Driver(fleet.store, campaign, dispatch, window=200).run()
+    Driver(fleet.store, campaign, recorded(batches), window=200).run()
 
     assert batches[0] == 1  # the first trials go alone: nothing is known of their pace yet
     assert max(batches) > 1
@@ -45,25 +57,11 @@ def test_cheap_trials_share_messages_and_each_is_recorded_once(fleet: Fleet) -> 
 
 
 def test_a_share_of_the_slots_admits_a_message_of_cheap_trials_per_trial_it_allows(fleet: Fleet) -> None:
-    configure(app, Settings.from_env(fleet.env))
-    fleet.start_worker()
-    spec = CampaignSpec(
-        name="shared",
-        problems=[ProblemSpec("noop", {})],
-        target=fleet.target,
-        space=Space((Knob("i", tuple(range(400))),)),
-        strategy={"name": "grid"},
-        workload={"kind": "noop"},
-    )
-    campaign = submit(fleet.store, spec)
+    campaign = noop_campaign(fleet, "shared", Knob("i", tuple(range(400))))
     batches: list[int] = []
 
-    def dispatch(work: list[Requeue], batch: int) -> int:
-        batches.append(batch)
-        return send(work, batch)
-
     # Two trials in flight at one a message, as fleet driver's shares are: cheap trials come a message's worth each.
-    driver = Driver(fleet.store, campaign, dispatch, window=2, window_for=lambda: 2)
+    driver = Driver(fleet.store, campaign, recorded(batches), window=2, window_for=lambda: 2)
     driver.run()
 
     assert driver.pace.cheap and driver.window == 2 * MAX_BATCH
