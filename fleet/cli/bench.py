@@ -107,11 +107,18 @@ def _fault_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option(
     "--timeout", type=click.FloatRange(10), default=780.0, show_default=True, help="Seconds before trials count stuck."
 )
+@click.option(
+    "--window",
+    type=click.IntRange(1),
+    default=8,
+    show_default=True,
+    help="Trials the driver keeps in flight (with --seconds 0, enough for several trials to a message).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the choice of the pool processes killed.")
 @click.option("--keep", is_flag=True, help="Keep the work directory (logs, data) even when the run passes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def bench_chaos(
-    trials: int, seconds: float, timeout: float, seed: int, keep: bool, as_json: bool, **faults: int
+    trials: int, seconds: float, timeout: float, window: int, seed: int, keep: bool, as_json: bool, **faults: int
 ) -> None:
     """A campaign through a fleet under fire: every trial recorded exactly once, with its right value.
 
@@ -128,6 +135,7 @@ def bench_chaos(
         Faults(**faults),
         seconds=seconds,
         timeout=timeout,
+        window=window,
         seed=seed,
         keep=keep,
         say=lambda line: click.echo(line, err=True),
