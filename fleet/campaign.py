@@ -394,11 +394,11 @@ class Driver:
             configs = baseline_configs(self.space, self.campaign.baseline)
             self._submit([(index, config, True) for index in range(len(self.problems)) for config in configs])
 
-    def _fill(self) -> None:
+    def _fill(self, window: int | None = None) -> None:
+        """Ask the searchers for proposals until ``window`` trials (default: the driver's window) are in flight."""
         if self.paused:
             return
-        # Until the first trials say how long trials take, a few go out, one per message.
-        window = min(self.window, self.pace.probe) if self.pace.probing else self.window
+        window = self.window if window is None else window
         proposals: list[tuple[int, Config, bool]] = []
         asking = True
         while asking and len(self.in_flight) + len(proposals) < window:
@@ -488,7 +488,8 @@ class Driver:
         while True:
             if self.steering.due() and not self._steer():
                 return summarize(self.store, self.campaign)
-            self._fill()
+            # Until the first trials say how long trials take, a few go out, one per message.
+            self._fill(min(self.window, self.pace.probe) if self.pace.probing else None)
             if not self.in_flight and not self.unsent and all(feed.done or feed.blocked for feed in self.feeds):
                 break
             finished = self._collect()

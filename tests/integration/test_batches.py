@@ -56,6 +56,17 @@ def test_cheap_trials_share_messages_and_each_is_recorded_once(fleet: Fleet) -> 
     assert_each_recorded_once(fleet)
 
 
+def test_a_static_campaign_submitted_without_a_driver_sends_every_trial_at_once(fleet: Fleet) -> None:
+    campaign = noop_campaign(fleet, "detached", Knob("i", tuple(range(50))))
+    batches: list[int] = []
+
+    Driver(fleet.store, campaign, recorded(batches)).submit_all()  # what fleet tune --detach does
+
+    assert batches == [1]  # every trial, one to a message: no driver stays to learn their pace
+    assert len(fleet.store.trials(campaign.id)) == 50
+    fleet.wait_for(lambda: fleet.store.trial_counts(campaign.id) == {"evaluated": 50}, what="every trial")
+
+
 def test_a_share_of_the_slots_admits_a_message_of_cheap_trials_per_trial_it_allows(fleet: Fleet) -> None:
     campaign = noop_campaign(fleet, "shared", Knob("i", tuple(range(400))))
     batches: list[int] = []
