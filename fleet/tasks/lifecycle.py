@@ -106,7 +106,7 @@ def _subject(kwargs: dict[str, Any] | None) -> str:
     if "trial_id" in kwargs:
         return f"trial {kwargs['trial_id']}"
     if "trial_ids" in kwargs:
-        return "trials " + ", ".join(f"trial {i}" for i in kwargs["trial_ids"])
+        return ", ".join(f"trial {i}" for i in kwargs["trial_ids"])
     if "chain_id" in kwargs:
         return f"chain {kwargs['chain_id']} step {kwargs.get('step')}"
     return "task"
