@@ -112,7 +112,7 @@ def test_flower_shows_the_workers_and_the_tasks_with_their_arguments(fleet: Flee
                 ("fleet.compile", f"build-{fleet.target}@{host}"),
                 ("fleet.evaluate", f"eval-cpu0@{host}"),
             ):
-                [task] = [t for t in seen if t["name"] == name and f"'trial_id': {trial}," in t["kwargs"]]
+                [task] = [t for t in seen if t["name"] == name and f"'trial_ids': [{trial}]" in t["kwargs"]]
                 assert f"'target': '{fleet.target}'" in task["kwargs"]
                 assert task["worker"] == worker and task["state"] == "SUCCESS"
         fleet.wait_for(lambda: workers <= set(api(port, "/api/workers?refresh=1")), what="Flower's worker list")
@@ -122,12 +122,12 @@ def test_flower_shows_the_workers_and_the_tasks_with_their_arguments(fleet: Flee
             assert worker in dashboard
         listing = page(port, "/tasks", tmp_path, "flower-tasks")
         for trial in trials:
-            assert f"'trial_id': {trial}," in listing.replace("&#39;", "'")
+            assert f"'trial_ids': [{trial}]" in listing.replace("&#39;", "'")
         assert "fleet.compile" in listing and "fleet.evaluate" in listing
         assert f"build.{fleet.target}" in listing and f"eval.{fleet.target}" in listing  # the routing keys
-        [first] = [t for t in seen if t["name"] == "fleet.evaluate" and f"'trial_id': {trials[0]}," in t["kwargs"]]
+        [first] = [t for t in seen if t["name"] == "fleet.evaluate" and f"'trial_ids': [{trials[0]}]" in t["kwargs"]]
         detail = page(port, f"/task/{first['uuid']}", tmp_path, "flower-task").replace("&#39;", "'")
-        assert f"'trial_id': {trials[0]}," in detail and "eval-cpu0@" in detail
+        assert f"'trial_ids': [{trials[0]}]" in detail and "eval-cpu0@" in detail
     finally:
         os.killpg(flower.pid, signal.SIGTERM)
         flower.wait(30)
