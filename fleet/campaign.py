@@ -510,25 +510,13 @@ class Driver:
 def summarize(store: Store, campaign: Campaign) -> list[Summary]:
     """Per problem of ``campaign``: its best trial, its baseline trial, and trial counts by state."""
     maximize = load_workload_spec(campaign.workload).maximize
-    results = store.results(campaign_id=campaign.id)
+    run_knobs = Space.from_dict(campaign.space).run_knobs
+    tallies = store.tally(campaign.id, maximize)
     summaries = []
     for problem in store.campaign_problems(campaign.id):
-        mine = [r for r in results if r.problem_id == problem.id]
-        valid = [r for r in mine if r.valid and r.objective is not None]
-        best = (max if maximize else min)(valid, key=lambda r: r.objective) if valid else None  # type: ignore[arg-type]
+        tally = tallies.get(problem.id)
+        best = tally.best if tally else None
         # The baseline run with the same run-time knob values as the best: a like-for-like speedup.
-        space = Space.from_dict(campaign.space)
-        same_run = [
-            r
-            for r in mine
-            if r.baseline
-            and r.valid
-            and best is not None
-            and all(r.config.get(n) == best.config.get(n) for n in space.run_knobs)
-        ]
-        baseline = same_run[0] if same_run else None
-        counts: dict[str, int] = {}
-        for r in mine:
-            counts[r.state] = counts.get(r.state, 0) + 1
-        summaries.append(Summary(problem.id, best, baseline, counts, maximize))
+        baseline = None if best is None else store.same_run_baseline(campaign.id, problem.id, best.config, run_knobs)
+        summaries.append(Summary(problem.id, best, baseline, tally.counts if tally else {}, maximize))
     return summaries
