@@ -310,7 +310,7 @@ class Driver:
         ]
         self.feeds = [Feed(searcher.generate()) for searcher in self.searchers]
         self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
-        self.results: list[TrialResult] = []
+        self.finished = 0  # trials that ended; keeping their results would grow with the campaign
         self.best: dict[int, TrialResult] = {}
         self.seq = 0
         self.unsent: list[Requeue] = []
@@ -411,7 +411,7 @@ class Driver:
         finished = self.store.results(sorted(self.in_flight)[:500])
         for result in finished:
             index, times = self.in_flight.pop(result.trial_id)
-            self.results.append(result)
+            self.finished += 1
             run = Run(result.config, result.objective, result.valid, result.metrics, result.reason)
             self.feeds[index].inbox.extend([run] * times)
             current = self.best.get(result.problem_id)
@@ -480,7 +480,7 @@ class Driver:
             if not self.in_flight and not self.unsent and all(feed.done or feed.blocked for feed in self.feeds):
                 break
             if self._collect():
-                self.on_progress(len(self.results), total, self._overall_best())
+                self.on_progress(self.finished, total, self._overall_best())
                 idle = 0
             else:
                 idle += 1
@@ -496,7 +496,7 @@ class Driver:
             elif len(self.in_flight) > 16:
                 # A wide window has plenty queued: polling less often leaves the CPU to the workers.
                 time.sleep(0.25)
-        self.on_progress(len(self.results), len(self.results), self._overall_best())
+        self.on_progress(self.finished, self.finished, self._overall_best())
         self.store.set_campaign_status(self.campaign.id, "done")
         return summarize(self.store, self.campaign)
 
