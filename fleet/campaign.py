@@ -313,7 +313,7 @@ class Driver:
         ]
         self.feeds = [Feed(searcher.generate()) for searcher in self.searchers]
         self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
-        self.results: list[TrialResult] = []
+        self.finished = 0  # trials that ended; keeping their results would grow with the campaign
         self.best: dict[int, TrialResult] = {}
         self.seq = 0
         self.unsent: list[Requeue] = []
@@ -418,7 +418,7 @@ class Driver:
         finished = self.store.results(sorted(self.in_flight)[:500])
         for result in finished:
             index, times = self.in_flight.pop(result.trial_id)
-            self.results.append(result)
+            self.finished += 1
             run = Run(result.config, result.objective, result.valid, result.metrics, result.reason)
             self.feeds[index].inbox.extend([run] * times)
             current = self.best.get(result.problem_id)
@@ -496,7 +496,7 @@ class Driver:
             now = time.monotonic()
             self.pace.finished(finished, now)
             if finished:
-                self.on_progress(len(self.results), total, self._overall_best())
+                self.on_progress(self.finished, total, self._overall_best())
                 idle = 0
             else:
                 idle += 1
@@ -513,7 +513,7 @@ class Driver:
             elif len(self.in_flight) > 16:
                 # A wide window has plenty queued: polling less often leaves the CPU to the workers.
                 time.sleep(0.25)
-        self.on_progress(len(self.results), len(self.results), self._overall_best())
+        self.on_progress(self.finished, self.finished, self._overall_best())
         self.store.set_campaign_status(self.campaign.id, "done")
         return summarize(self.store, self.campaign)
 
@@ -527,25 +527,13 @@ class Driver:
 def summarize(store: Store, campaign: Campaign) -> list[Summary]:
     """Per problem of ``campaign``: its best trial, its baseline trial, and trial counts by state."""
     maximize = load_workload_spec(campaign.workload).maximize
-    results = store.results(campaign_id=campaign.id)
+    run_knobs = Space.from_dict(campaign.space).run_knobs
+    tallies = store.tally(campaign.id, maximize)
     summaries = []
     for problem in store.campaign_problems(campaign.id):
-        mine = [r for r in results if r.problem_id == problem.id]
-        valid = [r for r in mine if r.valid and r.objective is not None]
-        best = (max if maximize else min)(valid, key=lambda r: r.objective) if valid else None  # type: ignore[arg-type]
+        tally = tallies.get(problem.id)
+        best = tally.best if tally else None
         # The baseline run with the same run-time knob values as the best: a like-for-like speedup.
-        space = Space.from_dict(campaign.space)
-        same_run = [
-            r
-            for r in mine
-            if r.baseline
-            and r.valid
-            and best is not None
-            and all(r.config.get(n) == best.config.get(n) for n in space.run_knobs)
-        ]
-        baseline = same_run[0] if same_run else None
-        counts: dict[str, int] = {}
-        for r in mine:
-            counts[r.state] = counts.get(r.state, 0) + 1
-        summaries.append(Summary(problem.id, best, baseline, counts, maximize))
+        baseline = None if best is None else store.same_run_baseline(campaign.id, problem.id, best.config, run_knobs)
+        summaries.append(Summary(problem.id, best, baseline, tally.counts if tally else {}, maximize))
     return summaries

@@ -194,19 +194,49 @@ def _series(row: Row, strategy: str) -> str:
 def collect(store: Store, campaign: Campaign) -> Data:
     """Everything the page shows, read from the store in a few queries."""
     measured = func.coalesce(Trial.source_trial_id, Trial.id)
-    with store.session() as session:
-        pairs = session.execute(
-            select(Trial, Measurement)
-            .outerjoin(Measurement, Measurement.trial_id == measured)
-            .where(Trial.campaign_id == campaign.id)
-            .order_by(Trial.id)
-        ).all()
-        failed_keys = {t.build_key for t, _ in pairs if t.state == "errored"}
+    # Columns, not ORM objects: building a Trial and a Measurement object per row cost most of a large
+    # campaign's report (5 s of 100,000 trials).
+    query = (
+        select(
+            Trial.id,
+            Trial.problem_id,
+            Trial.config,
+            Trial.state,
+            Trial.reason,
+            Trial.baseline,
+            Trial.seq,
+            Trial.build_key,
+            Trial.started_at,
+            Trial.finished_at,
+            Trial.created_at,
+            Trial.source_trial_id,
+            Trial.stdout_tail,
+            Trial.stderr_tail,
+            Measurement.id.label("measurement"),
+            Measurement.objective,
+            Measurement.valid,
+            Measurement.metrics,
+            Measurement.samples,
+            Measurement.node,
+            Measurement.gpu,
+            Measurement.worker,
+            Measurement.toolchain,
+            Measurement.device,
+            Measurement.objective_name,
+            Measurement.maximize,
+        )
+        .outerjoin(Measurement, Measurement.trial_id == measured)
+        .where(Trial.campaign_id == campaign.id)
+        .order_by(Trial.id)
+    )
+    with store.transaction() as connection:
+        found = connection.execute(query).all()
+        failed_keys = {t.build_key for t in found if t.state == "errored"}
         logs = {}
         if failed_keys:
             logs = {
                 a.build_key: a.log_tail or ""
-                for a in session.execute(
+                for a in connection.execute(
                     select(Artifact.build_key, Artifact.log_tail).where(
                         Artifact.build_key.in_(failed_keys), Artifact.state == "failed"
                     )
@@ -214,31 +244,31 @@ def collect(store: Store, campaign: Campaign) -> Data:
             }
     problems = store.campaign_problems(campaign.id)
     rows = []
-    for trial, m in pairs:
+    for t in found:
         row = Row(
-            trial_id=trial.id,
-            problem_id=trial.problem_id,
-            config=dict(trial.config or {}),
-            state=trial.state,
-            reason=trial.reason,
-            baseline=bool(trial.baseline),
-            seq=trial.seq or 0,
-            build_key=trial.build_key,
-            started_at=trial.started_at,
-            finished_at=trial.finished_at,
-            created_at=trial.created_at,
-            reused_from=trial.source_trial_id,
-            stdout_tail=trial.stdout_tail,
-            stderr_tail=trial.stderr_tail,
+            trial_id=t.id,
+            problem_id=t.problem_id,
+            config=dict(t.config or {}),
+            state=t.state,
+            reason=t.reason,
+            baseline=bool(t.baseline),
+            seq=t.seq or 0,
+            build_key=t.build_key,
+            started_at=t.started_at,
+            finished_at=t.finished_at,
+            created_at=t.created_at,
+            reused_from=t.source_trial_id,
+            stdout_tail=t.stdout_tail,
+            stderr_tail=t.stderr_tail,
         )
-        if m is not None:
-            row.objective = m.objective
-            row.valid = bool(m.valid)
-            row.metrics = dict(m.metrics or {})
-            row.samples = list(m.samples or [])
-            row.node, row.gpu, row.worker = m.node, m.gpu, m.worker
-            row.toolchain, row.device = m.toolchain, m.device
-            row.objective_name, row.maximize = m.objective_name, m.maximize
+        if t.measurement is not None:
+            row.objective = t.objective
+            row.valid = bool(t.valid)
+            row.metrics = dict(t.metrics or {})
+            row.samples = list(t.samples or [])
+            row.node, row.gpu, row.worker = t.node, t.gpu, t.worker
+            row.toolchain, row.device = t.toolchain, t.device
+            row.objective_name, row.maximize = t.objective_name, t.maximize
         rows.append(row)
     objective_name, maximize = _objective(campaign, rows)
     strategy = str((campaign.strategy or {}).get("name", "strategy"))

@@ -199,15 +199,11 @@ def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: b
         out = {"campaign": campaign.name, "target": campaign.target, "database": database_url(), "problems": rows}
         click.echo(json.dumps(out | {"failure": None if failure is None else failure.to_dict()}, indent=2))
         return
-    baselines: dict[int, dict[str, int]] = {}
-    for result in store.results(campaign_id=campaign.id):
-        if result.baseline:
-            mine = baselines.setdefault(result.problem_id, {})
-            mine[result.state] = mine.get(result.state, 0) + 1
+    tallies = store.tally(campaign.id, workload.maximize)
     for row in rows:
         problem = row["problem"]
         params = format_config(problem["params"])
-        apart = baselines.get(problem["id"], {})
+        apart = tallies[problem["id"]].baselines if problem["id"] in tallies else {}
         searched = {state: n - apart.get(state, 0) for state, n in row["trials"].items()}
         counts = count_trials(searched, sum(apart.values()))
         click.echo(f"\n{problem['kind']} {params}".rstrip() + f" on {campaign.target}: {counts}")

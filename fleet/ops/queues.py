@@ -28,6 +28,8 @@ from fleet.errors import BrokerError
 from fleet.settings import Settings, get_settings, redact
 
 FLEET_QUEUES = ("build.", "eval.")
+NOBODY_TIMEOUT = 0.2
+"""Seconds to wait for workers' answers when the database knows no live worker."""
 
 
 @dataclass
@@ -162,7 +164,10 @@ def queue_health(
     live = [] if store is None else store.workers(within=3 * settings.heartbeat_seconds + 5)
     if not filesystem:
         celery_workers = sum(1 for worker in live if worker.role != "driver")
-        consumers = inspect_consumers(app, inspect_timeout, expected=celery_workers)
+        # With no live worker in the database, one that answers anyway has missed its heartbeats for 20 s:
+        # a short look finds it, instead of waiting out the whole timeout for answers that mostly never come.
+        timeout = inspect_timeout if celery_workers else min(inspect_timeout, NOBODY_TIMEOUT)
+        consumers = inspect_consumers(app, timeout, expected=celery_workers)
     if store is not None:
         for worker in live:
             for queue in worker.queues or []:

@@ -19,7 +19,7 @@ from fleet.store._models import (
 )
 from fleet.store._steering import SteeringError, TrialRecord
 from fleet.store._store import Store
-from fleet.store._trials import TrialDetail, TrialRow
+from fleet.store._trials import ProblemTally, TrialDetail, TrialRow
 from fleet.store._types import NewTrial, Requeue, TrialResult, TrialWork
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "Measurement",
     "NewTrial",
     "Problem",
+    "ProblemTally",
     "Requeue",
     "SteeringError",
     "Store",

@@ -19,8 +19,10 @@ from typing import Any, TypeVar
 import pytest
 from sqlalchemy import event, func, select, text, update
 
+from fleet.campaign import Summary, summarize
 from fleet.errors import NotFound, StoreError
-from fleet.space import digest
+from fleet.space import Space, digest
+from fleet.spec.workloads import load_workload_spec
 from fleet.store import (
     Artifact,
     Campaign,
@@ -1274,6 +1276,95 @@ def test_results_of_a_reused_trial_report_the_source_measurement(store: Store) -
     [result] = store.results([reused])
     assert (result.trial_id, result.state, result.reused, result.valid) == (reused, "evaluated", True, True)
     assert (result.objective, result.metrics, result.config) == (0.75, {"gflops": 12.0}, {"tile": 2})
+
+
+# -- summaries --------------------------------------------------------------------------------------------
+
+
+def summaries_from_results(store: Store, campaign: Campaign) -> list[Summary]:
+    """What ``summarize`` gave when it read every result of the campaign (before issue 18): the reference."""
+    maximize = load_workload_spec(campaign.workload).maximize
+    results = store.results(campaign_id=campaign.id)
+    summaries = []
+    for problem in store.campaign_problems(campaign.id):
+        mine = [r for r in results if r.problem_id == problem.id]
+        valid = [r for r in mine if r.valid and r.objective is not None]
+        best = (max if maximize else min)(valid, key=lambda r: r.objective) if valid else None  # type: ignore[arg-type]
+        run_knobs = Space.from_dict(campaign.space).run_knobs
+        same_run = [
+            r
+            for r in mine
+            if r.baseline
+            and r.valid
+            and best is not None
+            and all(r.config.get(n) == best.config.get(n) for n in run_knobs)
+        ]
+        counts: dict[str, int] = {}
+        for r in mine:
+            counts[r.state] = counts.get(r.state, 0) + 1
+        summaries.append(Summary(problem.id, best, same_run[0] if same_run else None, counts, maximize))
+    return summaries
+
+
+@pytest.mark.parametrize("goal", ["min", "max"])
+def test_summarize_finds_in_sql_what_reading_every_result_found(store: Store, goal: str) -> None:
+    """Bests (ties to the earliest), like-for-like baselines, counts in first-seen order, reused trials."""
+    problems = [make_problem(store, n) for n in range(4)]
+    knobs = {"tile": [1, 2, 4], "scale": {"values": [1, 2, 3], "build": False}}
+    workload = {"kind": "command", "run": ["./k", "{tile}", "{scale}"], "objective": {"json": "s", "goal": goal}}
+    first = make_campaign(store, "first", problem_ids=problems, space={"knobs": knobs}, workload=workload)
+    second = make_campaign(store, "second", problem_ids=problems[:1], space={"knobs": knobs}, workload=workload)
+
+    def score(seconds: float) -> float:
+        """The objective of a run of ``seconds``: lower is better when minimizing, higher when maximizing."""
+        return seconds if goal == "min" else 10 - seconds
+
+    def trial(campaign: Campaign, problem: int, tile: int, scale: int, baseline: bool = False) -> int:
+        config = {"tile": tile, "scale": scale}
+        [(trial_id, _)] = store.add_trials(campaign.id, TARGET, [new_trial(problem, config, baseline=baseline)])
+        return trial_id
+
+    def errored(trial_id: int) -> None:
+        assert store.claim(trial_id, "compile", "b", LEASE, MAX) is not None
+        assert store.record(trial_id, "b", state="errored", reason="build failed")
+
+    a, b, c, _ = problems
+    # Problem a: baselines at tile 1, the best at scale 2 (a tie, the earlier wins), a better invalid one.
+    errored(trial(first, a, 2, 3))
+    evaluate(store, trial(first, a, 1, 1, baseline=True), score(5.0))
+    evaluate(store, trial(first, a, 1, 3, baseline=True), score(0.5), valid=False, state="invalid")
+    evaluate(store, trial(first, a, 1, 2, baseline=True), score(8.0))
+    evaluate(store, trial(first, a, 2, 1), score(3.0))
+    best_a = trial(first, a, 4, 2)
+    evaluate(store, best_a, score(2.0), metrics={"gflops": 9.0})
+    evaluate(store, trial(first, a, 2, 2), score(2.0))
+    evaluate(store, trial(first, a, 4, 3), score(1.0), valid=False, state="invalid")
+    trial(first, a, 4, 1)  # never ran: not counted
+    # Problem b: the best has no baseline of its scale; problem c: only errors; the fourth: nothing finished.
+    evaluate(store, trial(first, b, 1, 1, baseline=True), score(4.0))
+    evaluate(store, trial(first, b, 2, 3), score(1.5))
+    evaluate(store, trial(first, b, 4, 1), score(3.5))
+    errored(trial(first, c, 1, 1))
+    # The second campaign reuses problem a's best, and measures a worse configuration of its own.
+    reused = trial(second, a, 4, 2)
+    assert store.record(reused, "evaluator", state="evaluated", source=reuse_claim(store, reused).reuse)
+    evaluate(store, trial(second, a, 1, 1), score(7.0))
+
+    for campaign in (first, second):
+        campaign = store.campaign(campaign.id)
+        found, expected = summarize(store, campaign), summaries_from_results(store, campaign)
+        assert found == expected
+        assert [list(s.counts) for s in found] == [list(s.counts) for s in expected]
+    [a_sum, b_sum, c_sum, nothing] = summarize(store, first)
+    assert (a_sum.best.trial_id, a_sum.best.metrics, a_sum.baseline.config) == (  # type: ignore[union-attr]
+        best_a, {"gflops": 9.0}, {"tile": 1, "scale": 2})  # fmt: skip
+    assert a_sum.counts == {"errored": 1, "evaluated": 5, "invalid": 2} and a_sum.speedup == 4.0
+    assert (b_sum.best.config, b_sum.baseline) == ({"tile": 2, "scale": 3}, None)  # type: ignore[union-attr]
+    assert (c_sum.best, c_sum.counts, nothing.best, nothing.counts) == (None, {"errored": 1}, None, {})
+    [reusing] = summarize(store, store.campaign(second.id))
+    assert (reusing.best.trial_id, reusing.best.reused, reusing.counts) == (reused, True, {"evaluated": 2})  # type: ignore[union-attr]
+    baselines = {p: t.baselines for p, t in store.tally(first.id, goal == "max").items()}
+    assert baselines == {a: {"evaluated": 2, "invalid": 1}, b: {"evaluated": 1}, c: {}}
 
 
 def test_a_worker_store_commits_without_waiting_for_the_disk_and_others_wait(postgres_server: Any) -> None:

@@ -1,0 +1,52 @@
+"""The driver's progress: how many trials ended, counted as they end (it keeps no result of its own)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
+from fleet.space import Knob, Space
+from fleet.store import Requeue, Store
+
+
+def test_progress_counts_every_trial_that_ended_and_the_summary_finds_the_best(store: Store) -> None:
+    space = Space((Knob("tile", (1, 2, 3, 4, 5)), Knob("unroll", (1, 2))))
+    spec = CampaignSpec(
+        name="progress",
+        problems=[ProblemSpec("gemm", {"n": n}) for n in (256, 512)],
+        target="sm_90",
+        space=space,
+        workload={"kind": "noop"},
+        strategy={"name": "random", "budget": 7},
+    )
+    campaign = submit(store, spec)
+
+    def work(requeues: Iterable[Requeue], batch: int) -> int:
+        """A worker in the driver's process: each trial compiles, then measures tile x unroll (one errors)."""
+        sent = list(requeues)
+        for requeue in sent:
+            trial = store.trial(requeue.trial_id)
+            assert store.claim(trial.id, "compile", "w", 60, 3) and store.mark_compiled(trial.id, "w")
+            assert store.claim(trial.id, "evaluate", "w", 60, 3)
+            if trial.config == {"tile": 1, "unroll": 1}:
+                assert store.record(trial.id, "w", state="errored", reason="boom")
+                continue
+            objective = float(trial.config["tile"] * trial.config["unroll"])
+            measurement = {"objective_name": "ms", "maximize": False, "objective": objective, "valid": True,
+                           "samples": [objective], "metrics": {}}  # fmt: skip
+            assert store.record(trial.id, "w", measurement=measurement)
+        return len(sent)
+
+    progress: list[tuple[int, int | None]] = []
+    driver = Driver(store, campaign, work, window=3, on_progress=lambda done, total, _: progress.append((done, total)))
+    summaries = driver.run()
+
+    assert progress[-1] == (14, 14) and driver.finished == 14
+    assert [done for done, _ in progress] == sorted(done for done, _ in progress)
+    assert sum(summary.counts.get("evaluated", 0) + summary.counts.get("errored", 0) for summary in summaries) == 14
+    for summary in summaries:
+        assert summary.best is not None and summary.best.objective == min(
+            float(r.config["tile"] * r.config["unroll"])
+            for r in store.results(campaign_id=campaign.id)
+            if r.problem_id == summary.problem_id and r.valid
+        )
