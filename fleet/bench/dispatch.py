@@ -20,7 +20,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from fleet.services import PostgresServer, RedisServer
+from fleet.bench.servers import private_servers
 
 
 def _wait(condition: Any, timeout: float, what: str) -> None:
@@ -203,13 +203,7 @@ def run(
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-bench-")))
         env = dict(os.environ)
-        if not env.get("FLEET_BROKER_URL"):
-            redis = stack.enter_context(RedisServer(workdir / "redis"))
-            env["FLEET_BROKER_URL"] = redis.url
-        if not env.get("FLEET_DATABASE_URL"):
-            pg_dir = Path(tempfile.mkdtemp(prefix="fleet-bench-pg-"))
-            postgres = stack.enter_context(PostgresServer(pg_dir))
-            env["FLEET_DATABASE_URL"] = postgres.url
+        private_servers(stack, workdir, env)
         env.setdefault("FLEET_BENCH_REDIS", env["FLEET_BROKER_URL"].replace("redis+socket", "unix"))
         env["FLEET_HOME"] = str(workdir / "home")
         env["PYTHONUNBUFFERED"] = "1"

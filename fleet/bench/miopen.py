@@ -16,7 +16,6 @@ from __future__ import annotations
 import bz2
 import json
 import random
-import shutil
 import statistics
 import tempfile
 import time
@@ -90,7 +89,7 @@ def run(problems: int = 120_000, lookups: int = 1000, files: bool = True) -> dic
     """Import the shipped files and a ``problems``-key find-db into PostgreSQL, time key lookups; return the figures."""
     import os
 
-    from fleet.services import PostgresServer
+    from fleet.bench.servers import private_postgres
     from fleet.store import Store
     from fleet.tuna.databases import import_db
     from fleet.tuna.problems import problems_by_key
@@ -99,11 +98,7 @@ def run(problems: int = 120_000, lookups: int = 1000, files: bool = True) -> dic
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-bench-miopen-")))
         url = os.environ.get("FLEET_DATABASE_URL", "")
         if not url.startswith("postgresql"):
-            pg_dir = Path(tempfile.mkdtemp(prefix="fleet-bench-pg-"))
-            # Registered first, so it runs after the server has stopped: a run's cluster is about 2 GB.
-            stack.callback(shutil.rmtree, pg_dir, ignore_errors=True)
-            postgres = stack.enter_context(PostgresServer(pg_dir))
-            url = postgres.create_database(f"bench{uuid.uuid4().hex[:8]}")
+            url = private_postgres(stack).create_database(f"bench{uuid.uuid4().hex[:8]}")
         store = Store(url)
         stack.callback(store.close)
         store.upgrade()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.bench.dispatch import _stop, _wait
-from fleet.services import PostgresServer, RedisServer
+from fleet.bench.servers import private_servers
 
 BUILDS = 10
 """Build-time values of every campaign: few builds, every other trial reuses an artifact."""
@@ -75,13 +74,7 @@ class Servers:
 
     def __init__(self, stack: ExitStack, workdir: Path) -> None:
         env = dict(os.environ)
-        if not env.get("FLEET_BROKER_URL"):
-            env["FLEET_BROKER_URL"] = stack.enter_context(RedisServer(workdir / "redis")).url
-        if not env.get("FLEET_DATABASE_URL"):
-            pg_dir = Path(tempfile.mkdtemp(prefix="fleet-bench-pg-"))
-            # Removed once the server has stopped (callbacks run last in, first out): 100,000 trials leave 350 MB.
-            stack.callback(shutil.rmtree, pg_dir, ignore_errors=True)
-            env["FLEET_DATABASE_URL"] = stack.enter_context(PostgresServer(pg_dir)).url
+        private_servers(stack, workdir, env)
         env |= {"FLEET_HOME": str(workdir / "home"), "PYTHONUNBUFFERED": "1"}
         os.environ.update(env)
         from fleet.settings import reset_settings

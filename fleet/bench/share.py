@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.bench.dispatch import _stop, _wait
-from fleet.services import PostgresServer, RedisServer
+from fleet.bench.servers import private_servers
 
 LEASE_SECONDS = 10
 
@@ -51,11 +51,7 @@ class Bench:
 
     def __init__(self, stack: ExitStack, workdir: Path) -> None:
         env = dict(os.environ)
-        if not env.get("FLEET_BROKER_URL"):
-            env["FLEET_BROKER_URL"] = stack.enter_context(RedisServer(workdir / "redis")).url
-        if not env.get("FLEET_DATABASE_URL"):
-            pg_dir = Path(tempfile.mkdtemp(prefix="fleet-bench-pg-"))
-            env["FLEET_DATABASE_URL"] = stack.enter_context(PostgresServer(pg_dir)).url
+        private_servers(stack, workdir, env)
         env |= {
             "FLEET_HOME": str(workdir / "home"),
             "FLEET_DRIVER_LEASE_SECONDS": str(LEASE_SECONDS),
