@@ -435,7 +435,9 @@ class Driver:
 
     def _check_workers(self, started: float, warned: list[float]) -> None:
         live = self.store.workers(target=self.campaign.target, role="eval", within=3 * self.heartbeat_seconds + 5)
-        self.pace.slots = max(1, sum(w.concurrency for w in live))
+        # Its share of them: with other campaigns on the target, it sees only its own trials finish.
+        slots = max(1, sum(w.concurrency for w in live))
+        self.pace.slots = max(0.01, slots * self.store.share(self.campaign.id, self.campaign.target))
         if live:
             warned.clear()
             return

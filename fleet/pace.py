@@ -9,6 +9,8 @@ come back.
 
 from __future__ import annotations
 
+import math
+
 CHEAP_SECONDS = 0.05
 """Trials taking at most this long each, per slot, are cheap. A worker holding a message whose trials turn
 out slower sends the rest on, one per message (``fleet.tasks.trials``)."""
@@ -29,11 +31,12 @@ class Pace:
     Parameters
     ----------
     slots:
-        The evaluation slots of the campaign's target (at least one is assumed).
+        The campaign's evaluation slots: its share of its target's, when other campaigns run there too
+        (it sees only its own trials finish).
     """
 
-    def __init__(self, slots: int = 1) -> None:
-        self.slots = max(1, slots)
+    def __init__(self, slots: float = 1.0) -> None:
+        self.slots = slots
         self.seconds: float | None = None  # slot-seconds per trial; None until the first trials say
         self._since: float | None = None
         self._finished = 0
@@ -46,7 +49,7 @@ class Pace:
     @property
     def probe(self) -> int:
         """Trials to send before the pace is known: two per slot, so that no slot waits meanwhile."""
-        return 2 * self.slots
+        return max(2, math.ceil(2 * self.slots))
 
     @property
     def cheap(self) -> bool:
@@ -82,4 +85,4 @@ class Pace:
         and few enough that every slot gets two messages of them."""
         if not self.cheap:
             return 1
-        return max(1, min(MAX_BATCH, waiting // (2 * self.slots)))
+        return max(1, min(MAX_BATCH, int(waiting / (2 * self.slots))))
