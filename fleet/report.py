@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Text, cast, func, select
 
 from fleet.store import TRIAL_STATES, Artifact, Campaign, Measurement, Problem, Store, Trial, utcnow
 
@@ -88,9 +88,12 @@ def config_text(config: Mapping[str, Any]) -> str:
 # -- the campaign's data ---------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
-    """One trial with its measurement (its own, or the earlier one it reused)."""
+    """One trial with what the page needs of its measurement (its own, or the earlier one it reused).
+
+    Samples, metrics and output are not here: the page shows them for a few trials only (see :class:`Detail`).
+    """
 
     trial_id: int
     problem_id: int
@@ -98,35 +101,33 @@ class Row:
     state: str
     reason: str | None
     baseline: bool
-    seq: int
-    build_key: str
-    started_at: datetime | None
     finished_at: datetime | None
-    created_at: datetime
     reused_from: int | None
-    stdout_tail: str | None
-    stderr_tail: str | None
-    objective: float | None = None
-    valid: bool = False
-    metrics: dict[str, Any] = field(default_factory=dict)
-    samples: list[Any] = field(default_factory=list)
-    node: str | None = None
-    gpu: str | None = None
-    worker: str | None = None
-    toolchain: str | None = None
-    device: str | None = None
-    objective_name: str | None = None
-    maximize: bool | None = None
+    objective: float | None
+    valid: bool
+    node: str | None
+    gpu: str | None
+    worker: str | None
+    toolchain: str | None
+    device: str | None
+    measured: bool = False  # a valid, finite objective of an evaluated trial
     series: str = ""
     t: float | None = None  # seconds from the campaign's first start to this trial's end
 
     @property
-    def measured(self) -> bool:
-        return self.valid and self.state == "evaluated" and self.objective is not None and math.isfinite(self.objective)
-
-    @property
     def finished(self) -> bool:
         return self.state in ("evaluated", "errored", "invalid")
+
+
+@dataclass(slots=True)
+class Detail:
+    """What the page shows of one trial of its tables: its measurement's samples and metrics, its output."""
+
+    samples: list[Any] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    stdout_tail: str | None = None
+    stderr_tail: str | None = None
+    build_log: str | None = None
 
 
 @dataclass
@@ -137,8 +138,8 @@ class Data:
     objective_name: str
     maximize: bool
     knobs: dict[str, dict[str, Any]]  # name -> {"values": [...], "build": bool}
-    build_logs: dict[str, str]
     t0: datetime | None
+    details: dict[int, Detail] = field(default_factory=dict)  # by trial id: the trials the tables show
 
     def better(self, a: float, b: float) -> bool:
         return a > b if self.maximize else a < b
@@ -149,6 +150,9 @@ class Data:
             if row.measured and (best is None or self.better(row.objective, best.objective)):  # type: ignore[arg-type]
                 best = row
         return best
+
+    def detail(self, row: Row) -> Detail:
+        return self.details.get(row.trial_id) or Detail()
 
 
 def _knobs(space: Mapping[str, Any], rows: Sequence[Row]) -> dict[str, dict[str, Any]]:
@@ -180,10 +184,10 @@ def _identity(value: Any) -> tuple[type, Any]:
     return type(value), value
 
 
-def _series(row: Row, strategy: str) -> str:
-    chain = row.metrics.get("chain")
+def _series(chain: Any, config: Mapping[str, Any], strategy: str) -> str:
+    """A trial's series: the ``chain`` of its measurement's metrics, else of its configuration, else the strategy."""
     if chain is None:
-        chain = row.config.get("chain")
+        chain = config.get("chain")
     if chain is None:
         return strategy
     if isinstance(chain, float) and chain.is_integer():
@@ -191,32 +195,29 @@ def _series(row: Row, strategy: str) -> str:
     return f"chain {value_text(chain)}"
 
 
+def _json_list(texts: Sequence[str | None]) -> list[Any]:
+    """JSON texts decoded in one call: 100,000 calls of ``json.loads`` cost ten times as much."""
+    return json.loads("[" + ",".join(text or "null" for text in texts) + "]")
+
+
 def collect(store: Store, campaign: Campaign) -> Data:
     """Everything the page shows, read from the store in a few queries."""
     measured = func.coalesce(Trial.source_trial_id, Trial.id)
-    # Columns, not ORM objects: building a Trial and a Measurement object per row cost most of a large
-    # campaign's report (5 s of 100,000 trials).
+    # Columns, not ORM objects, and only those the page uses for every trial: of a measurement's JSON only
+    # the chain (a series), its samples and other metrics are read for the trials the tables show (see _details).
     query = (
         select(
             Trial.id,
             Trial.problem_id,
-            Trial.config,
+            cast(Trial.config, Text).label("config"),
             Trial.state,
             Trial.reason,
             Trial.baseline,
-            Trial.seq,
-            Trial.build_key,
-            Trial.started_at,
             Trial.finished_at,
-            Trial.created_at,
             Trial.source_trial_id,
-            Trial.stdout_tail,
-            Trial.stderr_tail,
-            Measurement.id.label("measurement"),
             Measurement.objective,
             Measurement.valid,
-            Measurement.metrics,
-            Measurement.samples,
+            Measurement.metrics["chain"].label("chain"),
             Measurement.node,
             Measurement.gpu,
             Measurement.worker,
@@ -229,9 +230,111 @@ def collect(store: Store, campaign: Campaign) -> Data:
         .where(Trial.campaign_id == campaign.id)
         .order_by(Trial.id)
     )
+    starts = select(func.coalesce(func.min(Trial.started_at), func.min(Trial.created_at))).where(
+        Trial.campaign_id == campaign.id
+    )
     with store.transaction() as connection:
         found = connection.execute(query).all()
-        failed_keys = {t.build_key for t in found if t.state == "errored"}
+        t0 = connection.execute(starts).scalar()
+    problems = store.campaign_problems(campaign.id)
+    objective_name, maximize = _objective(campaign, found)
+    strategy = str((campaign.strategy or {}).get("name", "strategy"))
+    # Annealing chains on the fleet keep their steps apart from the trials: a trial is in its first visitor's series.
+    chain_of: dict[int, int] = {}
+    for chain, step in store.chain_steps(campaign.id):
+        chain_of.setdefault(step.trial_id, chain.index)
+    rows = []
+    # Tuples indexed and unpacked in the query's order: looking up 20 columns by name in each of 100,000 rows
+    # costs a second.
+    configs = _json_list([t[2] for t in found])
+    for (
+        trial_id,
+        problem_id,
+        _,  # config, as text
+        state,
+        reason,
+        baseline,
+        finished_at,
+        reused_from,
+        objective,
+        valid,
+        chain,
+        node,
+        gpu,
+        worker,
+        toolchain,
+        device,
+        _,
+        _,
+    ), config in zip(found, configs, strict=True):
+        config = config or {}
+        row = Row(
+            trial_id=trial_id,
+            problem_id=problem_id,
+            config=config,
+            state=state,
+            reason=reason,
+            baseline=bool(baseline),
+            finished_at=finished_at,
+            reused_from=reused_from,
+            objective=objective,
+            valid=bool(valid),
+            node=node,
+            gpu=gpu,
+            worker=worker,
+            toolchain=toolchain,
+            device=device,
+            measured=bool(valid) and state == "evaluated" and objective is not None and math.isfinite(objective),
+            series=f"chain {chain_of[trial_id]}" if trial_id in chain_of else _series(chain, config, strategy),
+        )
+        if t0 is not None and finished_at is not None:
+            row.t = max(0.0, (finished_at - t0).total_seconds())
+        rows.append(row)
+    # Finishing order: the first trial to reach the best value is the one the search found it with.
+    rows.sort(key=lambda r: (r.t is None, r.t or 0.0, r.trial_id))
+    data = Data(
+        campaign=campaign,
+        problems=problems,
+        rows=rows,
+        objective_name=objective_name,
+        maximize=maximize,
+        knobs=_knobs(campaign.space or {}, rows),
+        t0=t0,
+    )
+    data.details = _details(store, _shown(data))
+    return data
+
+
+def _shown(data: Data) -> list[Row]:
+    """The trials whose samples, metrics or output the page shows: best tables, baselines, error examples."""
+    shown = [row for row in data.rows if row.baseline]
+    for problem in data.problems:
+        shown += _ranked(data, [r for r in data.rows if r.problem_id == problem.id])
+    shown += [members[0] for _, members in _error_groups(data.rows)]
+    return shown
+
+
+def _details(store: Store, rows: Sequence[Row]) -> dict[int, Detail]:
+    """The samples, metrics and output of ``rows``, and the build logs of those that errored, by trial id."""
+    if not rows:
+        return {}
+    measured = func.coalesce(Trial.source_trial_id, Trial.id)
+    query = (
+        select(
+            Trial.id,
+            Trial.build_key,
+            Trial.stdout_tail,
+            Trial.stderr_tail,
+            Measurement.samples,
+            Measurement.metrics,
+        )
+        .outerjoin(Measurement, Measurement.trial_id == measured)
+        .where(Trial.id.in_({row.trial_id for row in rows}))
+    )
+    errored = {row.trial_id for row in rows if row.state == "errored"}
+    with store.transaction() as connection:
+        found = connection.execute(query).all()
+        failed_keys = {t.build_key for t in found if t.id in errored}
         logs = {}
         if failed_keys:
             logs = {
@@ -242,63 +345,21 @@ def collect(store: Store, campaign: Campaign) -> Data:
                     )
                 )
             }
-    problems = store.campaign_problems(campaign.id)
-    rows = []
-    for t in found:
-        row = Row(
-            trial_id=t.id,
-            problem_id=t.problem_id,
-            config=dict(t.config or {}),
-            state=t.state,
-            reason=t.reason,
-            baseline=bool(t.baseline),
-            seq=t.seq or 0,
-            build_key=t.build_key,
-            started_at=t.started_at,
-            finished_at=t.finished_at,
-            created_at=t.created_at,
-            reused_from=t.source_trial_id,
+    return {
+        t.id: Detail(
+            samples=list(t.samples or []),
+            metrics=dict(t.metrics or {}),
             stdout_tail=t.stdout_tail,
             stderr_tail=t.stderr_tail,
+            build_log=logs.get(t.build_key),
         )
-        if t.measurement is not None:
-            row.objective = t.objective
-            row.valid = bool(t.valid)
-            row.metrics = dict(t.metrics or {})
-            row.samples = list(t.samples or [])
-            row.node, row.gpu, row.worker = t.node, t.gpu, t.worker
-            row.toolchain, row.device = t.toolchain, t.device
-            row.objective_name, row.maximize = t.objective_name, t.maximize
-        rows.append(row)
-    objective_name, maximize = _objective(campaign, rows)
-    strategy = str((campaign.strategy or {}).get("name", "strategy"))
-    starts = [r.started_at for r in rows if r.started_at is not None] or [r.created_at for r in rows]
-    t0 = min(starts) if starts else None
-    # Annealing chains on the fleet keep their steps apart from the trials: a trial is in its first visitor's series.
-    chain_of: dict[int, int] = {}
-    for chain, step in store.chain_steps(campaign.id):
-        chain_of.setdefault(step.trial_id, chain.index)
-    for row in rows:
-        row.series = f"chain {chain_of[row.trial_id]}" if row.trial_id in chain_of else _series(row, strategy)
-        if t0 is not None and row.finished_at is not None:
-            row.t = max(0.0, (row.finished_at - t0).total_seconds())
-    # Finishing order: the first trial to reach the best value is the one the search found it with.
-    rows.sort(key=lambda r: (r.t is None, r.t or 0.0, r.trial_id))
-    return Data(
-        campaign=campaign,
-        problems=problems,
-        rows=rows,
-        objective_name=objective_name,
-        maximize=maximize,
-        knobs=_knobs(campaign.space or {}, rows),
-        build_logs=logs,
-        t0=t0,
-    )
+        for t in found
+    }
 
 
-def _objective(campaign: Campaign, rows: Sequence[Row]) -> tuple[str, bool]:
+def _objective(campaign: Campaign, found: Sequence[Any]) -> tuple[str, bool]:
     """The objective's name and direction: as the measurements recorded them, else as the workload says."""
-    for row in reversed(rows):
+    for row in reversed(found):
         if row.objective_name is not None and row.maximize is not None:
             return row.objective_name, bool(row.maximize)
     objective = (campaign.workload or {}).get("objective")
@@ -847,11 +908,16 @@ def knob_section(data: Data, rows: Sequence[Row], best: Row | None, problem_key:
     )
 
 
-def best_table(data: Data, rows: Sequence[Row]) -> str:
+def _ranked(data: Data, rows: Sequence[Row]) -> list[Row]:
+    """The best table's rows: the ``TOP`` best valid measurements of the search, best first."""
     valid = [r for r in rows if r.measured and not r.baseline]
-    if not valid:
+    return sorted(valid, key=lambda r: -r.objective if data.maximize else r.objective)[:TOP]  # type: ignore[operator]
+
+
+def best_table(data: Data, rows: Sequence[Row]) -> str:
+    ranked = _ranked(data, rows)
+    if not ranked:
         return '<p class="empty">No valid measurement yet.</p>'
-    ranked = sorted(valid, key=lambda r: -r.objective if data.maximize else r.objective)[:TOP]  # type: ignore[operator]
     knob_names = list(data.knobs)
     hidden = {data.objective_name, str((data.campaign.workload or {}).get("objective", {}).get("json", ""))}
     hidden |= set(knob_names)
@@ -862,7 +928,7 @@ def best_table(data: Data, rows: Sequence[Row]) -> str:
         {
             k
             for r in ranked
-            for k, v in r.metrics.items()
+            for k, v in data.detail(r).metrics.items()
             if k not in hidden and isinstance(v, int | float) and not isinstance(v, bool)
         }
     )[:8]
@@ -884,9 +950,10 @@ def best_table(data: Data, rows: Sequence[Row]) -> str:
         cells.append(f'<td class="num">{esc(f"{gain:.2f}{TIMES}") if gain is not None else DASH}</td>')
         if several_series:
             cells.append(f"<td>{esc(row.series)}</td>")
-        cells += [f'<td class="num">{esc(fmt(row.metrics.get(n)))}</td>' for n in metric_names]
-        samples = ", ".join(fmt(s) for s in row.samples)
-        cells.append(f'<td class="num" title="{esc(samples)}">{len(row.samples)}</td>')
+        detail = data.detail(row)
+        cells += [f'<td class="num">{esc(fmt(detail.metrics.get(n)))}</td>' for n in metric_names]
+        samples = ", ".join(fmt(s) for s in detail.samples)
+        cells.append(f'<td class="num" title="{esc(samples)}">{len(detail.samples)}</td>')
         reused = f' <span class="muted">(measured in {row.reused_from})</span>' if row.reused_from else ""
         cells.append(f"<td>{row.trial_id}{reused}</td>")
         where = " · ".join(esc(x) for x in (row.node, row.gpu, row.worker) if x)
@@ -912,7 +979,7 @@ def baseline_table(data: Data, rows: Sequence[Row]) -> str:
         cells = [f"<td>{esc(value_text(row.config.get(n, DASH)))}</td>" for n in knob_names]
         objective = fmt(row.objective) if row.measured else DASH
         cells.append(f'<td><span class="state state-{esc(row.state)}">{esc(row.state)}</span></td>')
-        cells.append(f'<td class="num">{esc(objective)}</td><td class="num">{len(row.samples)}</td>')
+        cells.append(f'<td class="num">{esc(objective)}</td><td class="num">{len(data.detail(row).samples)}</td>')
         cells.append(f"<td>{row.trial_id}</td>")
         out.append(f"<tr>{''.join(cells)}</tr>")
     out.append("</tbody></table>")
@@ -983,26 +1050,33 @@ def states_section(data: Data) -> str:
     return f'<div class="counts">{cells}</div>{note}'
 
 
-def errors_section(data: Data) -> str:
-    failed = [r for r in data.rows if r.state in FAILED_STATES]
-    if not failed:
-        return '<p class="empty">No errored or invalid trials.</p>'
+def _error_groups(rows: Iterable[Row]) -> list[tuple[tuple[str, str], list[Row]]]:
+    """Errored and invalid trials by (state, reason), the largest group first."""
     groups: dict[tuple[str, str], list[Row]] = {}
-    for row in failed:
-        groups.setdefault((row.state, row.reason or "(no reason recorded)"), []).append(row)
+    for row in rows:
+        if row.state in FAILED_STATES:
+            groups.setdefault((row.state, row.reason or "(no reason recorded)"), []).append(row)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+
+
+def errors_section(data: Data) -> str:
+    groups = _error_groups(data.rows)
+    if not groups:
+        return '<p class="empty">No errored or invalid trials.</p>'
     out = [
         '<table class="errors"><thead><tr><th class="num">trials</th><th>state</th><th>reason</th>'
         "<th>example</th></tr></thead><tbody>"
     ]
-    for (state, reason), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    for (state, reason), members in groups:
         example = members[0]
+        detail = data.detail(example)
         numbers = sorted(r.trial_id for r in members)
         ids = ", ".join(str(n) for n in numbers[:8]) + (" \u2026" if len(numbers) > 8 else "")
         output = []
         for label, text in (
-            ("stdout", example.stdout_tail),
-            ("stderr", example.stderr_tail),
-            ("build log", data.build_logs.get(example.build_key)),
+            ("stdout", detail.stdout_tail),
+            ("stderr", detail.stderr_tail),
+            ("build log", detail.build_log),
         ):
             if text:
                 output.append(f'<div class="out-label">{label}</div><pre>{esc(text[-3000:])}</pre>')
