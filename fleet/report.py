@@ -46,6 +46,8 @@ FAILED_STATES = ("errored", "invalid")
 DASH = "\u2013"  # what a missing value shows
 TIMES = "\u00d7"  # the x of a speedup
 TOP = 10
+KNOB_VALUES = 30  # a knob with more values shows its TOP best and TOP worst by median, not all
+DOTS = 2000  # the most measurements a chart draws as dots (it draws a subset of more, and says so)
 
 
 def esc(value: Any) -> str:
@@ -615,11 +617,15 @@ def chart(
             f'<line class="baseline" x1="{margin_left:.1f}" y1="{y:.1f}" x2="{right:.1f}" y2="{y:.1f}" '
             'stroke="#555" stroke-width="1.5" stroke-dasharray="6 4"/>'
         )
-    # Failed trials: ticks on the x axis.
+    # Failed trials: ticks on the x axis; past a few thousand, one per pixel and state (more look the same).
+    drawn: set[tuple[str, str]] = set()
     for x_value, state in marks:
-        x = x_scale(x_value)
+        x = f"{x_scale(x_value):.1f}"
+        if len(marks) > DOTS and (x, state) in drawn:
+            continue
+        drawn.add((x, state))
         out.append(
-            f'<line class="mark mark-{esc(state)}" x1="{x:.1f}" y1="{bottom - 9}" x2="{x:.1f}" y2="{bottom - 1}" '
+            f'<line class="mark mark-{esc(state)}" x1="{x}" y1="{bottom - 9}" x2="{x}" y2="{bottom - 1}" '
             f'stroke="{_MARK_COLOR.get(state, "#999")}" stroke-width="2"/>'
         )
     # Measurements, then the best-so-far lines on top.
@@ -746,6 +752,20 @@ def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
                 line_t.steps.append((t, value))
         by_trial.append(line_n)
         by_time.append(line_t)
+    # Past a few thousand, more dots only blot the chart and swell the page (11 MB for 100,000 trials).
+    measurements = sum(len(line.dots) for line in by_trial)
+    caption = ""
+    if measurements > DOTS:
+        for line_n, line_t in zip(by_trial, by_time, strict=True):
+            share = max(2, DOTS * len(line_n.dots) // measurements)
+            keep = dots_shown([y for _, y in line_n.dots], share, data.better)
+            line_n.dots = [line_n.dots[i] for i in keep]
+            line_t.dots = [line_t.dots[i] for i in keep]
+        drawn = sum(len(line.dots) for line in by_trial)
+        caption = (
+            f'<p class="hint dots">{drawn:,} of {measurements:,} trials drawn as dots: evenly spaced ones, each that '
+            "improved its series' best so far and the worst; the lines and the axes take every trial.</p>"
+        )
     found = next((number, t) for number, t, row in numbered if row is best_row)
     best_value = float(best_row.objective)  # type: ignore[arg-type]
     baseline = _baseline_for(data, rows, best_row.config)
@@ -785,14 +805,36 @@ def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
         best=(found[1], best_value),
         css_class="chart chart-time",
     )
-    return f'<div class="charts" id="convergence-{esc(problem_key)}">{trials_chart}\n{time_chart}</div>'
+    return f'<div class="charts" id="convergence-{esc(problem_key)}">{trials_chart}\n{time_chart}</div>{caption}'
+
+
+def dots_shown(values: Sequence[float], keep: int, better: Callable[[float, float], bool]) -> list[int]:
+    """The indices, in order, of about ``keep`` of ``values`` to draw as dots: evenly spaced ones, the first and
+    the last among them, each that is ``better`` than all before it (the corners of the best-so-far line) and the
+    worst (so the y axis spans the same range as with every dot)."""
+    if len(values) <= keep:
+        return list(range(len(values)))
+    last = len(values) - 1
+    chosen = {round(i * last / (keep - 1)) for i in range(keep)} if keep > 1 else {0}
+    best = worst = 0
+    for index, value in enumerate(values):
+        if better(value, values[best]):
+            best = index
+            chosen.add(index)
+        if better(values[worst], value):
+            worst = index
+    chosen.add(worst)
+    return sorted(chosen)
+
+
+KnobValue = tuple[Any, int, float | None, float | None]  # value, valid count, median, best
 
 
 @dataclass
 class KnobEffect:
     name: str
     build: bool
-    values: list[tuple[Any, int, float | None, float | None]]  # value, valid count, median, best
+    values: list[KnobValue]
     spread: float
     ratio: float | None
 
@@ -861,11 +903,15 @@ def knob_section(data: Data, rows: Sequence[Row], best: Row | None, problem_key:
         share_best = _share(data, [b for _, _, _, b in effect.values if b is not None])
         medians = [m for _, _, m, _ in effect.values if m is not None]
         best_median = (max if data.maximize else min)(medians) if medians else None
+        several = len(set(medians)) > 1
+        head, tail, hidden = knob_rows(effect.values, data.maximize)
         body = []
-        for value, count, median, best_value in effect.values:
+        for index, (value, count, median, best_value) in enumerate([*head, *tail]):
+            if hidden and index == len(head):
+                body.append(f'<tr class="more"><td colspan="5">\u2026 {hidden:,} values between these</td></tr>')
             in_best = best is not None and _identity(best.config.get(effect.name)) == _identity(value)
             classes = []
-            if median is not None and median == best_median and len(set(medians)) > 1:
+            if median is not None and median == best_median and several:
                 classes.append("top")
             bar = ""
             if median is not None:
@@ -895,7 +941,13 @@ def knob_section(data: Data, rows: Sequence[Row], best: Row | None, problem_key:
             f'<div class="knob card" id="knob-{esc(problem_key)}-{esc(effect.name)}" data-knob="{esc(effect.name)}">'
             f'<h4><span class="rank">{rank}</span> {esc(effect.name)} <span class="badge">{kind}</span></h4>'
             f'<p class="spread">{esc(spread)}</p>'
-            f"{_EFFECT_HEAD}"
+            + (
+                f'<p class="hint more">{len(effect.values):,} values: the {len(head)} with the best medians and the '
+                f"{len(tail)} with the worst; {hidden:,} not shown.</p>"
+                if hidden
+                else ""
+            )
+            + f"{_EFFECT_HEAD}"
             f"</thead><tbody>{''.join(body)}</tbody></table></div>"
         )
     return (
@@ -912,6 +964,16 @@ def _ranked(data: Data, rows: Sequence[Row]) -> list[Row]:
     """The best table's rows: the ``TOP`` best valid measurements of the search, best first."""
     valid = [r for r in rows if r.measured and not r.baseline]
     return sorted(valid, key=lambda r: -r.objective if data.maximize else r.objective)[:TOP]  # type: ignore[operator]
+
+
+def knob_rows(values: Sequence[KnobValue], maximize: bool) -> tuple[list[KnobValue], list[KnobValue], int]:
+    """A knob's table: every value in order, or, past ``KNOB_VALUES``, the ``TOP`` best and the ``TOP`` worst
+    measured values by median, best first, and how many values lie between (unmeasured ones too)."""
+    if len(values) <= KNOB_VALUES:
+        return list(values), [], 0
+    ranked = sorted((v for v in values if v[2] is not None), key=lambda v: v[2], reverse=maximize)  # type: ignore[arg-type,return-value]
+    head, tail = ranked[:TOP], ranked[max(TOP, len(ranked) - TOP) :]
+    return head, tail, len(values) - len(head) - len(tail)
 
 
 def best_table(data: Data, rows: Sequence[Row]) -> str:
@@ -1119,12 +1181,20 @@ _WORKLOAD_ORDER = (
 _PROVENANCE_ORDER = ("toolchain", "device", "fleet", "python", "celery", "host", "platform", "argv")
 
 
+def _values_text(values: Sequence[Any]) -> str:
+    """A knob's values in a line: every one, or past ``KNOB_VALUES`` the first few, the last and how many."""
+    if len(values) <= KNOB_VALUES:
+        return ", ".join(value_text(v) for v in values)
+    first = ", ".join(value_text(v) for v in values[:TOP])
+    return f"{first}, \u2026, {value_text(values[-1])} ({len(values):,} values)"
+
+
 def campaign_section(data: Data) -> str:
     c = data.campaign
     strategy = dict(c.strategy or {})
     knob_rows = "".join(
         f"<tr><th>{esc(name)}</th><td>{'build-time' if knob['build'] else 'run-time'}</td>"
-        f"<td>{esc(', '.join(value_text(v) for v in knob['values']))}</td></tr>"
+        f"<td>{esc(_values_text(knob['values']))}</td></tr>"
         for name, knob in data.knobs.items()
     )
     constraints = (c.space or {}).get("constraints") or []
@@ -1220,6 +1290,7 @@ table.effect td.value { white-space: nowrap; }
 table.effect .v { display: inline-block; max-width: calc(100% - 16px); overflow: hidden; text-overflow: ellipsis;
   vertical-align: bottom; }
 table.effect tr.top td { font-weight: 650; }
+table.effect tr.more td { color: var(--muted); text-align: center; }
 .bar { position: relative; height: 12px; background: #eef1f4; border-radius: 3px; margin-top: 4px; }
 .bar .fill { position: absolute; left: 0; top: 0; bottom: 0; background: #9db8d3; border-radius: 3px; }
 tr.top .bar .fill { background: var(--accent); }
