@@ -17,16 +17,19 @@ provenance. Everything that comes from users (knob names and values, reasons, ou
 
 from __future__ import annotations
 
+import gc
 import html
 import json
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Text, cast, func, select
 
 from fleet.store import TRIAL_STATES, Artifact, Campaign, Measurement, Problem, Store, Trial, utcnow
 
@@ -46,6 +49,8 @@ FAILED_STATES = ("errored", "invalid")
 DASH = "\u2013"  # what a missing value shows
 TIMES = "\u00d7"  # the x of a speedup
 TOP = 10
+KNOB_VALUES = 30  # a knob with more values shows its TOP best and TOP worst by median, not all
+DOTS = 2000  # the most measurements a chart draws as dots (it draws a subset of more, and says so)
 
 
 def esc(value: Any) -> str:
@@ -88,9 +93,12 @@ def config_text(config: Mapping[str, Any]) -> str:
 # -- the campaign's data ---------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
-    """One trial with its measurement (its own, or the earlier one it reused)."""
+    """One trial with what the page needs of its measurement (its own, or the earlier one it reused).
+
+    Samples, metrics and output are not here: the page shows them for a few trials only (see :class:`Detail`).
+    """
 
     trial_id: int
     problem_id: int
@@ -98,35 +106,33 @@ class Row:
     state: str
     reason: str | None
     baseline: bool
-    seq: int
-    build_key: str
-    started_at: datetime | None
     finished_at: datetime | None
-    created_at: datetime
     reused_from: int | None
-    stdout_tail: str | None
-    stderr_tail: str | None
-    objective: float | None = None
-    valid: bool = False
-    metrics: dict[str, Any] = field(default_factory=dict)
-    samples: list[Any] = field(default_factory=list)
-    node: str | None = None
-    gpu: str | None = None
-    worker: str | None = None
-    toolchain: str | None = None
-    device: str | None = None
-    objective_name: str | None = None
-    maximize: bool | None = None
+    objective: float | None
+    valid: bool
+    node: str | None
+    gpu: str | None
+    worker: str | None
+    toolchain: str | None
+    device: str | None
+    measured: bool = False  # a valid, finite objective of an evaluated trial
     series: str = ""
     t: float | None = None  # seconds from the campaign's first start to this trial's end
 
     @property
-    def measured(self) -> bool:
-        return self.valid and self.state == "evaluated" and self.objective is not None and math.isfinite(self.objective)
-
-    @property
     def finished(self) -> bool:
         return self.state in ("evaluated", "errored", "invalid")
+
+
+@dataclass(slots=True)
+class Detail:
+    """What the page shows of one trial of its tables: its measurement's samples and metrics, its output."""
+
+    samples: list[Any] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    stdout_tail: str | None = None
+    stderr_tail: str | None = None
+    build_log: str | None = None
 
 
 @dataclass
@@ -137,18 +143,22 @@ class Data:
     objective_name: str
     maximize: bool
     knobs: dict[str, dict[str, Any]]  # name -> {"values": [...], "build": bool}
-    build_logs: dict[str, str]
     t0: datetime | None
+    details: dict[int, Detail] = field(default_factory=dict)  # by trial id: the trials the tables show
 
     def better(self, a: float, b: float) -> bool:
         return a > b if self.maximize else a < b
 
     def best_of(self, rows: Iterable[Row]) -> Row | None:
-        best: Row | None = None
-        for row in rows:
-            if row.measured and (best is None or self.better(row.objective, best.objective)):  # type: ignore[arg-type]
-                best = row
-        return best
+        """The first of ``rows`` with the best measurement (``min`` and ``max`` keep the first of equals)."""
+        measured = [row for row in rows if row.measured]
+        if not measured:
+            return None
+        pick = max if self.maximize else min
+        return pick(measured, key=lambda row: row.objective)  # type: ignore[arg-type,return-value]
+
+    def detail(self, row: Row) -> Detail:
+        return self.details.get(row.trial_id) or Detail()
 
 
 def _knobs(space: Mapping[str, Any], rows: Sequence[Row]) -> dict[str, dict[str, Any]]:
@@ -162,16 +172,15 @@ def _knobs(space: Mapping[str, Any], rows: Sequence[Row]) -> dict[str, dict[str,
         else:
             values, build = list(knob) if isinstance(knob, list) else [knob], True
         knobs[str(name)] = {"values": values, "build": build and name not in run_time}
-    # A set per knob: a knob of 10 000 values over 100 000 trials would otherwise cost 10^9 comparisons.
+    # Sets, and each value the trials used once: a knob of 10 000 values over 100 000 trials would otherwise
+    # cost 10^9 comparisons. A baseline's values may lie outside the space: they are not the space's.
     seen = {name: {_identity(v) for v in knob["values"]} for name, knob in knobs.items()}
-    for row in rows:
-        if row.baseline:  # a baseline's values may lie outside the space: they are not the space's
-            continue
-        for name, value in row.config.items():
-            knob = knobs.setdefault(name, {"values": [], "build": True})
-            if _identity(value) not in seen.setdefault(name, set()):
-                seen[name].add(_identity(value))
-                knob["values"].append(value)
+    used = dict.fromkeys((k, type(v), v) for row in rows if not row.baseline for k, v in row.config.items())
+    for name, kind, value in used:
+        knob = knobs.setdefault(name, {"values": [], "build": True})
+        if (kind, value) not in seen.setdefault(name, set()):
+            seen[name].add((kind, value))
+            knob["values"].append(value)
     return knobs
 
 
@@ -180,10 +189,10 @@ def _identity(value: Any) -> tuple[type, Any]:
     return type(value), value
 
 
-def _series(row: Row, strategy: str) -> str:
-    chain = row.metrics.get("chain")
+def _series(chain: Any, config: Mapping[str, Any], strategy: str) -> str:
+    """A trial's series: the ``chain`` of its measurement's metrics, else of its configuration, else the strategy."""
     if chain is None:
-        chain = row.config.get("chain")
+        chain = config.get("chain")
     if chain is None:
         return strategy
     if isinstance(chain, float) and chain.is_integer():
@@ -191,32 +200,29 @@ def _series(row: Row, strategy: str) -> str:
     return f"chain {value_text(chain)}"
 
 
+def _json_list(texts: Sequence[str | None]) -> list[Any]:
+    """JSON texts decoded in one call: 100,000 calls of ``json.loads`` cost several times as much."""
+    return json.loads("[" + ",".join(text or "null" for text in texts) + "]")
+
+
 def collect(store: Store, campaign: Campaign) -> Data:
     """Everything the page shows, read from the store in a few queries."""
-    measured = func.coalesce(Trial.source_trial_id, Trial.id)
-    # Columns, not ORM objects: building a Trial and a Measurement object per row cost most of a large
-    # campaign's report (5 s of 100,000 trials).
+    measured_in = func.coalesce(Trial.source_trial_id, Trial.id)  # the trial whose measurement it has
+    # Columns, not ORM objects, and only those the page uses for every trial: of a measurement's JSON only
+    # the chain (a series), its samples and other metrics are read for the trials the tables show (see _details).
     query = (
         select(
             Trial.id,
             Trial.problem_id,
-            Trial.config,
+            cast(Trial.config, Text).label("config"),
             Trial.state,
             Trial.reason,
             Trial.baseline,
-            Trial.seq,
-            Trial.build_key,
-            Trial.started_at,
             Trial.finished_at,
-            Trial.created_at,
             Trial.source_trial_id,
-            Trial.stdout_tail,
-            Trial.stderr_tail,
-            Measurement.id.label("measurement"),
             Measurement.objective,
             Measurement.valid,
-            Measurement.metrics,
-            Measurement.samples,
+            Measurement.metrics["chain"].label("chain"),
             Measurement.node,
             Measurement.gpu,
             Measurement.worker,
@@ -225,13 +231,120 @@ def collect(store: Store, campaign: Campaign) -> Data:
             Measurement.objective_name,
             Measurement.maximize,
         )
-        .outerjoin(Measurement, Measurement.trial_id == measured)
+        .outerjoin(Measurement, Measurement.trial_id == measured_in)
         .where(Trial.campaign_id == campaign.id)
         .order_by(Trial.id)
     )
+    starts = select(func.coalesce(func.min(Trial.started_at), func.min(Trial.created_at))).where(
+        Trial.campaign_id == campaign.id
+    )
     with store.transaction() as connection:
         found = connection.execute(query).all()
-        failed_keys = {t.build_key for t in found if t.state == "errored"}
+        t0 = connection.execute(starts).scalar()
+    problems = store.campaign_problems(campaign.id)
+    objective_name, maximize = _objective(campaign, found)
+    strategy = str((campaign.strategy or {}).get("name", "strategy"))
+    # Annealing chains on the fleet keep their steps apart from the trials: a trial is in its first visitor's series.
+    chain_of: dict[int, int] = {}
+    for chain, step in store.chain_steps(campaign.id):
+        chain_of.setdefault(step.trial_id, chain.index)
+    # Tuples indexed and unpacked in the query's order: looking up 18 columns by name in each of 100,000 rows
+    # costs a second.
+    configs = _json_list([t[2] for t in found])
+    rows = []
+    for (
+        trial_id,
+        problem_id,
+        _,  # config, as text
+        state,
+        reason,
+        baseline,
+        finished_at,
+        reused_from,
+        objective,
+        valid,
+        chain,
+        node,
+        gpu,
+        worker,
+        toolchain,
+        device,
+        _,
+        _,
+    ), config in zip(found, configs, strict=True):
+        config = config or {}
+        measured = bool(valid) and state == "evaluated" and objective is not None and math.isfinite(objective)
+        series = f"chain {chain_of[trial_id]}" if trial_id in chain_of else _series(chain, config, strategy)
+        t = max(0.0, (finished_at - t0).total_seconds()) if t0 is not None and finished_at is not None else None
+        # Positional, in the order of Row's fields: keywords cost a tenth of a second more for 100,000 rows.
+        rows.append(
+            Row(
+                trial_id,
+                problem_id,
+                config,
+                state,
+                reason,
+                bool(baseline),
+                finished_at,
+                reused_from,
+                objective,
+                bool(valid),
+                node,
+                gpu,
+                worker,
+                toolchain,
+                device,
+                measured,
+                series,
+                t,
+            )
+        )
+    # Finishing order: the first trial to reach the best value is the one the search found it with.
+    rows.sort(key=lambda r: (r.t is None, r.t or 0.0, r.trial_id))
+    data = Data(
+        campaign=campaign,
+        problems=problems,
+        rows=rows,
+        objective_name=objective_name,
+        maximize=maximize,
+        knobs=_knobs(campaign.space or {}, rows),
+        t0=t0,
+    )
+    data.details = _details(store, _shown(data))
+    return data
+
+
+def _shown(data: Data) -> list[Row]:
+    """The trials whose samples, metrics or output the page shows: best tables, baselines, error examples."""
+    shown = [row for row in data.rows if row.baseline]
+    for problem in data.problems:
+        problem_id = problem.id  # a column of an ORM object: slow to read 100,000 times
+        shown += _ranked(data, [r for r in data.rows if r.problem_id == problem_id])
+    shown += [members[0] for _, members in _error_groups(data.rows)]
+    return shown
+
+
+def _details(store: Store, rows: Sequence[Row]) -> dict[int, Detail]:
+    """The samples, metrics and output of ``rows``, and the build logs of those that errored, by trial id."""
+    if not rows:
+        return {}
+    measured = func.coalesce(Trial.source_trial_id, Trial.id)
+    query = (
+        select(
+            Trial.id,
+            Trial.build_key,
+            Trial.stdout_tail,
+            Trial.stderr_tail,
+            Measurement.samples,
+            Measurement.metrics,
+        )
+        .outerjoin(Measurement, Measurement.trial_id == measured)
+        .where(Trial.id.in_(sorted({row.trial_id for row in rows})))
+    )
+    errored = {row.trial_id for row in rows if row.state == "errored"}
+    with store.transaction() as connection:
+        found = connection.execute(query).all()
+        failed_keys = {t.build_key for t in found if t.id in errored}
         logs = {}
         if failed_keys:
             logs = {
@@ -242,63 +355,21 @@ def collect(store: Store, campaign: Campaign) -> Data:
                     )
                 )
             }
-    problems = store.campaign_problems(campaign.id)
-    rows = []
-    for t in found:
-        row = Row(
-            trial_id=t.id,
-            problem_id=t.problem_id,
-            config=dict(t.config or {}),
-            state=t.state,
-            reason=t.reason,
-            baseline=bool(t.baseline),
-            seq=t.seq or 0,
-            build_key=t.build_key,
-            started_at=t.started_at,
-            finished_at=t.finished_at,
-            created_at=t.created_at,
-            reused_from=t.source_trial_id,
+    return {
+        t.id: Detail(
+            samples=list(t.samples or []),
+            metrics=dict(t.metrics or {}),
             stdout_tail=t.stdout_tail,
             stderr_tail=t.stderr_tail,
+            build_log=logs.get(t.build_key),
         )
-        if t.measurement is not None:
-            row.objective = t.objective
-            row.valid = bool(t.valid)
-            row.metrics = dict(t.metrics or {})
-            row.samples = list(t.samples or [])
-            row.node, row.gpu, row.worker = t.node, t.gpu, t.worker
-            row.toolchain, row.device = t.toolchain, t.device
-            row.objective_name, row.maximize = t.objective_name, t.maximize
-        rows.append(row)
-    objective_name, maximize = _objective(campaign, rows)
-    strategy = str((campaign.strategy or {}).get("name", "strategy"))
-    starts = [r.started_at for r in rows if r.started_at is not None] or [r.created_at for r in rows]
-    t0 = min(starts) if starts else None
-    # Annealing chains on the fleet keep their steps apart from the trials: a trial is in its first visitor's series.
-    chain_of: dict[int, int] = {}
-    for chain, step in store.chain_steps(campaign.id):
-        chain_of.setdefault(step.trial_id, chain.index)
-    for row in rows:
-        row.series = f"chain {chain_of[row.trial_id]}" if row.trial_id in chain_of else _series(row, strategy)
-        if t0 is not None and row.finished_at is not None:
-            row.t = max(0.0, (row.finished_at - t0).total_seconds())
-    # Finishing order: the first trial to reach the best value is the one the search found it with.
-    rows.sort(key=lambda r: (r.t is None, r.t or 0.0, r.trial_id))
-    return Data(
-        campaign=campaign,
-        problems=problems,
-        rows=rows,
-        objective_name=objective_name,
-        maximize=maximize,
-        knobs=_knobs(campaign.space or {}, rows),
-        build_logs=logs,
-        t0=t0,
-    )
+        for t in found
+    }
 
 
-def _objective(campaign: Campaign, rows: Sequence[Row]) -> tuple[str, bool]:
+def _objective(campaign: Campaign, found: Sequence[Any]) -> tuple[str, bool]:
     """The objective's name and direction: as the measurements recorded them, else as the workload says."""
-    for row in reversed(rows):
+    for row in reversed(found):
         if row.objective_name is not None and row.maximize is not None:
             return row.objective_name, bool(row.maximize)
     objective = (campaign.workload or {}).get("objective")
@@ -554,11 +625,15 @@ def chart(
             f'<line class="baseline" x1="{margin_left:.1f}" y1="{y:.1f}" x2="{right:.1f}" y2="{y:.1f}" '
             'stroke="#555" stroke-width="1.5" stroke-dasharray="6 4"/>'
         )
-    # Failed trials: ticks on the x axis.
+    # Failed trials: ticks on the x axis; past a few thousand, one per pixel and state (more look the same).
+    drawn: set[tuple[str, str]] = set()
     for x_value, state in marks:
-        x = x_scale(x_value)
+        x = f"{x_scale(x_value):.1f}"
+        if len(marks) > DOTS and (x, state) in drawn:
+            continue
+        drawn.add((x, state))
         out.append(
-            f'<line class="mark mark-{esc(state)}" x1="{x:.1f}" y1="{bottom - 9}" x2="{x:.1f}" y2="{bottom - 1}" '
+            f'<line class="mark mark-{esc(state)}" x1="{x}" y1="{bottom - 9}" x2="{x}" y2="{bottom - 1}" '
             f'stroke="{_MARK_COLOR.get(state, "#999")}" stroke-width="2"/>'
         )
     # Measurements, then the best-so-far lines on top.
@@ -685,6 +760,20 @@ def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
                 line_t.steps.append((t, value))
         by_trial.append(line_n)
         by_time.append(line_t)
+    # Past a few thousand, more dots only blot the chart and swell the page (11 MB for 100,000 trials).
+    measurements = sum(len(line.dots) for line in by_trial)
+    caption = ""
+    if measurements > DOTS:
+        for line_n, line_t in zip(by_trial, by_time, strict=True):
+            share = max(2, DOTS * len(line_n.dots) // measurements)
+            keep = dots_shown([y for _, y in line_n.dots], share, data.better)
+            line_n.dots = [line_n.dots[i] for i in keep]
+            line_t.dots = [line_t.dots[i] for i in keep]
+        drawn = sum(len(line.dots) for line in by_trial)
+        caption = (
+            f'<p class="hint dots">{drawn:,} of {measurements:,} trials drawn as dots: evenly spaced ones, each that '
+            "improved its series' best so far and the worst; the lines and the axes take every trial.</p>"
+        )
     found = next((number, t) for number, t, row in numbered if row is best_row)
     best_value = float(best_row.objective)  # type: ignore[arg-type]
     baseline = _baseline_for(data, rows, best_row.config)
@@ -724,30 +813,55 @@ def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
         best=(found[1], best_value),
         css_class="chart chart-time",
     )
-    return f'<div class="charts" id="convergence-{esc(problem_key)}">{trials_chart}\n{time_chart}</div>'
+    return f'<div class="charts" id="convergence-{esc(problem_key)}">{trials_chart}\n{time_chart}</div>{caption}'
+
+
+def dots_shown(values: Sequence[float], keep: int, better: Callable[[float, float], bool]) -> list[int]:
+    """The indices, in order, of about ``keep`` of ``values`` to draw as dots: evenly spaced ones, the first and
+    the last among them, each that is ``better`` than all before it (the corners of the best-so-far line) and the
+    worst (so the y axis spans the same range as with every dot)."""
+    if len(values) <= keep:
+        return list(range(len(values)))
+    last = len(values) - 1
+    chosen = {round(i * last / (keep - 1)) for i in range(keep)} if keep > 1 else {0}
+    best = worst = 0
+    for index, value in enumerate(values):
+        if better(value, values[best]):
+            best = index
+            chosen.add(index)
+        if better(values[worst], value):
+            worst = index
+    chosen.add(worst)
+    return sorted(chosen)
+
+
+KnobValue = tuple[Any, int, float | None, float | None]  # value, valid count, median, best
 
 
 @dataclass
 class KnobEffect:
     name: str
     build: bool
-    values: list[tuple[Any, int, float | None, float | None]]  # value, valid count, median, best
+    values: list[KnobValue]
     spread: float
     ratio: float | None
 
 
 def knob_effects(data: Data, rows: Sequence[Row]) -> list[KnobEffect]:
     """Per knob, per value: count, median and best over valid measurements; ordered by spread of medians."""
-    valid = [r for r in rows if r.measured and not r.baseline]
-    overall = statistics.median([r.objective for r in valid]) if valid else 0.0  # type: ignore[type-var]
+    searched = [r for r in rows if not r.baseline]
+    valid = [r for r in searched if r.measured]
+    valid_objectives = [float(r.objective) for r in valid]  # type: ignore[arg-type]
+    overall = statistics.median(valid_objectives) if valid else 0.0
     pick = max if data.maximize else min
     effects = []
     for name, knob in data.knobs.items():
-        # Grouped in one pass over the trials, not one per value.
-        tried = {_identity(r.config.get(name)) for r in rows if not r.baseline}
+        # Grouped in one pass over the trials, not one per value, by (type, value) as _identity keys them.
+        used = [r.config.get(name) for r in searched]
+        tried = set(zip(map(type, used), used, strict=True))
         by_value: dict[tuple[type, Any], list[float]] = {}
-        for r in valid:
-            by_value.setdefault(_identity(r.config.get(name)), []).append(float(r.objective))  # type: ignore[arg-type]
+        for value, objective in zip([r.config.get(name) for r in valid], valid_objectives, strict=True):
+            by_value.setdefault((type(value), value), []).append(objective)
         entries = []
         for value in knob["values"]:
             objectives = by_value.get(_identity(value), [])
@@ -800,11 +914,15 @@ def knob_section(data: Data, rows: Sequence[Row], best: Row | None, problem_key:
         share_best = _share(data, [b for _, _, _, b in effect.values if b is not None])
         medians = [m for _, _, m, _ in effect.values if m is not None]
         best_median = (max if data.maximize else min)(medians) if medians else None
+        several = len(set(medians)) > 1
+        head, tail, hidden = knob_rows(effect.values, data.maximize)
         body = []
-        for value, count, median, best_value in effect.values:
+        for index, (value, count, median, best_value) in enumerate([*head, *tail]):
+            if hidden and index == len(head):
+                body.append(f'<tr class="more"><td colspan="5">\u2026 {hidden:,} values between these</td></tr>')
             in_best = best is not None and _identity(best.config.get(effect.name)) == _identity(value)
             classes = []
-            if median is not None and median == best_median and len(set(medians)) > 1:
+            if median is not None and median == best_median and several:
                 classes.append("top")
             bar = ""
             if median is not None:
@@ -834,7 +952,13 @@ def knob_section(data: Data, rows: Sequence[Row], best: Row | None, problem_key:
             f'<div class="knob card" id="knob-{esc(problem_key)}-{esc(effect.name)}" data-knob="{esc(effect.name)}">'
             f'<h4><span class="rank">{rank}</span> {esc(effect.name)} <span class="badge">{kind}</span></h4>'
             f'<p class="spread">{esc(spread)}</p>'
-            f"{_EFFECT_HEAD}"
+            + (
+                f'<p class="hint more">{len(effect.values):,} values: the {len(head)} with the best medians and the '
+                f"{len(tail)} with the worst; {hidden:,} not shown.</p>"
+                if hidden
+                else ""
+            )
+            + f"{_EFFECT_HEAD}"
             f"</thead><tbody>{''.join(body)}</tbody></table></div>"
         )
     return (
@@ -847,11 +971,27 @@ def knob_section(data: Data, rows: Sequence[Row], best: Row | None, problem_key:
     )
 
 
-def best_table(data: Data, rows: Sequence[Row]) -> str:
+def _ranked(data: Data, rows: Sequence[Row]) -> list[Row]:
+    """The best table's rows: the ``TOP`` best valid measurements of the search, best first."""
     valid = [r for r in rows if r.measured and not r.baseline]
-    if not valid:
+    return sorted(valid, key=lambda r: -r.objective if data.maximize else r.objective)[:TOP]  # type: ignore[operator]
+
+
+def knob_rows(values: Sequence[KnobValue], maximize: bool) -> tuple[list[KnobValue], list[KnobValue], int]:
+    """A knob's table: every value in order, or, past ``KNOB_VALUES``, the ``TOP`` best and the ``TOP`` worst
+    measured values by median, best first, and how many values lie between (unmeasured ones too)."""
+    if len(values) <= KNOB_VALUES:
+        return list(values), [], 0
+    measured = [v for v in values if v[2] is not None]
+    ranked = sorted(measured, key=lambda v: v[2], reverse=maximize)  # type: ignore[arg-type,return-value]
+    head, tail = ranked[:TOP], ranked[max(TOP, len(ranked) - TOP) :]
+    return head, tail, len(values) - len(head) - len(tail)
+
+
+def best_table(data: Data, rows: Sequence[Row]) -> str:
+    ranked = _ranked(data, rows)
+    if not ranked:
         return '<p class="empty">No valid measurement yet.</p>'
-    ranked = sorted(valid, key=lambda r: -r.objective if data.maximize else r.objective)[:TOP]  # type: ignore[operator]
     knob_names = list(data.knobs)
     hidden = {data.objective_name, str((data.campaign.workload or {}).get("objective", {}).get("json", ""))}
     hidden |= set(knob_names)
@@ -862,7 +1002,7 @@ def best_table(data: Data, rows: Sequence[Row]) -> str:
         {
             k
             for r in ranked
-            for k, v in r.metrics.items()
+            for k, v in data.detail(r).metrics.items()
             if k not in hidden and isinstance(v, int | float) and not isinstance(v, bool)
         }
     )[:8]
@@ -870,13 +1010,14 @@ def best_table(data: Data, rows: Sequence[Row]) -> str:
     if several_series:
         head.append("series")
     head += [*metric_names, "samples", "trial id", "ran on"]
+    baselines = [r for r in rows if r.baseline]  # searched once per row below
     out = ['<table class="best"><thead><tr>']
     numeric = {data.objective_name, "speedup", "samples", "#", *metric_names}
     for name in head:
         out.append(f'<th class="{"num" if name in numeric else ""}">{esc(name)}</th>')
     out.append("</tr></thead><tbody>")
     for rank, row in enumerate(ranked, start=1):
-        baseline = _baseline_for(data, rows, row.config)
+        baseline = _baseline_for(data, baselines, row.config)
         gain = speedup(data, row, baseline)
         cells = [f'<td class="num">{rank}</td>']
         cells += [f"<td>{esc(value_text(row.config.get(n, DASH)))}</td>" for n in knob_names]
@@ -884,9 +1025,10 @@ def best_table(data: Data, rows: Sequence[Row]) -> str:
         cells.append(f'<td class="num">{esc(f"{gain:.2f}{TIMES}") if gain is not None else DASH}</td>')
         if several_series:
             cells.append(f"<td>{esc(row.series)}</td>")
-        cells += [f'<td class="num">{esc(fmt(row.metrics.get(n)))}</td>' for n in metric_names]
-        samples = ", ".join(fmt(s) for s in row.samples)
-        cells.append(f'<td class="num" title="{esc(samples)}">{len(row.samples)}</td>')
+        detail = data.detail(row)
+        cells += [f'<td class="num">{esc(fmt(detail.metrics.get(n)))}</td>' for n in metric_names]
+        samples = ", ".join(fmt(s) for s in detail.samples)
+        cells.append(f'<td class="num" title="{esc(samples)}">{len(detail.samples)}</td>')
         reused = f' <span class="muted">(measured in {row.reused_from})</span>' if row.reused_from else ""
         cells.append(f"<td>{row.trial_id}{reused}</td>")
         where = " · ".join(esc(x) for x in (row.node, row.gpu, row.worker) if x)
@@ -912,7 +1054,7 @@ def baseline_table(data: Data, rows: Sequence[Row]) -> str:
         cells = [f"<td>{esc(value_text(row.config.get(n, DASH)))}</td>" for n in knob_names]
         objective = fmt(row.objective) if row.measured else DASH
         cells.append(f'<td><span class="state state-{esc(row.state)}">{esc(row.state)}</span></td>')
-        cells.append(f'<td class="num">{esc(objective)}</td><td class="num">{len(row.samples)}</td>')
+        cells.append(f'<td class="num">{esc(objective)}</td><td class="num">{len(data.detail(row).samples)}</td>')
         cells.append(f"<td>{row.trial_id}</td>")
         out.append(f"<tr>{''.join(cells)}</tr>")
     out.append("</tbody></table>")
@@ -983,26 +1125,33 @@ def states_section(data: Data) -> str:
     return f'<div class="counts">{cells}</div>{note}'
 
 
-def errors_section(data: Data) -> str:
-    failed = [r for r in data.rows if r.state in FAILED_STATES]
-    if not failed:
-        return '<p class="empty">No errored or invalid trials.</p>'
+def _error_groups(rows: Iterable[Row]) -> list[tuple[tuple[str, str], list[Row]]]:
+    """Errored and invalid trials by (state, reason), the largest group first."""
     groups: dict[tuple[str, str], list[Row]] = {}
-    for row in failed:
-        groups.setdefault((row.state, row.reason or "(no reason recorded)"), []).append(row)
+    for row in rows:
+        if row.state in FAILED_STATES:
+            groups.setdefault((row.state, row.reason or "(no reason recorded)"), []).append(row)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+
+
+def errors_section(data: Data) -> str:
+    groups = _error_groups(data.rows)
+    if not groups:
+        return '<p class="empty">No errored or invalid trials.</p>'
     out = [
         '<table class="errors"><thead><tr><th class="num">trials</th><th>state</th><th>reason</th>'
         "<th>example</th></tr></thead><tbody>"
     ]
-    for (state, reason), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    for (state, reason), members in groups:
         example = members[0]
+        detail = data.detail(example)
         numbers = sorted(r.trial_id for r in members)
         ids = ", ".join(str(n) for n in numbers[:8]) + (" \u2026" if len(numbers) > 8 else "")
         output = []
         for label, text in (
-            ("stdout", example.stdout_tail),
-            ("stderr", example.stderr_tail),
-            ("build log", data.build_logs.get(example.build_key)),
+            ("stdout", detail.stdout_tail),
+            ("stderr", detail.stderr_tail),
+            ("build log", detail.build_log),
         ):
             if text:
                 output.append(f'<div class="out-label">{label}</div><pre>{esc(text[-3000:])}</pre>')
@@ -1045,12 +1194,20 @@ _WORKLOAD_ORDER = (
 _PROVENANCE_ORDER = ("toolchain", "device", "fleet", "python", "celery", "host", "platform", "argv")
 
 
+def _values_text(values: Sequence[Any]) -> str:
+    """A knob's values in a line: every one, or past ``KNOB_VALUES`` the first few, the last and how many."""
+    if len(values) <= KNOB_VALUES:
+        return ", ".join(value_text(v) for v in values)
+    first = ", ".join(value_text(v) for v in values[:TOP])
+    return f"{first}, \u2026, {value_text(values[-1])} ({len(values):,} values)"
+
+
 def campaign_section(data: Data) -> str:
     c = data.campaign
     strategy = dict(c.strategy or {})
-    knob_rows = "".join(
+    space_rows = "".join(
         f"<tr><th>{esc(name)}</th><td>{'build-time' if knob['build'] else 'run-time'}</td>"
-        f"<td>{esc(', '.join(value_text(v) for v in knob['values']))}</td></tr>"
+        f"<td>{esc(_values_text(knob['values']))}</td></tr>"
         for name, knob in data.knobs.items()
     )
     constraints = (c.space or {}).get("constraints") or []
@@ -1059,22 +1216,30 @@ def campaign_section(data: Data) -> str:
     workload.pop("bundle", None)
     provenance = dict(c.provenance or {})
     # What the workers built and measured with, as their measurements recorded it (not where it was submitted).
-    for fact in ("toolchain", "device"):
-        found = sorted({str(getattr(row, fact)) for row in data.rows if getattr(row, fact)})
+    for fact, values in (
+        ("toolchain", {row.toolchain for row in data.rows}),
+        ("device", {row.device for row in data.rows}),
+    ):
+        found = sorted({str(value) for value in values if value})
         if found:
             provenance[fact] = "; ".join(found)
+    # Counted by place first: a few places, not a string per measurement.
+    places = Counter(
+        (row.node, row.gpu, row.worker)
+        for row in data.rows
+        if row.measured or (row.objective is not None and row.state == "invalid")
+    )
     workers: dict[str, int] = {}
-    for row in data.rows:
-        if row.measured or (row.objective is not None and row.state == "invalid"):
-            where = " · ".join(x for x in (row.node, row.gpu, row.worker) if x) or "?"
-            workers[where] = workers.get(where, 0) + 1
+    for place, count in places.items():
+        where = " · ".join(x for x in place if x) or "?"
+        workers[where] = workers.get(where, 0) + count
     worker_rows = "".join(
         f'<tr><th>{esc(w)}</th><td class="num">{n}</td></tr>' for w, n in sorted(workers.items(), key=lambda kv: -kv[1])
     )
     return (
         '<div class="grid2">'
         f'<div class="card"><h3>Strategy</h3>{_kv_table(strategy, ("name", "budget", "seed", "options"))}'
-        f"<h3>Space</h3><table class='kv'><tbody>{knob_rows}</tbody></table>"
+        f"<h3>Space</h3><table class='kv'><tbody>{space_rows}</tbody></table>"
         + (f"<p>constraints:</p><ul>{constraint_list}</ul>" if constraint_list else "")
         + f"<h3>Workload</h3>{_kv_table(workload, _WORKLOAD_ORDER)}</div>"
         f'<div class="card"><h3>Provenance</h3>{_kv_table(provenance, _PROVENANCE_ORDER)}'
@@ -1146,6 +1311,7 @@ table.effect td.value { white-space: nowrap; }
 table.effect .v { display: inline-block; max-width: calc(100% - 16px); overflow: hidden; text-overflow: ellipsis;
   vertical-align: bottom; }
 table.effect tr.top td { font-weight: 650; }
+table.effect tr.more td { color: var(--muted); text-align: center; }
 .bar { position: relative; height: 12px; background: #eef1f4; border-radius: 3px; margin-top: 4px; }
 .bar .fill { position: absolute; left: 0; top: 0; bottom: 0; background: #9db8d3; border-radius: 3px; }
 tr.top .bar .fill { background: var(--accent); }
@@ -1174,6 +1340,22 @@ footer { color: var(--muted); margin-top: 30px; font-size: 12px; }
 """
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block, then back as it was.
+
+    Building a row per trial (and lists of them) sets off full collections that each walk every row built so
+    far: a third of the time of a report of 100,000 trials. Rows hold no cycles; any others go at the next one.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _problem_title(problem: Problem) -> str:
     params = config_text(problem.params or {})
     return f"{problem.kind} {params}".strip()
@@ -1183,6 +1365,11 @@ def render(store: Store, campaign: Campaign | str | int) -> str:
     """The report of ``campaign`` (a campaign, or its name or id) as one self-contained HTML page."""
     if not isinstance(campaign, Campaign):
         campaign = store.campaign(campaign)
+    with _collector_paused():
+        return _page(store, campaign)
+
+
+def _page(store: Store, campaign: Campaign) -> str:
     data = collect(store, campaign)
     c = campaign
     strategy = (c.strategy or {}).get("name", "?")
@@ -1203,8 +1390,8 @@ def render(store: Store, campaign: Campaign | str | int) -> str:
             + "</p>"
         )
     for index, problem in enumerate(data.problems):
-        rows = [r for r in data.rows if r.problem_id == problem.id]
-        key = str(problem.id)
+        key, problem_id = str(problem.id), problem.id
+        rows = [r for r in data.rows if r.problem_id == problem_id]
         best = data.best_of(r for r in rows if not r.baseline)
         title = _problem_title(problem)
         heading = f"Problem {problem.id}: {title}" if len(data.problems) > 1 else f"Problem: {title}"

@@ -16,6 +16,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from fleet import report
 from fleet.report import render
 from fleet.settings import redact
 from fleet.space import digest
@@ -312,3 +315,58 @@ def test_each_annealing_chain_is_a_line_and_times_go_down(store: Store, tmp_path
     assert [a["data-knob"] for _, a in page.classed("knob")] == ["block", "unroll"]
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / f"report-chains-{store.dialect}.html").write_text(text)
+
+
+def test_a_large_campaign_draws_some_dots_and_a_long_knob_its_extremes(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The limits made small, so that 80 trials stand for 100,000.
+    monkeypatch.setattr(report, "DOTS", 20)
+    monkeypatch.setattr(report, "KNOB_VALUES", 8)
+    problem = store.add_problem("conv", {"n": 2})
+    campaign = store.create_campaign(
+        name="large",
+        target="sm_90",
+        problem_ids=[problem],
+        space={"knobs": {"b": [1, 2], "i": {"values": list(range(40)), "build": False}}},
+        strategy={"name": "random"},
+        workload={"kind": "command", "run": ["./k"], "objective": {"json": "seconds", "goal": "min"}},
+        options={},
+        provenance={},
+    )
+    configs = [{"b": b, "i": i} for i in range(40) for b in (1, 2)]
+    trials = [NewTrial(problem, c, digest(["b", c]), digest(["m", c]), seq=n) for n, c in enumerate(configs, start=1)]
+    ids = [trial_id for trial_id, _ in store.add_trials(campaign.id, "sm_90", trials)]
+    for n, (trial_id, config) in enumerate(zip(ids, configs, strict=True)):
+        seconds = config["b"] * (1 + (config["i"] + 13) * 17 % 40) / 1000  # the least for i=27
+        _measure(store, trial_id, seconds, chain=None, state="invalid" if n in (10, 11) else "evaluated")
+
+    text = render(store, store.campaign("large"))
+
+    page = Page(text)
+    note = re.search(r"([0-9]+) of 78 trials drawn as dots", text)
+    assert note is not None and int(note[1]) < 78
+    dots = [a for t, a in page.elements if t == "circle" and a.get("r") == "2.6"]
+    assert len(dots) == 2 * int(note[1])
+    # Lines, axes, marks and the best's ring are those of every dot drawn: only the dots differ.
+    monkeypatch.setattr(report, "DOTS", 10**6)
+    everything = render(store, store.campaign("large"))
+    assert "drawn as dots" not in everything
+
+    def charts(page: str) -> str:
+        found = re.search(r'<div class="charts".*?</div>', page, re.S)
+        assert found is not None
+        return re.sub(r'<circle cx="[^"]*" cy="[^"]*" r="2.6"/>\n', "", found[0])
+
+    assert charts(text) == charts(everything)
+    assert len(re.findall(r'r="2.6"', everything)) == 2 * 78
+    # The knob of 40 values: its 10 best medians, a line for the 20 between, its 10 worst.
+    card = re.search(r'<div class="knob card"[^>]*data-knob="i">.*?</table></div>', text, re.S)
+    assert card is not None
+    assert "40 values: the 10 with the best medians and the 10 with the worst; 20 not shown." in card[0]
+    rows = Page(card[0]).tables["effect"][1:]
+    assert len(rows) == 21 and rows[10] == ["\u2026 20 values between these"]
+    medians = [float(r[2]) for r in rows[:10] + rows[11:]]
+    assert medians == sorted(medians)
+    assert rows[0][0] == "27 \u2605"  # the best configuration's value, best median first
+    assert "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, \u2026, 39 (40 values)" in text
