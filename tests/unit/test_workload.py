@@ -21,6 +21,7 @@ import pytest
 
 from fleet.bundle import pack, read_files, unpack
 from fleet.errors import SpecError
+from fleet.workers import runner
 from fleet.workers.runner import TAIL_BYTES, run, sandbox_env
 from fleet.workers.workloads import WORKLOADS, Job, load_workload
 from fleet.workers.workloads.command import CommandWorkload, fill, names_in
@@ -502,6 +503,23 @@ def test_runner_tick_returning_true_lets_the_command_finish(tmp_path: Path) -> N
         return True
 
     done = run(["sh", "-c", "sleep 0.5; echo done"], cwd=tmp_path, timeout=60, tick=tick, tick_seconds=0.05)
+    assert done.ok and done.stdout == "done\n"
+    assert len(calls) >= 2
+
+
+def test_runner_waits_by_polling_where_there_is_no_pidfd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_pidfd(pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(runner.os, "pidfd_open", no_pidfd)
+    calls: list[float] = []
+    done = run(
+        ["sh", "-c", "sleep 0.3; echo done"],
+        cwd=tmp_path,
+        timeout=60,
+        tick=lambda: calls.append(time.monotonic()) is None,
+        tick_seconds=0.05,
+    )
     assert done.ok and done.stdout == "done\n"
     assert len(calls) >= 2
 
