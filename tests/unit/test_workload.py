@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import io
 import os
+import pwd
 import stat
 import subprocess
 import sys
@@ -586,26 +587,36 @@ def test_runner_kills_the_command_when_the_wait_ends_in_an_error(tmp_path: Path,
     assert wait_gone(int((tmp_path / "run.pid").read_text()))
 
 
-def test_runner_command_dies_with_a_worker_killed_by_sigkill(tmp_path: Path, launcher: str) -> None:
+@pytest.mark.parametrize("account", ["own", "nobody"])
+def test_runner_command_dies_with_a_worker_killed_by_sigkill(tmp_path: Path, launcher: str, account: str) -> None:
     # A SIGKILLed worker runs no cleanup: the command must not outlive it and disturb the next measurement.
+    # As another account too: switching accounts clears the parent-death signal unless it is armed after.
+    env = dict(os.environ)
+    if account == "nobody":
+        if os.geteuid() != 0:
+            pytest.skip("only a worker that runs as root runs commands as another account")
+        env["FLEET_WORKLOAD_USER"] = "nobody"
     worker = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import pathlib, sys; from fleet.workers import runner; "
             + ("runner._setpriv = lambda: None; " if launcher == "preexec_fn" else "")
-            + "runner.run(['sh', '-c', 'echo $$ > run.pid; sleep 60'], cwd=pathlib.Path(sys.argv[1]), timeout=120)",
+            + "runner.run(['sh', '-c', 'echo $$ $(id -u) > run.pid; sleep 60'], cwd=pathlib.Path(sys.argv[1]), "
+            "timeout=120)",
             str(tmp_path),
-        ]
+        ],
+        env=env,
     )
     pid_file = tmp_path / "run.pid"
     deadline = time.monotonic() + 30
-    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+    while not (pid_file.exists() and pid_file.read_text().endswith("\n")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    command = int(pid_file.read_text())
+    command, uid = map(int, pid_file.read_text().split())
     worker.kill()
     worker.wait()
     try:
+        assert uid == (pwd.getpwnam("nobody").pw_uid if account == "nobody" else os.getuid())
         assert wait_gone(command, seconds=5)
     finally:
         if alive(command):
