@@ -212,8 +212,9 @@ def _as_account(cwd: Path, env: dict[str, str]) -> pwd.struct_passwd | None:
 
 
 # Run by setpriv once the parent-death signal is armed: a worker that died before that cannot send it, so
-# the command must not start. $1 is the worker's pid; the rest is the command, exec'd as it is (same pid).
-_GUARD = '[ "$PPID" = "$1" ] || exit 137; shift; exec "$@"'
+# the command must not start. $1 is the worker's pid; the rest is the command, exec'd as it is (same pid),
+# with the environment it was given: the shell would add PWD to it.
+_GUARD = '[ "$PPID" = "$1" ] || exit 137; shift; unset PWD; exec "$@"'
 
 
 @functools.cache

@@ -416,8 +416,18 @@ def test_parse_regex_takes_the_last_match_and_rejects_non_numbers() -> None:
 # --- the runner ----------------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["setpriv", "preexec_fn"])
+def launcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the runner starts a command: through setpriv (vfork), and without it (a forked preexec_fn)."""
+    if request.param == "setpriv" and runner._setpriv() is None:
+        pytest.skip("no setpriv with --pdeathsig on this node")
+    if request.param == "preexec_fn":
+        monkeypatch.setattr(runner, "_setpriv", lambda: None)
+    return request.param
+
+
 def test_runner_environment_keeps_secrets_out_but_passes_gpu_pinning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launcher: str
 ) -> None:
     monkeypatch.setenv("FLEET_DATABASE_URL", "postgresql://fleet:hunter2@db/fleet")
     monkeypatch.setenv("FLEET_BROKER_URL", "redis://:hunter2@broker:6379/0")
@@ -425,6 +435,7 @@ def test_runner_environment_keeps_secrets_out_but_passes_gpu_pinning(
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     done = run(["env"], cwd=tmp_path, timeout=30, env={"HIP_VISIBLE_DEVICES": "1"})
     assert done.ok
+    assert set(done.stdout.splitlines()) == {f"{k}={v}" for k, v in sandbox_env({"HIP_VISIBLE_DEVICES": "1"}).items()}
     env = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     assert "hunter2" not in done.stdout
     assert not any(name.startswith("FLEET_") for name in env)
@@ -453,16 +464,6 @@ def test_runner_converts_arguments_to_str(tmp_path: Path) -> None:
     done = run(["echo", 1, 2.5], cwd=tmp_path, timeout=30)  # type: ignore[list-item]
     assert done.argv == ["echo", "1", "2.5"]
     assert done.stdout == "1 2.5\n"
-
-
-@pytest.fixture(params=["setpriv", "preexec_fn"])
-def launcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways the runner starts a command: through setpriv (vfork), and without it (a forked preexec_fn)."""
-    if request.param == "setpriv" and runner._setpriv() is None:
-        pytest.skip("no setpriv with --pdeathsig on this node")
-    if request.param == "preexec_fn":
-        monkeypatch.setattr(runner, "_setpriv", lambda: None)
-    return request.param
 
 
 def test_runner_missing_program_is_status_127(tmp_path: Path, launcher: str) -> None:
