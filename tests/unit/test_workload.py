@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import io
 import os
+import pwd
 import stat
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 
 from fleet.bundle import pack, read_files, unpack
 from fleet.errors import SpecError
+from fleet.workers import runner
 from fleet.workers.runner import TAIL_BYTES, run, sandbox_env
 from fleet.workers.workloads import WORKLOADS, Job, load_workload
 from fleet.workers.workloads.command import CommandWorkload, fill, names_in
@@ -316,7 +318,9 @@ def test_build_command_that_does_not_exist_fails_cleanly(tmp_path: Path) -> None
     w = CommandWorkload(definition(build=["/nonexistent/cc", "k.c"]))
     built = w.build(job(tmp_path / "scratch", {"size": 1}))
     assert built.data is None
-    assert "cannot run /nonexistent/cc" in (built.reason or "")
+    # Popen's "cannot run" where it starts the program itself, the guard shell's "not found" under setpriv.
+    assert (built.reason or "").startswith("the build exited with status 127: ")
+    assert "/nonexistent/cc" in (built.reason or "")
 
 
 # --- real evaluations ------------------------------------------------------------------------------
@@ -412,8 +416,18 @@ def test_parse_regex_takes_the_last_match_and_rejects_non_numbers() -> None:
 # --- the runner ----------------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["setpriv", "preexec_fn"])
+def launcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the runner starts a command: through setpriv (vfork), and without it (a forked preexec_fn)."""
+    if request.param == "setpriv" and runner._setpriv() is None:
+        pytest.skip("no setpriv with --pdeathsig on this node")
+    if request.param == "preexec_fn":
+        monkeypatch.setattr(runner, "_setpriv", lambda: None)
+    return request.param
+
+
 def test_runner_environment_keeps_secrets_out_but_passes_gpu_pinning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launcher: str
 ) -> None:
     monkeypatch.setenv("FLEET_DATABASE_URL", "postgresql://fleet:hunter2@db/fleet")
     monkeypatch.setenv("FLEET_BROKER_URL", "redis://:hunter2@broker:6379/0")
@@ -421,6 +435,7 @@ def test_runner_environment_keeps_secrets_out_but_passes_gpu_pinning(
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     done = run(["env"], cwd=tmp_path, timeout=30, env={"HIP_VISIBLE_DEVICES": "1"})
     assert done.ok
+    assert set(done.stdout.splitlines()) == {f"{k}={v}" for k, v in sandbox_env({"HIP_VISIBLE_DEVICES": "1"}).items()}
     env = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     assert "hunter2" not in done.stdout
     assert not any(name.startswith("FLEET_") for name in env)
@@ -451,10 +466,33 @@ def test_runner_converts_arguments_to_str(tmp_path: Path) -> None:
     assert done.stdout == "1 2.5\n"
 
 
-def test_runner_missing_program_is_status_127(tmp_path: Path) -> None:
+def test_runner_missing_program_is_status_127(tmp_path: Path, launcher: str) -> None:
     done = run(["/nonexistent/program"], cwd=tmp_path, timeout=30)
     assert done.returncode == 127 and not done.ok
-    assert done.failure("the run").startswith("the run exited with status 127: cannot run /nonexistent/program")
+    expected = {
+        "preexec_fn": "the run exited with status 127: cannot run /nonexistent/program",
+        "setpriv": "the run exited with status 127: fleet-run: 1: exec: /nonexistent/program: not found",
+    }[launcher]
+    assert done.failure("the run").startswith(expected)
+
+
+def test_runner_command_keeps_its_pid_session_and_environment(tmp_path: Path, launcher: str) -> None:
+    # The guard shell execs the command: the pid Popen gave is the command's, leading its own session.
+    done = run(["sh", "-c", 'echo $$ $(ps -o sid= -p $$) "$FOO"'], cwd=tmp_path, timeout=30, env={"FOO": "a b"})
+    pid, sid, foo = done.stdout.split(maxsplit=2)
+    assert done.ok and pid == sid and foo == "a b\n"
+
+
+def test_runner_guard_does_not_start_the_command_once_the_worker_is_gone(tmp_path: Path) -> None:
+    # setpriv arms the parent-death signal a moment after the worker started it; a worker killed in that moment
+    # cannot send it, so the guard sees another parent and exits before the command starts.
+    if runner._setpriv() is None:
+        pytest.skip("no setpriv with --pdeathsig on this node")
+    command, _ = runner._launch(["touch", "ran"], None)
+    command[command.index(str(os.getpid()))] = "1"
+    done = subprocess.run(command, cwd=tmp_path, check=False)
+    assert done.returncode == 137
+    assert not (tmp_path / "ran").exists()
 
 
 def test_runner_chatty_output_does_not_hang_and_tails_are_bounded(tmp_path: Path) -> None:
@@ -470,7 +508,7 @@ def test_runner_chatty_output_does_not_hang_and_tails_are_bounded(tmp_path: Path
     assert done.stderr_tail == "b" * TAIL_BYTES
 
 
-def test_runner_timeout_kills_the_process_group(tmp_path: Path) -> None:
+def test_runner_timeout_kills_the_process_group(tmp_path: Path, launcher: str) -> None:
     start = time.monotonic()
     done = run(["sh", "-c", "sleep 60 & echo $! > child.pid; sleep 60"], cwd=tmp_path, timeout=0.5)
     assert time.monotonic() - start < 10
@@ -506,12 +544,29 @@ def test_runner_tick_returning_true_lets_the_command_finish(tmp_path: Path) -> N
     assert len(calls) >= 2
 
 
+def test_runner_waits_by_polling_where_there_is_no_pidfd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_pidfd(pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(runner.os, "pidfd_open", no_pidfd)
+    calls: list[float] = []
+    done = run(
+        ["sh", "-c", "sleep 0.3; echo done"],
+        cwd=tmp_path,
+        timeout=60,
+        tick=lambda: calls.append(time.monotonic()) is None,
+        tick_seconds=0.05,
+    )
+    assert done.ok and done.stdout == "done\n"
+    assert len(calls) >= 2
+
+
 def test_runner_failure_with_empty_stderr_names_only_the_status(tmp_path: Path) -> None:
     done = run(["sh", "-c", "exit 4"], cwd=tmp_path, timeout=30)
     assert done.failure("the build") == "the build exited with status 4"
 
 
-def test_runner_kills_what_the_command_left_behind_after_a_normal_exit(tmp_path: Path) -> None:
+def test_runner_kills_what_the_command_left_behind_after_a_normal_exit(tmp_path: Path, launcher: str) -> None:
     # A benchmark that daemonizes a helper would keep the GPU busy during the next trial's measurement.
     done = run(["sh", "-c", "sleep 60 > /dev/null 2>&1 & echo $! > child.pid"], cwd=tmp_path, timeout=30)
     assert done.ok
@@ -523,7 +578,7 @@ def test_runner_kills_what_the_command_left_behind_after_a_normal_exit(tmp_path:
             os.kill(child, 9)  # the sleep this test started
 
 
-def test_runner_kills_the_command_when_the_wait_ends_in_an_error(tmp_path: Path) -> None:
+def test_runner_kills_the_command_when_the_wait_ends_in_an_error(tmp_path: Path, launcher: str) -> None:
     # A lease renewal that raises (the database gone) must not leave the measurement running beside the retry.
     def tick() -> bool:
         raise ConnectionError("the database does not answer")
@@ -533,25 +588,36 @@ def test_runner_kills_the_command_when_the_wait_ends_in_an_error(tmp_path: Path)
     assert wait_gone(int((tmp_path / "run.pid").read_text()))
 
 
-def test_runner_command_dies_with_a_worker_killed_by_sigkill(tmp_path: Path) -> None:
+@pytest.mark.parametrize("account", ["own", "nobody"])
+def test_runner_command_dies_with_a_worker_killed_by_sigkill(tmp_path: Path, launcher: str, account: str) -> None:
     # A SIGKILLed worker runs no cleanup: the command must not outlive it and disturb the next measurement.
+    # As another account too: switching accounts clears the parent-death signal unless it is armed after.
+    env = dict(os.environ)
+    if account == "nobody":
+        if os.geteuid() != 0:
+            pytest.skip("only a worker that runs as root runs commands as another account")
+        env["FLEET_WORKLOAD_USER"] = "nobody"
     worker = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import pathlib, sys; from fleet.workers.runner import run; "
-            "run(['sh', '-c', 'echo $$ > run.pid; sleep 60'], cwd=pathlib.Path(sys.argv[1]), timeout=120)",
+            "import pathlib, sys; from fleet.workers import runner; "
+            + ("runner._setpriv = lambda: None; " if launcher == "preexec_fn" else "")
+            + "runner.run(['sh', '-c', 'echo $$ $(id -u) > run.pid; sleep 60'], cwd=pathlib.Path(sys.argv[1]), "
+            "timeout=120)",
             str(tmp_path),
-        ]
+        ],
+        env=env,
     )
     pid_file = tmp_path / "run.pid"
     deadline = time.monotonic() + 30
-    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+    while not (pid_file.exists() and pid_file.read_text().endswith("\n")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    command = int(pid_file.read_text())
+    command, uid = map(int, pid_file.read_text().split())
     worker.kill()
     worker.wait()
     try:
+        assert uid == (pwd.getpwnam("nobody").pw_uid if account == "nobody" else os.getuid())
         assert wait_gone(command, seconds=5)
     finally:
         if alive(command):
