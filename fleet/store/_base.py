@@ -293,6 +293,14 @@ class StoreBase:
         except _UNANSWERED as error:
             raise self._error(error) from error
 
+    def connect_ahead(self) -> None:
+        """Open the connection the hot path holds now, so that a worker's first claim does not wait for it.
+
+        Not patient: a worker process starting while the database is away goes on, and its first task waits.
+        """
+        with self._steps():
+            pass
+
     def _release_held(self) -> None:
         """Give the held connection back to the pool (which throws it away if it was invalidated)."""
         self._forget_parents()

@@ -26,6 +26,7 @@ from fleet.workers.runner import conceal
 log = logging.getLogger("fleet.worker")
 
 _contexts: dict[int, WorkerContext] = {}
+_making = threading.Lock()  # the first task and the warm-up thread may both want the context
 _stop = threading.Event()
 
 
@@ -33,15 +34,18 @@ def context(name: str) -> WorkerContext:
     """This process's worker context, made on first use (after the fork, never inherited)."""
     ctx = _contexts.get(os.getpid())
     if ctx is None:
-        settings = get_settings()
-        ctx = WorkerContext(
-            store=Store(settings.database_url, durable=False, patience=settings.outage_seconds),
-            name=name,
-            settings=settings,
-            gpu=os.environ.get("FLEET_WORKER_GPU") or None,
-        )
-        _contexts.clear()
-        _contexts[os.getpid()] = ctx
+        with _making:
+            ctx = _contexts.get(os.getpid())
+            if ctx is None:
+                settings = get_settings()
+                ctx = WorkerContext(
+                    store=Store(settings.database_url, durable=False, patience=settings.outage_seconds),
+                    name=name,
+                    settings=settings,
+                    gpu=os.environ.get("FLEET_WORKER_GPU") or None,
+                )
+                _contexts.clear()
+                _contexts[os.getpid()] = ctx
     return ctx
 
 
@@ -52,8 +56,25 @@ def _conceal(**_: Any) -> None:
 
 
 @signals.worker_process_init.connect
-def _forget_parent(**_: Any) -> None:
+def _forget_parent(sender: Any = None, **_: Any) -> None:
+    global _making
     _contexts.clear()
+    _making = threading.Lock()  # a thread of the parent may have held it as the pool forked
+    if isinstance(sender, str):  # the worker's name, which Celery sends this signal with
+        # In a thread: Celery gives a new pool process a few seconds to say it is up.
+        threading.Thread(target=_prepare, args=(sender,), name="fleet-prepare", daemon=True).start()
+
+
+def _prepare(name: str) -> None:
+    """Make what a process's first task would otherwise wait for: the store and its connection, and the
+    device's description (nvidia-smi on a GPU node); a fifth of a second and more on a busy node."""
+    try:
+        ctx = context(name)
+        ctx.store.connect_ahead()
+        if os.environ.get("FLEET_WORKER_ROLE") == "eval":
+            ctx.device  # noqa: B018 - a cached property, found now
+    except Exception as error:  # the first task meets it again, and deals with it
+        log.warning("could not prepare this worker process: %s", error)
 
 
 @signals.worker_ready.connect
