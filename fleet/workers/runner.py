@@ -119,6 +119,9 @@ def run(
     argv = [str(a) for a in argv]
     start = time.monotonic()
     env = dict(env or {})
+    if not _found(argv[0], cwd, env):
+        # Said here as Popen says it: under setpriv the guard shell would say it in its own words.
+        return Completed(argv, 127, "", f"cannot run {argv[0]}: No such file or directory", 0.0)
     command, options = _launch(argv, _as_account(cwd, env))
     # Output goes to files, not pipes: a chatty command cannot fill a pipe and hang while we wait.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -162,6 +165,13 @@ def run(
             seconds,
             timed_out,
         )
+
+
+def _found(program: str, cwd: Path, env: Mapping[str, str]) -> bool:
+    """Whether ``program`` names a file, looked up as exec would: in ``cwd``, or on the command's PATH."""
+    if "/" in program:
+        return (cwd / program).exists()
+    return shutil.which(program, mode=os.F_OK, path=sandbox_env(env).get("PATH", os.defpath)) is not None
 
 
 def conceal() -> None:

@@ -318,9 +318,7 @@ def test_build_command_that_does_not_exist_fails_cleanly(tmp_path: Path) -> None
     w = CommandWorkload(definition(build=["/nonexistent/cc", "k.c"]))
     built = w.build(job(tmp_path / "scratch", {"size": 1}))
     assert built.data is None
-    # Popen's "cannot run" where it starts the program itself, the guard shell's "not found" under setpriv.
-    assert (built.reason or "").startswith("the build exited with status 127: ")
-    assert "/nonexistent/cc" in (built.reason or "")
+    assert (built.reason or "").startswith("the build exited with status 127: cannot run /nonexistent/cc")
 
 
 # --- real evaluations ------------------------------------------------------------------------------
@@ -469,11 +467,11 @@ def test_runner_converts_arguments_to_str(tmp_path: Path) -> None:
 def test_runner_missing_program_is_status_127(tmp_path: Path, launcher: str) -> None:
     done = run(["/nonexistent/program"], cwd=tmp_path, timeout=30)
     assert done.returncode == 127 and not done.ok
-    expected = {
-        "preexec_fn": "the run exited with status 127: cannot run /nonexistent/program",
-        "setpriv": "the run exited with status 127: fleet-run: 1: exec: /nonexistent/program: not found",
-    }[launcher]
-    assert done.failure("the run").startswith(expected)
+    # Both ways a command starts say so alike, in one line.
+    assert (
+        done.failure("the run")
+        == "the run exited with status 127: cannot run /nonexistent/program: No such file or directory"
+    )
 
 
 def test_runner_command_keeps_its_pid_session_and_environment(tmp_path: Path, launcher: str) -> None:
