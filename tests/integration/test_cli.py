@@ -171,7 +171,8 @@ def test_bench_dispatch_takes_turns_and_reports_medians(fleet: Fleet) -> None:
     done = fleet.cli("bench", "dispatch", "--trials", "20", "--rounds", "2", "--json", timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert set(result) == {"fleet_trials_per_s", "celery_trials_per_s", "ratio"}
+    assert set(result) == {"fleet_trials_per_s", "celery_trials_per_s", "ratio", "fleet_trials_per_message"}
+    assert result["fleet_trials_per_message"] >= 1
     rounds = [line for line in done.stderr.splitlines() if line.startswith("round ")]
     assert [line.split(":")[0] for line in rounds] == ["round 1/2", "round 2/2"]
     ratios = [float(line.rsplit("ratio ", 1)[1]) for line in rounds]
