@@ -26,6 +26,7 @@ from fleet.campaign import CampaignBusy, CampaignSpec, Driver, Steering, Summary
 from fleet.campaign import submit as _submit
 from fleet.chains import ChainDriver
 from fleet.errors import FleetError, SpecError
+from fleet.pace import SLOT_DEPTH
 from fleet.settings import get_settings
 from fleet.spec import load_spec
 from fleet.spec.campaign import check_priority
@@ -179,8 +180,8 @@ def driver(
     if window is not None:
         result.window = window
     elif campaign.submitted:
-        result.window_for = lambda: shared_window(store, campaign, within)
-        result.window = result.window_for()
+        result.window_for = lambda depth: shared_window(store, campaign, within, depth)
+        result.window = result.window_for(SLOT_DEPTH)
     elif result.dynamic:
         # Two per evaluation slot: one running, one waiting, so no slot idles while the driver thinks.
         result.window = max(2, 2 * store.eval_slots(campaign.target, within))
@@ -189,19 +190,15 @@ def driver(
     return result
 
 
-SLOT_DEPTH = 4
-"""Trials in flight per evaluation slot for submitted campaigns: enough that no slot waits on a driver."""
-
-
-def shared_window(store: Store, campaign: Campaign, within: float) -> int:
-    """The window of a submitted campaign: its priority's share of ``SLOT_DEPTH`` trials per evaluation slot.
+def shared_window(store: Store, campaign: Campaign, within: float, depth: float = SLOT_DEPTH) -> int:
+    """The window of a submitted campaign, in messages: its priority's share of ``depth`` per evaluation slot.
 
     Redis has no message priorities, so the drivers admit work instead: each keeps in flight its share of
     what the target's slots can take, and the slots' FIFO queue then serves the campaigns in that
     proportion. It needs no broker feature, and a new weight counts at the driver's next look (a second).
     """
     slots = max(1, store.eval_slots(campaign.target, within))
-    return max(1, round(SLOT_DEPTH * slots * store.share(campaign.id, campaign.target)))
+    return max(1, round(depth * slots * store.share(campaign.id, campaign.target)))
 
 
 def status(campaign: CampaignHandle | Campaign | str | int, store: Store | None = None) -> dict[str, int]:

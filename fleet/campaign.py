@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import FleetError, SpecError
-from fleet.pace import MAX_BATCH, Pace
+from fleet.pace import MAX_BATCH, SLOT_DEPTH, Pace
 from fleet.search import Run, Searcher
 from fleet.search.feed import Feed
 from fleet.space import Config, Space
@@ -262,8 +262,9 @@ class Driver:
     steering:
         Where the driver learns of a pause or a cancel, and renews its lease on the campaign.
     window_for:
-        Called at each look at the campaign for the window to keep: its share of the target's slots, in
-        trials at one a message (cheap trials are admitted a message's worth at a time).
+        Called at each look at the campaign with the messages to keep in flight per evaluation slot of the
+        target (:meth:`Pace.depth`); returns the campaign's share of them, which admits a message's worth of
+        trials each (one trial, or for cheap trials :data:`MAX_BATCH`).
     """
 
     @property
@@ -285,7 +286,7 @@ class Driver:
         heartbeat_seconds: float = 5.0,
         requeue_seconds: float = 300.0,
         steering: Steering | None = None,
-        window_for: Callable[[], int] | None = None,
+        window_for: Callable[[float], int] | None = None,
     ) -> None:
         self.store = store
         self.campaign = campaign
@@ -465,8 +466,9 @@ class Driver:
         if self.window_for is not None:
             # A share of the target's slots is counted in messages: a cheap trial's message holds several.
             # Not for a dynamic search, whose window says how far ahead of its results it may run.
-            per_message = MAX_BATCH if self.pace.cheap and not self.dynamic else 1
-            self.window = max(1, self.window_for()) * per_message
+            batched = self.pace.cheap and not self.dynamic
+            depth = self.pace.depth() if batched else SLOT_DEPTH
+            self.window = max(1, self.window_for(depth)) * (MAX_BATCH if batched else 1)
         return status in ("running", "paused")
 
     def run(self) -> list[Summary]:

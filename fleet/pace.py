@@ -24,6 +24,18 @@ MAX_BATCH = 32
 MEASURE_SECONDS = 1.0
 """The pace is measured again over each span this long."""
 
+SLOT_DEPTH = 4
+"""Messages a submitted campaign's target keeps in flight per evaluation slot: enough that no slot waits on
+a driver while trials take seconds."""
+
+HORIZON_SECONDS = 1.0
+"""Cheap trials in flight per slot cover this much of its work. A driver polls every quarter second or so:
+fewer, and a slot empties its queue between two polls and waits (20 campaigns of cheap trials ran at 0.66 of
+their first rate once most had ended, each left with one message in flight)."""
+
+MAX_DEPTH = 32
+"""Most messages in flight per slot, however cheap the trials."""
+
 
 class Pace:
     """Trials finished per second per slot, and the batch size that follows from it.
@@ -79,6 +91,14 @@ class Pace:
         else:
             return
         self._since, self._finished = now, 0
+
+    def depth(self) -> float:
+        """Messages to keep in flight per evaluation slot of the target: :data:`SLOT_DEPTH`, or for cheap
+        trials enough for :data:`HORIZON_SECONDS` of a slot's work at their pace."""
+        if not self.cheap:
+            return SLOT_DEPTH
+        assert self.seconds is not None
+        return min(MAX_DEPTH, max(SLOT_DEPTH, HORIZON_SECONDS / (max(self.seconds, 1e-6) * MAX_BATCH)))
 
     def batch(self, waiting: int) -> int:
         """Trials per message for ``waiting`` trials about to be sent: several only when trials are cheap,

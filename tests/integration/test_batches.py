@@ -72,7 +72,7 @@ def test_a_share_of_the_slots_admits_a_message_of_cheap_trials_per_trial_it_allo
     batches: list[int] = []
 
     # Two trials in flight at one a message, as fleet driver's shares are: cheap trials come a message's worth each.
-    driver = Driver(fleet.store, campaign, recorded(batches), window=2, window_for=lambda: 2)
+    driver = Driver(fleet.store, campaign, recorded(batches), window=2, window_for=lambda depth: 2)
     driver.run()
 
     assert driver.pace.cheap and driver.window == 2 * MAX_BATCH

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fleet.pace import MAX_BATCH, PROBE_SECONDS, Pace
+import pytest
+
+from fleet.pace import HORIZON_SECONDS, MAX_BATCH, MAX_DEPTH, PROBE_SECONDS, SLOT_DEPTH, Pace
 
 
 def test_nothing_is_batched_before_the_first_trials_come_back() -> None:
@@ -34,3 +36,17 @@ def test_first_trials_not_back_in_time_are_slow_until_the_rate_says_otherwise() 
     assert not pace.probing and not pace.cheap
     pace.finished(400, PROBE_SECONDS + 1.1)  # 400 in 1.1 s on four slots: 11 ms each
     assert pace.cheap and pace.batch(80) == 10
+
+
+def test_cheap_trials_keep_a_second_of_a_slots_work_in_flight() -> None:
+    pace = Pace(slots=0.25)  # a quarter of one slot: three other campaigns share it
+    assert pace.depth() == SLOT_DEPTH  # nothing known yet
+    pace.sent(0.0)
+    pace.finished(1, 0.1)
+    assert pace.cheap and pace.depth() == SLOT_DEPTH  # 50 ms each: four messages of 32 are seconds of work
+    pace.finished(250, 1.1)  # 250 in a second on a quarter slot: a slot does 1,000 trials/s
+    assert pace.depth() == pytest.approx(HORIZON_SECONDS * 1000 / MAX_BATCH)
+    pace.finished(100_000, 2.1)
+    assert pace.depth() == MAX_DEPTH
+    pace.finished(1, 3.1)  # slow again: back to one trial per message, SLOT_DEPTH of them
+    assert pace.depth() == SLOT_DEPTH
