@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, update
 
 from fleet.space import build_part
 from fleet.store._base import patient
 from fleet.store._hotpath import claim_params
-from fleet.store._models import Artifact, utcnow
+from fleet.store._models import Artifact, Trial, utcnow
 from fleet.store._trials import TrialStore
 from fleet.store._types import CompileStart, TrialWork
 
@@ -187,3 +187,67 @@ class BuildStore(TrialStore):
                     self._hot.compiled, {"trial": trial_id, "owner": worker, "now": now, "built_with": toolchain}
                 )
             return bool(done)
+
+    @patient
+    def hand_to_builder(
+        self, trial_id: int, worker: str, build_key: str, toolchain: str, builder: str, lease: float
+    ) -> bool:
+        """Give the trial this worker holds to ``builder``, which is building its artifact right now.
+
+        The trial's compile then ends with that build (:meth:`handed_trials`), and this worker's build slot is
+        free meanwhile. ``builder`` renews the trial's lease with its own, so if it dies the trial comes back
+        like any other. False when that build is no longer running (built, failed or taken over): the caller
+        goes on itself.
+        """
+        # The caller looks at the build again afterwards (see compile_trial): a build that ended just as the
+        # trial was handed to it may not have seen the trial.
+        building = select(Artifact.id).where(
+            Artifact.build_key == build_key,
+            Artifact.toolchain == toolchain,
+            Artifact.state == "building",
+            Artifact.worker == builder,
+        )
+        handed = (
+            update(Trial)
+            .where(Trial.id == trial_id, Trial.worker == worker, Trial.state == "compiling", building.exists())
+            .values(worker=builder, lease_expires_at=utcnow() + timedelta(seconds=lease))
+        )
+        with self._steps() as connection:
+            return bool(connection.execute(handed).rowcount)
+
+    @patient
+    def take_back(self, trial_id: int, worker: str, builder: str, lease: float) -> bool:
+        """Take back a trial this worker handed to ``builder``, if that build has not ended its compile."""
+        taken = (
+            update(Trial)
+            .where(Trial.id == trial_id, Trial.worker == builder, Trial.state == "compiling")
+            .values(worker=worker, lease_expires_at=utcnow() + timedelta(seconds=lease))
+        )
+        with self._steps() as connection:
+            return bool(connection.execute(taken).rowcount)
+
+    @patient
+    def handed_trials(self, trial_id: int, build_key: str, worker: str, toolchain: str, built: bool) -> list[int]:
+        """The trials other compiles handed to this worker's build of ``build_key`` for ``trial_id``
+        (:meth:`hand_to_builder`).
+
+        When ``built``, they move to ``compiled`` here, as a compile that found the artifact would move them;
+        otherwise they stay this worker's to record. A trial handed just as the build ended, and not seen here,
+        is taken back by its own compile (see ``fleet.workers.execute.compile_trial``).
+        """
+        handed = (
+            Trial.build_key == build_key,
+            Trial.worker == worker,
+            Trial.state == "compiling",
+            Trial.id != trial_id,
+        )
+        with self._steps() as connection:
+            if not built:
+                return list(connection.scalars(select(Trial.id).where(*handed).order_by(Trial.id)))
+            compiled = (
+                update(Trial)
+                .where(*handed)
+                .values(state="compiled", worker=None, lease_expires_at=None, queued_at=utcnow(), toolchain=toolchain)
+                .returning(Trial.id)
+            )
+            return sorted(connection.scalars(compiled))

@@ -208,6 +208,12 @@ class HotPath:
             .where(Artifact.build_key == key, Artifact.state == "building", Artifact.worker == owner)
             .values(lease_expires_at=expires)
         )
+        # The trials other compiles handed to that build (Store.hand_to_builder) are held with it.
+        self.renew_handed = (
+            update(Trial)
+            .where(Trial.build_key == key, Trial.worker == owner, Trial.state == "compiling")
+            .values(lease_expires_at=expires)
+        )
         self.put_blob = insert(Blob).on_conflict_do_nothing()
         self.finish_build = (
             update(Artifact)

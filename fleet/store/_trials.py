@@ -419,12 +419,14 @@ class TrialStore(StoreBase):
 
     @patient
     def renew(self, trial_id: int, worker: str, lease: float, build_key: str | None = None) -> bool:
-        """Extend this worker's lease on a trial (and on the artifact it builds); False if it lost it."""
+        """Extend this worker's lease on a trial (and on the artifact it builds, with the trials handed to that
+        build); False if it lost it."""
         params = {"trial": trial_id, "owner": worker, "expires": utcnow() + timedelta(seconds=lease)}
         with self._steps() as connection:
             held = connection.execute(self._hot.renew_trial, params).rowcount
             if build_key is not None:
                 connection.execute(self._hot.renew_build, params | {"key": build_key})
+                connection.execute(self._hot.renew_handed, params | {"key": build_key})
         return bool(held)
 
     @patient

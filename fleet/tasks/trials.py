@@ -95,8 +95,9 @@ def _each(
             log.info("trial %d %s end: %s in %.3f s (task %s)", trial_id, name, outcome, seconds, task.request.id)
     finally:
         # Sent even when the database went away: compiled trials' evaluations would be lost otherwise.
-        # What this message's trials need next goes out together (the next worker splits it if slow).
-        send(following, batch=max(1, len(following)))
+        # What this message's trials need next goes out in messages as large as this one: together when the
+        # driver found them cheap, one to a message when it did not (the next worker splits it if slow).
+        send(following, batch=len(trial_ids))
         send(rest)
     if error is not None:
         raise error
@@ -114,15 +115,20 @@ def compile(self: Task, target: str, trial_ids: list[int] | None = None, trial_i
     from fleet.workers.execute import compile_trial
 
     ctx = context(self.request.hostname)
+    handed: list[int] = []  # trials other compiles gave to this worker's builds, compiled with them
 
     def then(trial_id: int, outcome: str) -> list[Requeue]:
+        for other in handed:
+            log.info("trial %d compile end: compiled by trial %d's build (task %s)", other, trial_id, self.request.id)
+        following = [Requeue(other, target, "evaluate") for other in handed]
+        handed.clear()
         if outcome == "compiled":
-            return [Requeue(trial_id, target, "evaluate")]
-        if outcome == "lost":  # a database crash may have taken our claim, and the message with it
-            return ctx.store.resend(trial_id)
-        return []
+            following.insert(0, Requeue(trial_id, target, "evaluate"))
+        elif outcome == "lost":  # a database crash may have taken our claim, and the message with it
+            following += ctx.store.resend(trial_id)
+        return following
 
-    return _each(self, "compile", target, _ids(trial_ids, trial_id), lambda t: compile_trial(ctx, t), then)
+    return _each(self, "compile", target, _ids(trial_ids, trial_id), lambda t: compile_trial(ctx, t, handed), then)
 
 
 @app.task(name="fleet.evaluate", bind=True)

@@ -148,10 +148,18 @@ class WorkerContext:
         return lambda: self.store.renew(trial_id, self.owner, self.settings.lease_seconds, build_key)
 
 
-def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
+def compile_trial(ctx: WorkerContext, trial_id: int, handed: list[int] | None = None) -> str:
     """Make sure ``trial_id``'s artifact exists, building it if nobody else is; return the outcome.
 
     ``compiled`` means send the evaluation next; ``skipped`` means this delivery was a duplicate.
+
+    Parameters
+    ----------
+    handed:
+        Given by a caller that sends the evaluations itself (the compile task). A trial whose artifact
+        another worker is building is then handed to that build (``handed``: the builder sends its
+        evaluation) instead of waiting for it in this build slot; and the trials handed to this worker's
+        build, once it is built, are appended here. Without it, such a trial waits for the build.
     """
     s = ctx.settings
     start = ctx.store.start_compile(trial_id, ctx.owner, s.lease_seconds, s.max_attempts, ctx.toolchains)
@@ -175,10 +183,23 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
             if artifact.state == "built":
                 return "compiled" if ctx.store.mark_compiled(trial_id, ctx.owner, toolchain) else "lost"
             if artifact.worker == ctx.owner:
-                if _build(ctx, work, toolchain):
+                if _build(ctx, work, toolchain, handed):
                     return "compiled"
+            elif handed is not None:
+                # Another worker is building the same key right now: its build ends this compile too, and this
+                # build slot goes on to the next build instead of waiting (refused: that build has just ended).
+                builder = artifact.worker
+                if ctx.store.hand_to_builder(trial_id, ctx.owner, work.build_key, toolchain, builder, s.lease_seconds):
+                    # Still building: its end will find the trial. Ended already: it may have looked before
+                    # the trial was handed, so the trial is taken back, unless that build has ended it.
+                    artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts, toolchain)
+                    if artifact.state == "building" and artifact.worker == builder:
+                        return "handed"
+                    if not ctx.store.take_back(trial_id, ctx.owner, builder, s.lease_seconds):
+                        return "handed"
+                    continue
             else:
-                # Another worker is building the same key right now: wait for it, keeping our own claim.
+                # Wait for it, keeping our own claim.
                 time.sleep(BUILD_POLL_SECONDS)
                 if time.monotonic() - last_tick > ctx.tick_seconds:
                     if not tick():
@@ -196,8 +217,8 @@ def compile_trial(ctx: WorkerContext, trial_id: int) -> str:
         raise
 
 
-def _build(ctx: WorkerContext, work: TrialWork, toolchain: str) -> bool:
-    """Build and record the artifact; True when the trial is now ``compiled``."""
+def _build(ctx: WorkerContext, work: TrialWork, toolchain: str, handed: list[int] | None) -> bool:
+    """Build and record the artifact, and end the compiles handed to it; True when the trial is now ``compiled``."""
     workload = ctx.workload(work.campaign_id, work.workload)
     with ctx.scratch() as scratch:
         job = Job(
@@ -224,6 +245,15 @@ def _build(ctx: WorkerContext, work: TrialWork, toolchain: str) -> bool:
         trial_id=work.trial_id,
         toolchain=toolchain,
     )
+    if handed is not None:
+        ok = built.data is not None
+        others = ctx.store.handed_trials(work.trial_id, work.build_key, ctx.owner, toolchain, built=ok)
+        if ok:
+            handed += others
+        else:
+            for trial_id in others:  # they end as the trial that built it does
+                reason = f"build failed: {built.reason}"
+                ctx.store.record(trial_id, ctx.owner, state="errored", reason=reason, stderr_tail=built.log_tail)
     return built.data is not None
 
 

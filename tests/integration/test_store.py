@@ -1081,6 +1081,83 @@ def test_finish_build_by_a_non_owner_is_refused(store: Store) -> None:
     assert store.artifact(work.build_key).state == "building"
 
 
+def shared_build(store: Store, trials: int = 3) -> tuple[TrialWork, list[int]]:
+    """A build claimed by "builder" for the first of ``trials`` trials of one build key; the others, each
+    claimed for compile by a worker of its own ("w1", "w2", ...)."""
+    campaign = make_campaign(store)
+    pid = store.campaign_problems(campaign.id)[0].id
+    key = digest(["build", pid, "shared"])
+    created = store.add_trials(
+        campaign.id,
+        TARGET,
+        [NewTrial(pid, {"tile": t}, key, digest(["measure", t])) for t in range(trials)],
+    )
+    ids = [trial_id for trial_id, _ in created]
+    work = store.claim(ids[0], "compile", "builder", LEASE, MAX)
+    assert work is not None
+    store.claim_build(work, "builder", LEASE, MAX, "gcc 13")
+    for n, other in enumerate(ids[1:], 1):
+        assert store.claim(other, "compile", f"w{n}", LEASE, MAX) is not None
+    return work, ids[1:]
+
+
+def test_a_compile_handed_to_the_running_build_is_compiled_when_it_ends(store: Store) -> None:
+    work, (first, second) = shared_build(store)
+    assert store.hand_to_builder(first, "w1", work.build_key, "gcc 13", "builder", LEASE)
+    assert store.hand_to_builder(second, "w2", work.build_key, "gcc 13", "builder", LEASE)
+    assert store.trial(first).worker == "builder"
+    assert not store.mark_compiled(first, "w1")  # no longer w1's
+
+    assert store.finish_build(work.build_key, "builder", data=b"ELF", trial_id=work.trial_id, toolchain="gcc 13")
+    assert store.handed_trials(work.trial_id, work.build_key, "builder", "gcc 13", built=True) == [first, second]
+    for trial_id in (work.trial_id, first, second):
+        trial = store.trial(trial_id)
+        assert (trial.state, trial.worker, trial.toolchain) == ("compiled", None, "gcc 13")
+    assert store.handed_trials(work.trial_id, work.build_key, "builder", "gcc 13", built=True) == []
+
+
+def test_a_compile_is_not_handed_to_a_build_that_is_not_running(store: Store) -> None:
+    work, (first, second) = shared_build(store)
+    assert not store.hand_to_builder(first, "w1", work.build_key, "gcc 13", "someone else", LEASE)
+    assert not store.hand_to_builder(first, "w1", work.build_key, "clang 18", "builder", LEASE)  # another artifact
+    assert not store.hand_to_builder(first, "w2", work.build_key, "gcc 13", "builder", LEASE)  # not w2's trial
+    assert store.finish_build(work.build_key, "builder", data=b"ELF", trial_id=work.trial_id, toolchain="gcc 13")
+    assert not store.hand_to_builder(second, "w2", work.build_key, "gcc 13", "builder", LEASE)
+    assert {store.trial(first).worker, store.trial(second).worker} == {"w1", "w2"}
+
+
+def test_a_handed_compile_is_taken_back_only_while_the_build_has_not_ended_it(store: Store) -> None:
+    work, (first, second) = shared_build(store)
+    for trial_id, worker in ((first, "w1"), (second, "w2")):
+        assert store.hand_to_builder(trial_id, worker, work.build_key, "gcc 13", "builder", LEASE)
+    assert store.take_back(first, "w1", "builder", LEASE)
+    assert store.trial(first).worker == "w1"
+    store.finish_build(work.build_key, "builder", data=b"ELF", trial_id=work.trial_id, toolchain="gcc 13")
+    assert store.handed_trials(work.trial_id, work.build_key, "builder", "gcc 13", built=True) == [second]
+    assert not store.take_back(second, "w2", "builder", LEASE)
+
+
+def test_a_failed_build_leaves_its_handed_compiles_to_its_builder_to_record(store: Store) -> None:
+    work, (first,) = shared_build(store, trials=2)
+    assert store.hand_to_builder(first, "w1", work.build_key, "gcc 13", "builder", LEASE)
+    assert store.finish_build(work.build_key, "builder", data=None, reason="gcc: error", toolchain="gcc 13")
+    assert store.handed_trials(work.trial_id, work.build_key, "builder", "gcc 13", built=False) == [first]
+    assert store.record(first, "builder", state="errored", reason="build failed: gcc: error")
+    assert store.trial(first).state == "errored"
+
+
+def test_the_builders_renewal_holds_its_handed_compiles_and_its_death_gives_them_back(store: Store) -> None:
+    work, (first,) = shared_build(store, trials=2)
+    assert store.hand_to_builder(first, "w1", work.build_key, "gcc 13", "builder", 1.0)
+    before = store.trial(first).lease_expires_at
+    assert store.renew(work.trial_id, "builder", LEASE, work.build_key)
+    assert store.trial(first).lease_expires_at > before
+
+    expire_trial(store, first)  # the builder died: nobody renews it
+    assert Requeue(first, TARGET, "compile") in store.reap(MAX)
+    assert (store.trial(first).state, store.trial(first).worker) == ("new", None)
+
+
 def test_a_missing_artifact_is_none(store: Store) -> None:
     assert store.artifact("0" * 64) is None
 
