@@ -4,6 +4,8 @@ The CLI prints ``str(error)`` of any :class:`FleetError` as one line and exits n
 must say what is wrong and, where it helps, what to do about it.
 """
 
+import unicodedata
+
 
 class FleetError(Exception):
     """Base of every error Fleet raises on purpose."""
@@ -43,6 +45,22 @@ class DriverLineError(SpecError):
 
 class MIOpenDbError(FleetError):
     """A find-db, perf-db or kernel-db file (or key) that cannot be read or written."""
+
+
+# Cc: C0 and C1 controls (newline, ESC); Cf: format characters (bidirectional overrides that reorder what a
+# terminal shows); Zl and Zp: line and paragraph separators; Cs: lone surrogates, which are not UTF-8.
+UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def printable(text: str) -> str:
+    """``text`` with its control and format characters escaped (``\\x1b``), for output that prints a stored
+    value (a knob's value may be any string): it cannot move the terminal's cursor or reorder what it shows."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c.encode("unicode_escape", "backslashreplace").decode() if unicodedata.category(c) in UNPRINTABLE else c
+        for c in text
+    )
 
 
 def shown(value: object, limit: int = 80) -> str:

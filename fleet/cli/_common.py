@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from fleet.errors import BrokerError, FleetError
+from fleet.errors import BrokerError, FleetError, printable
 from fleet.settings import get_settings, redact
 
 T = TypeVar("T")
@@ -68,12 +68,12 @@ def format_value(value: Any) -> str:
         return "false"
     if value is None:
         return "null"
-    return str(value)
+    return printable(str(value))
 
 
 def format_config(config: dict[str, Any]) -> str:
     """``k=v k=v``: a configuration or a problem's parameters on one line."""
-    return " ".join(f"{k}={format_value(v)}" for k, v in config.items())
+    return " ".join(f"{printable(str(k))}={format_value(v)}" for k, v in config.items())
 
 
 def is_stdout(output: Path) -> bool:

@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
-from fleet.errors import SpecError, shown
+from fleet.errors import UNPRINTABLE, SpecError, shown
 from fleet.space import MAX_INTEGER_BITS, check_text
 
 NAME_LENGTH = 128
@@ -29,10 +29,6 @@ SPEC_BYTES = 16 << 20
 JSON_DEPTH = 32
 """Nesting of the objects and lists of a spec (a workload's templates nest a few levels)."""
 
-# Cc: C0 and C1 controls (newline, ESC); Cf: format characters (bidirectional overrides that reorder what a
-# terminal shows); Zl and Zp: line and paragraph separators; Cs: lone surrogates, which are not UTF-8.
-_UNPRINTABLE = {"Cc", "Cf", "Zl", "Zp", "Cs"}
-
 
 def check_label(where: str, value: Any, limit: int) -> str:
     """``value`` if it is a string of 1 to ``limit`` characters with no control character, else SpecError."""
@@ -41,7 +37,7 @@ def check_label(where: str, value: Any, limit: int) -> str:
     if len(value) > limit:
         raise SpecError(f"{where} {shown(value, 40)} has {len(value)} characters; at most {limit} are allowed")
     for character in value:
-        if unicodedata.category(character) in _UNPRINTABLE:
+        if unicodedata.category(character) in UNPRINTABLE:
             raise SpecError(f"{where} {shown(value, 40)} holds the control character {character!r}")
     return value
 

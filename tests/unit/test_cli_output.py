@@ -98,3 +98,11 @@ def test_write_output_to_a_place_that_cannot_be_written(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(FleetError, match="cannot write"):
         write_output(tmp_path / "file" / "x.csv", lambda out: out.write(""))
+
+
+def test_control_characters_in_stored_values_print_escaped() -> None:
+    # A knob's value may be any string: an escape code or a bidirectional override must not reach the terminal.
+    config = {"mode": "\x1b[2J\x1b[Hfast", "name": "a\u202eb", "ok": "tab-free naïve 10\u00a0µs", "n": 3}
+    line = format_config(config)
+    assert line == "mode=\\x1b[2J\\x1b[Hfast name=a\\u202eb ok=tab-free naïve 10\u00a0µs n=3"
+    assert format_value("line\nbreak") == "line\\nbreak"
