@@ -33,11 +33,13 @@ def noop_campaign(fleet: Fleet, name: str, *knobs: Knob) -> Campaign:
     return submit(fleet.store, spec)
 
 
-def recorded(batches: list[int]) -> Callable[[list[Requeue], int], int]:
-    """``send``, noting the trials per message the driver asked for."""
+def recorded(batches: list[int], sizes: list[int] | None = None) -> Callable[[list[Requeue], int], int]:
+    """``send``, noting the trials per message the driver asked for (and, in ``sizes``, the trials it sent)."""
 
     def dispatch(work: list[Requeue], batch: int) -> int:
         batches.append(batch)
+        if sizes is not None:
+            sizes.append(len(work))
         return send(work, batch)
 
     return dispatch
@@ -46,12 +48,16 @@ def recorded(batches: list[int]) -> Callable[[list[Requeue], int], int]:
 def test_cheap_trials_share_messages_and_each_is_recorded_once(fleet: Fleet) -> None:
     campaign = noop_campaign(fleet, "cheap", Knob("i", tuple(range(300))), Knob("r", (0, 1), build=False))
     batches: list[int] = []
+    sizes: list[int] = []
 
     # A window smaller than the campaign: the driver sends again as trials finish, knowing their pace.
-    Driver(fleet.store, campaign, recorded(batches), window=200).run()
+    Driver(fleet.store, campaign, recorded(batches, sizes), window=200).run()
 
     assert batches[0] == 1  # the first trials go alone: nothing is known of their pace yet
     assert max(batches) > 1
+    # Once cheap, trials go out a message's worth at a time, not as they trickle back (the last may be less).
+    cheap = [size for size, batch in zip(sizes, batches, strict=True) if batch > 1]
+    assert cheap and min(cheap[:-1] or [MAX_BATCH]) >= MAX_BATCH
     assert fleet.store.trial_counts(campaign.id) == {"evaluated": 600}
     assert_each_recorded_once(fleet)
 
