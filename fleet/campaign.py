@@ -401,9 +401,8 @@ class Driver:
             return
         window = self.window if window is None else window
         # Cheap trials go out a message's worth at a time (or half the window, when that is less). Sending
-        # whatever finished since the last look would split the window into ever smaller messages, and a
-        # message costs the worker and the driver about what a cheap trial does: 20 campaigns of 5,000 fell to
-        # half their rate as theirs did.
+        # whatever finished since the last look can split the window into ever smaller messages, and a message
+        # costs the worker and the driver about what a cheap trial does.
         whole = min(MAX_BATCH, max(1, window // 2))
         if self.pace.cheap and not self.dynamic and self.in_flight and window - len(self.in_flight) < whole:
             return
