@@ -152,11 +152,13 @@ class BuildStore(TrialStore):
         seconds: float | None = None,
         trial_id: int | None = None,
         toolchain: str = "",
+        handed: list[int] | None = None,
     ) -> bool:
         """Record the build this worker owns: ``data`` when it succeeded, ``reason`` when it failed.
 
         ``toolchain`` is the one it built with (its artifact's). With ``trial_id``, the trial this worker holds
-        moves to ``compiled`` with it.
+        moves to ``compiled`` with it; with ``handed`` too, so do the trials other compiles handed to this build
+        (:meth:`hand_to_builder`), whose ids are appended to it, when the build succeeded.
         """
         now = utcnow()
         blob = None if data is None else hashlib.sha256(data).hexdigest()
@@ -173,8 +175,11 @@ class BuildStore(TrialStore):
         }
         with self._steps() as connection:
             if data is not None and trial_id is not None and self._hot.built_and_compiled is not None:
-                params |= {"trial": trial_id, "blob_size": len(data), "blob_data": data}
-                return bool(self._run(connection, "built_and_compiled", params).scalar())
+                params |= {"trial": trial_id, "blob_size": len(data), "blob_data": data, "sweep": handed is not None}
+                row = self._run(connection, "built_and_compiled", params).first()
+                if handed is not None:
+                    handed += sorted(row.handed or [])
+                return bool(row.built)
             # In this order, so that a worker stopped between two statements leaves a trial that its lease
             # gives back.
             if data is not None:
@@ -186,6 +191,8 @@ class BuildStore(TrialStore):
                 connection.execute(
                     self._hot.compiled, {"trial": trial_id, "owner": worker, "now": now, "built_with": toolchain}
                 )
+                if handed is not None:
+                    handed += self._handed(connection, trial_id, build_key, worker, toolchain, built=True)
             return bool(done)
 
     @patient
@@ -227,27 +234,31 @@ class BuildStore(TrialStore):
             return bool(connection.execute(taken).rowcount)
 
     @patient
-    def handed_trials(self, trial_id: int, build_key: str, worker: str, toolchain: str, built: bool) -> list[int]:
+    def handed_trials(self, trial_id: int, build_key: str, worker: str, toolchain: str) -> list[int]:
         """The trials other compiles handed to this worker's build of ``build_key`` for ``trial_id``
-        (:meth:`hand_to_builder`).
+        (:meth:`hand_to_builder`), still this worker's: those of a build that failed, for it to record.
 
-        When ``built``, they move to ``compiled`` here, as a compile that found the artifact would move them;
-        otherwise they stay this worker's to record. A trial handed just as the build ended, and not seen here,
-        is taken back by its own compile (see ``fleet.workers.execute.compile_trial``).
+        A successful build's :meth:`finish_build` moves them to ``compiled``. A trial handed just as the build
+        ended, and not seen there, is taken back by its own compile (see ``fleet.workers.execute.compile_trial``).
         """
+        with self._steps() as connection:
+            return self._handed(connection, trial_id, build_key, worker, toolchain, built=False)
+
+    def _handed(
+        self, connection: Connection, trial_id: int, build_key: str, worker: str, toolchain: str, built: bool
+    ) -> list[int]:
         handed = (
             Trial.build_key == build_key,
             Trial.worker == worker,
             Trial.state == "compiling",
             Trial.id != trial_id,
         )
-        with self._steps() as connection:
-            if not built:
-                return list(connection.scalars(select(Trial.id).where(*handed).order_by(Trial.id)))
-            compiled = (
-                update(Trial)
-                .where(*handed)
-                .values(state="compiled", worker=None, lease_expires_at=None, queued_at=utcnow(), toolchain=toolchain)
-                .returning(Trial.id)
-            )
-            return sorted(connection.scalars(compiled))
+        if not built:
+            return list(connection.scalars(select(Trial.id).where(*handed).order_by(Trial.id)))
+        compiled = (
+            update(Trial)
+            .where(*handed)
+            .values(state="compiled", worker=None, lease_expires_at=None, queued_at=utcnow(), toolchain=toolchain)
+            .returning(Trial.id)
+        )
+        return sorted(connection.scalars(compiled))

@@ -1108,12 +1108,21 @@ def test_a_compile_handed_to_the_running_build_is_compiled_when_it_ends(store: S
     assert store.trial(first).worker == "builder"
     assert not store.mark_compiled(first, "w1")  # no longer w1's
 
-    assert store.finish_build(work.build_key, "builder", data=b"ELF", trial_id=work.trial_id, toolchain="gcc 13")
-    assert store.handed_trials(work.trial_id, work.build_key, "builder", "gcc 13", built=True) == [first, second]
+    handed: list[int] = []
+    done = store.finish_build(
+        work.build_key, "builder", data=b"ELF", trial_id=work.trial_id, toolchain="gcc 13", handed=handed
+    )
+    assert done and handed == [first, second]
     for trial_id in (work.trial_id, first, second):
         trial = store.trial(trial_id)
         assert (trial.state, trial.worker, trial.toolchain) == ("compiled", None, "gcc 13")
-    assert store.handed_trials(work.trial_id, work.build_key, "builder", "gcc 13", built=True) == []
+
+
+def test_a_build_whose_caller_sends_no_evaluations_leaves_its_handed_compiles_to_their_lease(store: Store) -> None:
+    work, (first, _) = shared_build(store)
+    assert store.hand_to_builder(first, "w1", work.build_key, "gcc 13", "builder", LEASE)
+    assert store.finish_build(work.build_key, "builder", data=b"ELF", trial_id=work.trial_id, toolchain="gcc 13")
+    assert (store.trial(first).state, store.trial(first).worker) == ("compiling", "builder")
 
 
 def test_a_compile_is_not_handed_to_a_build_that_is_not_running(store: Store) -> None:
@@ -1132,8 +1141,11 @@ def test_a_handed_compile_is_taken_back_only_while_the_build_has_not_ended_it(st
         assert store.hand_to_builder(trial_id, worker, work.build_key, "gcc 13", "builder", LEASE)
     assert store.take_back(first, "w1", "builder", LEASE)
     assert store.trial(first).worker == "w1"
-    store.finish_build(work.build_key, "builder", data=b"ELF", trial_id=work.trial_id, toolchain="gcc 13")
-    assert store.handed_trials(work.trial_id, work.build_key, "builder", "gcc 13", built=True) == [second]
+    handed: list[int] = []
+    store.finish_build(
+        work.build_key, "builder", data=b"ELF", trial_id=work.trial_id, toolchain="gcc 13", handed=handed
+    )
+    assert handed == [second]
     assert not store.take_back(second, "w2", "builder", LEASE)
 
 
@@ -1141,7 +1153,7 @@ def test_a_failed_build_leaves_its_handed_compiles_to_its_builder_to_record(stor
     work, (first,) = shared_build(store, trials=2)
     assert store.hand_to_builder(first, "w1", work.build_key, "gcc 13", "builder", LEASE)
     assert store.finish_build(work.build_key, "builder", data=None, reason="gcc: error", toolchain="gcc 13")
-    assert store.handed_trials(work.trial_id, work.build_key, "builder", "gcc 13", built=False) == [first]
+    assert store.handed_trials(work.trial_id, work.build_key, "builder", "gcc 13") == [first]
     assert store.record(first, "builder", state="errored", reason="build failed: gcc: error")
     assert store.trial(first).state == "errored"
 
