@@ -201,10 +201,10 @@ class BuildStore(TrialStore):
     ) -> bool:
         """Give the trial this worker holds to ``builder``, which is building its artifact right now.
 
-        The trial's compile then ends with that build (:meth:`handed_trials`), and this worker's build slot is
-        free meanwhile. ``builder`` renews the trial's lease with its own, so if it dies the trial comes back
-        like any other. False when that build is no longer running (built, failed or taken over): the caller
-        goes on itself.
+        The trial's compile then ends with that build (:meth:`finish_build` with ``handed``), and this worker's
+        build slot is free meanwhile. ``builder`` renews the trial's lease with its own, so if it dies the trial
+        comes back like any other. False when that build is no longer running (built, failed or taken over):
+        the caller goes on itself.
         """
         # The caller looks at the build again afterwards (see compile_trial): a build that ended just as the
         # trial was handed to it may not have seen the trial.

@@ -235,7 +235,6 @@ def _build(ctx: WorkerContext, work: TrialWork, toolchain: str, handed: list[int
         # The node's cache gets it now, so an evaluation here need not fetch it back; a small artifact
         # comes with the evaluation's claim instead.
         ctx.cache.put(hashlib.sha256(built.data).hexdigest(), built.data)
-    others: list[int] = []
     ctx.store.finish_build(
         work.build_key,
         ctx.owner,
@@ -245,11 +244,9 @@ def _build(ctx: WorkerContext, work: TrialWork, toolchain: str, handed: list[int
         seconds=built.seconds,
         trial_id=work.trial_id,
         toolchain=toolchain,
-        handed=None if handed is None else others,
+        handed=handed,  # a successful build compiles the trials handed to it, and names them here
     )
-    if handed is not None and built.data is not None:
-        handed += others
-    elif handed is not None:
+    if handed is not None and built.data is None:
         for trial_id in ctx.store.handed_trials(work.trial_id, work.build_key, ctx.owner, toolchain):
             # They end as the trial that built it does.
             reason = f"build failed: {built.reason}"
