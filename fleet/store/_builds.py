@@ -192,7 +192,7 @@ class BuildStore(TrialStore):
                     self._hot.compiled, {"trial": trial_id, "owner": worker, "now": now, "built_with": toolchain}
                 )
                 if handed is not None:
-                    handed += self._handed(connection, trial_id, build_key, worker, toolchain, built=True)
+                    handed += sorted(connection.scalars(self._hot.compile_handed, params | {"trial": trial_id}))
             return bool(done)
 
     @patient
@@ -234,31 +234,15 @@ class BuildStore(TrialStore):
             return bool(connection.execute(taken).rowcount)
 
     @patient
-    def handed_trials(self, trial_id: int, build_key: str, worker: str, toolchain: str) -> list[int]:
+    def handed_trials(self, trial_id: int, build_key: str, worker: str) -> list[int]:
         """The trials other compiles handed to this worker's build of ``build_key`` for ``trial_id``
         (:meth:`hand_to_builder`), still this worker's: those of a build that failed, for it to record.
 
         A successful build's :meth:`finish_build` moves them to ``compiled``. A trial handed just as the build
         ended, and not seen there, is taken back by its own compile (see ``fleet.workers.execute.compile_trial``).
         """
+        handed = select(Trial.id).where(
+            Trial.build_key == build_key, Trial.worker == worker, Trial.state == "compiling", Trial.id != trial_id
+        )
         with self._steps() as connection:
-            return self._handed(connection, trial_id, build_key, worker, toolchain, built=False)
-
-    def _handed(
-        self, connection: Connection, trial_id: int, build_key: str, worker: str, toolchain: str, built: bool
-    ) -> list[int]:
-        handed = (
-            Trial.build_key == build_key,
-            Trial.worker == worker,
-            Trial.state == "compiling",
-            Trial.id != trial_id,
-        )
-        if not built:
-            return list(connection.scalars(select(Trial.id).where(*handed).order_by(Trial.id)))
-        compiled = (
-            update(Trial)
-            .where(*handed)
-            .values(state="compiled", worker=None, lease_expires_at=None, queued_at=utcnow(), toolchain=toolchain)
-            .returning(Trial.id)
-        )
-        return sorted(connection.scalars(compiled))
+            return list(connection.scalars(handed.order_by(Trial.id)))

@@ -208,11 +208,15 @@ class HotPath:
             .where(Artifact.build_key == key, Artifact.state == "building", Artifact.worker == owner)
             .values(lease_expires_at=expires)
         )
-        # The trials other compiles handed to that build (Store.hand_to_builder) are held with it.
-        self.renew_handed = (
+        # The trials other compiles handed to that build (Store.hand_to_builder) are held with it, and compiled
+        # with it (``trial``: the build's own, which ``compiled`` moves).
+        handed = (Trial.build_key == key, Trial.worker == owner, Trial.state == "compiling")
+        self.renew_handed = update(Trial).where(*handed).values(lease_expires_at=expires)
+        self.compile_handed = (
             update(Trial)
-            .where(Trial.build_key == key, Trial.worker == owner, Trial.state == "compiling")
-            .values(lease_expires_at=expires)
+            .where(*handed, Trial.id != trial)
+            .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now, toolchain=built_with)
+            .returning(Trial.id)
         )
         self.put_blob = insert(Blob).on_conflict_do_nothing()
         self.finish_build = (
@@ -245,23 +249,12 @@ class HotPath:
             # The trials other compiles handed to this build (Store.hand_to_builder), when the caller sends their
             # evaluations (``sweep``): compiled in the same statement, as a round trip more per build would cost
             # a build worker a third of its rate on cheap trials.
-            handed = (
-                update(Trial)
-                .where(
-                    Trial.build_key == key,
-                    Trial.worker == owner,
-                    Trial.state == "compiling",
-                    Trial.id != trial,
-                    bindparam("sweep", type_=Boolean),
-                    select(built.c.build_key).exists(),
-                )
-                .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now, toolchain=built_with)
-                .returning(Trial.id)
-                .cte("handed")
-            )
+            handed_now = (
+                self.compile_handed.where(bindparam("sweep", type_=Boolean), select(built.c.build_key).exists())
+            ).cte("handed")
             self.built_and_compiled = select(
                 select(func.count()).select_from(built).scalar_subquery().label("built"),
-                select(func.array_agg(handed.c.id)).scalar_subquery().label("handed"),
+                select(func.array_agg(handed_now.c.id)).scalar_subquery().label("handed"),
             ).add_cte(stored, compiled)
 
             # A compile claim and its artifact's creation in one statement. The artifact's build-time

@@ -247,7 +247,7 @@ def _build(ctx: WorkerContext, work: TrialWork, toolchain: str, handed: list[int
         handed=handed,  # a successful build compiles the trials handed to it, and names them here
     )
     if handed is not None and built.data is None:
-        for trial_id in ctx.store.handed_trials(work.trial_id, work.build_key, ctx.owner, toolchain):
+        for trial_id in ctx.store.handed_trials(work.trial_id, work.build_key, ctx.owner):
             # They end as the trial that built it does.
             reason = f"build failed: {built.reason}"
             ctx.store.record(trial_id, ctx.owner, state="errored", reason=reason, stderr_tail=built.log_tail)
