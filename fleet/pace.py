@@ -13,7 +13,13 @@ import math
 
 CHEAP_SECONDS = 0.05
 """Trials taking at most this long each, per slot, are cheap. A worker holding a message whose trials turn
-out slower sends the rest on, one per message (``fleet.tasks.trials``)."""
+out slower sends the rest on, one per message (``fleet.tasks.trials``), once it has held it
+:data:`SPLIT_SECONDS`."""
+
+SPLIT_SECONDS = 1.0
+"""A message of trials slower than cheap is split only once it has held its slot this long. A pause (a
+vacuum, a busy CPU) slows every trial for a moment; splitting messages then multiplies them when the fleet is
+busiest, and their cost kept 20 campaigns of cheap trials at half their rate for tens of seconds."""
 
 PROBE_SECONDS = 0.5
 """The first trials coming back within this long are taken to be cheap; none back by then, to be slow."""
@@ -22,7 +28,11 @@ MAX_BATCH = 32
 """Most trials in one message: enough that the message costs little per trial."""
 
 MEASURE_SECONDS = 1.0
-"""The pace is measured again over each span this long."""
+"""The pace is measured again over each span this long in which trials came back."""
+
+QUIET_SECONDS = 5.0
+"""No trial back for this long: the trials are slow. A shorter span without one says little: campaigns that
+share a queue see their trials back a message at a time, behind the other campaigns' messages."""
 
 SLOT_DEPTH = 4
 """Messages a submitted campaign's target keeps in flight per evaluation slot: enough that no slot waits on
@@ -86,8 +96,10 @@ class Pace:
             # A first trial back this soon is cheap enough to try: its time is mostly the messages' and the
             # polls' latency, not its work. A worker finding a message's trials slow sends the rest on alone.
             self.seconds = CHEAP_SECONDS
-        elif elapsed >= MEASURE_SECONDS:
-            self.seconds = self.slots * elapsed / self._finished if self._finished else float("inf")
+        elif self._finished and elapsed >= MEASURE_SECONDS:
+            self.seconds = self.slots * elapsed / self._finished
+        elif elapsed >= QUIET_SECONDS:
+            self.seconds = float("inf")
         else:
             return
         self._since, self._finished = now, 0

@@ -17,7 +17,7 @@ from celery import Task
 from celery.exceptions import Retry
 
 from fleet.errors import StoreUnavailable
-from fleet.pace import CHEAP_SECONDS
+from fleet.pace import CHEAP_SECONDS, SPLIT_SECONDS
 from fleet.settings import get_settings
 from fleet.store import Requeue
 from fleet.tasks._app import app
@@ -68,7 +68,8 @@ def _each(
     try:
         for done, trial_id in enumerate(trial_ids):
             # Trials slower than the driver took them for: the rest go out one per message, for idle slots.
-            if done and time.monotonic() - started > CHEAP_SECONDS * done:
+            held = time.monotonic() - started
+            if done and held > SPLIT_SECONDS and held > CHEAP_SECONDS * done:
                 rest = [Requeue(later, target, name) for later in trial_ids[done:]]
                 outcomes["sent on"] += len(rest)
                 break

@@ -3,6 +3,7 @@ and given back on its own."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 
@@ -12,7 +13,7 @@ from fleet.settings import Settings
 from fleet.space import Knob, Space
 from fleet.spec import load_spec
 from fleet.spec.keys import trial_keys
-from fleet.store import Campaign, NewTrial, Requeue
+from fleet.store import Campaign, NewTrial, Requeue, Trial
 from fleet.tasks import app, configure, send
 from tests.conftest import Fleet, write_spec
 from tests.integration.test_faults import assert_each_recorded_once, script_spec, trials
@@ -113,3 +114,47 @@ def test_a_worker_killed_in_the_middle_of_a_message_gives_each_of_its_trials_bac
     assert killed.attempts == 2  # given back by its lease, measured again
     assert all(t.attempts == 1 for t in trials(fleet) if t.config["mode"] != "killonce")
     assert_each_recorded_once(fleet)
+
+
+def in_one_message(fleet: Fleet, modes: list[str]) -> tuple[list[Trial], dict[int, set[str]]]:
+    """Trials of the script workload, one per mode, sent to a worker of two evaluation slots in one message.
+
+    Returns the trials once each is evaluated, and the tasks (messages) that evaluated each, from its log lines.
+    """
+    configure(app, Settings.from_env(fleet.env))
+    campaign = submit(fleet.store, load_spec(write_spec(fleet.home, script_spec(fleet, modes))))
+    problem = fleet.store.campaign_problems(campaign.id)[0].id
+    space = Space.from_dict(campaign.space)
+    new = [NewTrial(problem, {"mode": mode}, *trial_keys(campaign, problem, {"mode": mode}, space)) for mode in modes]
+    added = fleet.store.add_trials(campaign.id, fleet.target, new)
+    fleet.start_worker("--eval-procs", "2")
+
+    send([Requeue(trial_id, fleet.target, "compile") for trial_id, _ in added], batch=len(added))
+
+    fleet.wait_for(lambda: all(t.state == "evaluated" for t in trials(fleet)), timeout=90, what="every trial")
+    assert_each_recorded_once(fleet)
+    tasks: dict[int, set[str]] = {}
+    for trial_id, task in re.findall(
+        r"trial (\d+) evaluate start \(task (\S+)\)", (fleet.home / "worker.log").read_text()
+    ):
+        tasks.setdefault(int(trial_id), set()).add(task)
+    return trials(fleet), tasks
+
+
+def test_a_message_of_slow_trials_is_split_once_it_has_held_its_slot_a_second(fleet: Fleet) -> None:
+    done, tasks = in_one_message(fleet, [f"sleep0.4{n}" for n in range(8)])
+
+    # The first message ran trials until it had held its slot a second; the rest went one to a message.
+    first = tasks[done[0].id]
+    assert sum(1 for t in done if tasks[t.id] == first) in (3, 4)
+    assert len(set().union(*tasks.values())) > 4
+    assert len({t.worker for t in done}) == 2  # the other slot took some of them
+
+
+def test_a_message_of_cheap_trials_that_a_pause_slows_is_not_split(fleet: Fleet) -> None:
+    # The first trial takes four times what a cheap one may, but the message holds its slot well under a second:
+    # splitting it would add messages when the fleet is busiest (a vacuum, a busy CPU slow every trial).
+    done, tasks = in_one_message(fleet, ["sleep0.2", "a", "bb"])
+
+    assert len(set().union(*tasks.values())) == 1
+    assert len({t.worker for t in done}) == 1

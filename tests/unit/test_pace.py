@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.pace import HORIZON_SECONDS, MAX_BATCH, MAX_DEPTH, PROBE_SECONDS, SLOT_DEPTH, Pace
+from fleet.pace import HORIZON_SECONDS, MAX_BATCH, MAX_DEPTH, PROBE_SECONDS, QUIET_SECONDS, SLOT_DEPTH, Pace
 
 
 def test_nothing_is_batched_before_the_first_trials_come_back() -> None:
@@ -50,3 +50,19 @@ def test_cheap_trials_keep_a_second_of_a_slots_work_in_flight() -> None:
     assert pace.depth() == MAX_DEPTH
     pace.finished(1, 3.1)  # slow again: back to one trial per message, SLOT_DEPTH of them
     assert pace.depth() == SLOT_DEPTH
+
+
+def test_a_second_without_trials_back_says_little_five_say_they_are_slow() -> None:
+    # Twenty campaigns sharing a queue see their trials back a message at a time, behind the others' messages.
+    pace = Pace(slots=0.05)
+    pace.sent(0.0)
+    pace.finished(32, 0.2)
+    pace.finished(32, 1.3)  # 32 in 1.1 s on a twentieth of a slot: 1.7 ms each
+    assert pace.cheap
+    pace.finished(0, 2.5)
+    pace.finished(0, 3.5)
+    assert pace.cheap  # none back for 2.2 s: their message waits behind others
+    pace.finished(32, 3.6)  # 32 in 2.3 s
+    assert pace.cheap and pace.seconds == pytest.approx(0.05 * 2.3 / 32)
+    pace.finished(0, 3.6 + QUIET_SECONDS)
+    assert not pace.cheap and pace.batch(1000) == 1
