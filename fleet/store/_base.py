@@ -154,10 +154,12 @@ class StoreBase:
             # a connection that a restart broke fails one call, which a patient store runs again. The
             # other pool's checkouts are few, and a ping spares them a connection that died while idle.
             session = {} if durable else {"options": "-c synchronous_commit=off"}
+            # A pool keeps up to pool_size connections it has opened; one more is opened for the checkout and
+            # closed at its checkin. A driver serving 20 campaigns from 20 threads opened 15 a second with 2.
             return create_engine(
                 url,
-                pool_size=2,
-                max_overflow=4,
+                pool_size=8,
+                max_overflow=8,
                 pool_pre_ping="isolation_level" not in options,
                 connect_args={"connect_timeout": 5, **session},
                 **options,
@@ -259,12 +261,13 @@ class StoreBase:
 
     @contextmanager
     def _steps(self) -> Iterator[Connection]:
-        """A connection for the workers' hot path, whose statements each stand on their own.
+        """A connection for statements that each stand on their own: the workers' hot path, and the reads
+        and lease renewals that every driver makes several times a second.
 
-        On PostgreSQL every statement commits by itself, which saves the BEGIN and COMMIT round trips: the
-        hot path orders its statements so that stopping between two of them leaves work that a lease brings
-        back, and what must be atomic is one statement. SQLite runs them in one transaction, as its writers
-        take the database's lock anyway.
+        On PostgreSQL every statement commits by itself, which saves the BEGIN and COMMIT round trips (and
+        the other pool's ping): the hot path orders its statements so that stopping between two of them
+        leaves work that a lease brings back, and what must be atomic is one statement. SQLite runs them in
+        one transaction, as its writers take the database's lock anyway.
 
         The store holds one such connection between calls: a pool's checkout and checkin cost a worker
         more CPU than a statement. A thread that finds it in use takes one from the pool, and a call that

@@ -70,8 +70,8 @@ class SteeringStore(StoreBase):
     def renew_campaign(self, campaign_id: int, driver: str, lease: float) -> str | None:
         """Extend ``driver``'s lease; the campaign's status, or None when the driver no longer holds it."""
         expires = utcnow() + timedelta(seconds=lease)
-        with self.session() as session:
-            return session.scalar(
+        with self._steps() as connection:
+            return connection.scalar(
                 update(Campaign)
                 .where(Campaign.id == campaign_id, Campaign.driver == driver)
                 .values(driver_lease_expires_at=expires)
@@ -132,17 +132,19 @@ class SteeringStore(StoreBase):
             Campaign.status == "running",
             or_(Campaign.id == campaign_id, Campaign.driver_lease_expires_at >= now),
         )
-        with self.session() as session:
-            total = session.scalar(select(func.sum(Campaign.priority)).where(active)) or 0.0
-            mine = session.scalar(select(Campaign.priority).where(Campaign.id == campaign_id)) or 0.0
-        return mine / total if total > 0 else 1.0
+        total = select(func.sum(Campaign.priority)).where(active).scalar_subquery()
+        mine = select(Campaign.priority).where(Campaign.id == campaign_id).scalar_subquery()
+        with self._steps() as connection:
+            row = connection.execute(select(mine, total)).one()
+        mine_value, total_value = row[0] or 0.0, row[1] or 0.0
+        return mine_value / total_value if total_value > 0 else 1.0
 
     @patient
     def eval_slots(self, target: str, within: float) -> int:
         """Evaluation slots of ``target``: the concurrency of its live evaluation workers."""
         since = utcnow() - timedelta(seconds=within)
-        with self.session() as session:
-            total = session.scalar(
+        with self._steps() as connection:
+            total = connection.scalar(
                 select(func.sum(Worker.concurrency)).where(
                     Worker.target == target,
                     Worker.role == "eval",

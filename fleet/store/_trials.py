@@ -237,7 +237,7 @@ class TrialStore(StoreBase):
             query = query.where(Trial.id.in_(ids))
         if campaign_id is not None:
             query = query.where(Trial.campaign_id == campaign_id)
-        with self.transaction() as connection:
+        with self._steps() as connection:
             rows = connection.execute(query).all()
         return [
             TrialResult(

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy import event, func, select, text, update
+from sqlalchemy.engine import Engine
 
 from fleet.campaign import Summary, summarize
 from fleet.errors import NotFound, StoreError
@@ -1345,8 +1346,12 @@ def test_results_look_trials_up_by_id_even_when_statistics_say_none_finished(pos
             if statement.lstrip().startswith("SELECT trials.id"):
                 statements.append(cursor.mogrify(statement, parameters).decode())
 
-        event.listen(store.engine, "before_cursor_execute", capture)
-        assert [r.trial_id for r in store.results(trial_ids[-50:])] == trial_ids[-50:]
+        # On every engine: the store reads results on its autocommit engine, not on store.engine.
+        event.listen(Engine, "before_cursor_execute", capture)
+        try:
+            assert [r.trial_id for r in store.results(trial_ids[-50:])] == trial_ids[-50:]
+        finally:
+            event.remove(Engine, "before_cursor_execute", capture)
         with store.engine.connect() as connection:
             plan = "\n".join(connection.scalars(text(f"EXPLAIN {statements[-1]}")))
         assert "ix_trials_state_lease" not in plan and "ix_trials_campaign_state" not in plan, plan
