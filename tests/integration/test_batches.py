@@ -46,6 +46,16 @@ def recorded(batches: list[int], sizes: list[int] | None = None) -> Callable[[li
     return dispatch
 
 
+def script_trials(fleet: Fleet, modes: list[str], **workload: object) -> list[int]:
+    """The trials of a script campaign, one per mode, written but not sent: a test sends them as it needs."""
+    configure(app, Settings.from_env(fleet.env))
+    campaign = submit(fleet.store, load_spec(write_spec(fleet.home, script_spec(fleet, modes, **workload))))
+    problem = fleet.store.campaign_problems(campaign.id)[0].id
+    space = Space.from_dict(campaign.space)
+    new = [NewTrial(problem, {"mode": mode}, *trial_keys(campaign, problem, {"mode": mode}, space)) for mode in modes]
+    return [trial_id for trial_id, _ in fleet.store.add_trials(campaign.id, fleet.target, new)]
+
+
 def test_cheap_trials_share_messages_and_each_is_recorded_once(fleet: Fleet) -> None:
     campaign = noop_campaign(fleet, "cheap", Knob("i", tuple(range(300))), Knob("r", (0, 1), build=False))
     batches: list[int] = []
@@ -89,21 +99,13 @@ def test_a_share_of_the_slots_admits_a_message_of_cheap_trials_per_trial_it_allo
 
 
 def test_a_worker_killed_in_the_middle_of_a_message_gives_each_of_its_trials_back_once(fleet: Fleet) -> None:
-    configure(app, Settings.from_env(fleet.env))
     marker = fleet.home / "killed"
     modes = ["a", "killonce", "bb", "ccc", "dddd", "eeeee"]
-    spec_file = write_spec(
-        fleet.home, script_spec(fleet, modes, run=[sys.executable, "poison.py", "{mode}", str(marker)])
-    )
-    campaign = submit(fleet.store, load_spec(spec_file))
-    problem = fleet.store.campaign_problems(campaign.id)[0].id
-    space = Space.from_dict(campaign.space)
-    new = [NewTrial(problem, {"mode": mode}, *trial_keys(campaign, problem, {"mode": mode}, space)) for mode in modes]
-    added = fleet.store.add_trials(campaign.id, fleet.target, new)
+    trial_ids = script_trials(fleet, modes, run=[sys.executable, "poison.py", "{mode}", str(marker)])
     fleet.start_worker("--eval-procs", "1")
 
     # One message for all six: the second run kills the process measuring them, the others wait in it.
-    send([Requeue(trial_id, fleet.target, "compile") for trial_id, _ in added], batch=len(added))
+    send([Requeue(trial_id, fleet.target, "compile") for trial_id in trial_ids], batch=len(trial_ids))
 
     fleet.wait_for(
         lambda: all(t.state in ("evaluated", "errored") for t in trials(fleet)), timeout=90, what="every trial"
@@ -121,15 +123,10 @@ def in_one_message(fleet: Fleet, modes: list[str]) -> tuple[list[Trial], dict[in
 
     Returns the trials once each is evaluated, and the tasks (messages) that evaluated each, from its log lines.
     """
-    configure(app, Settings.from_env(fleet.env))
-    campaign = submit(fleet.store, load_spec(write_spec(fleet.home, script_spec(fleet, modes))))
-    problem = fleet.store.campaign_problems(campaign.id)[0].id
-    space = Space.from_dict(campaign.space)
-    new = [NewTrial(problem, {"mode": mode}, *trial_keys(campaign, problem, {"mode": mode}, space)) for mode in modes]
-    added = fleet.store.add_trials(campaign.id, fleet.target, new)
+    trial_ids = script_trials(fleet, modes)
     fleet.start_worker("--eval-procs", "2")
 
-    send([Requeue(trial_id, fleet.target, "compile") for trial_id, _ in added], batch=len(added))
+    send([Requeue(trial_id, fleet.target, "compile") for trial_id in trial_ids], batch=len(trial_ids))
 
     fleet.wait_for(lambda: all(t.state == "evaluated" for t in trials(fleet)), timeout=90, what="every trial")
     assert_each_recorded_once(fleet)
