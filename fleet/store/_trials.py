@@ -114,9 +114,12 @@ class TrialStore(StoreBase):
                 values.append(row)
             self.insert_many(connection, Trial, values)
             keys = [(t.problem_id, digest(t.config)) for t in trials]
+            # Every column of the unique index, so that the lookup reads only these trials: without the
+            # problem, it read every trial of the campaign (3 ms a call at 5,000 trials, and growing).
             rows = connection.execute(
                 select(Trial.problem_id, Trial.config_key, Trial.id, Trial.state).where(
                     Trial.campaign_id == campaign_id,
+                    Trial.problem_id.in_({problem for problem, _ in keys}),
                     Trial.target == target,
                     Trial.config_key.in_({key for _, key in keys}),
                 )

@@ -1359,6 +1359,31 @@ def test_results_look_trials_up_by_id_even_when_statistics_say_none_finished(pos
         store.close()
 
 
+def test_add_trials_finds_its_trials_through_the_unique_index_not_the_whole_campaign(postgres_server: Any) -> None:
+    store = Store(postgres_server.create_database(f"p{uuid.uuid4().hex[:12]}"))
+    try:
+        store.upgrade()
+        campaign = make_campaign(store)
+        add(store, campaign, *({"tile": t} for t in range(3000)))
+        with store.engine.begin() as connection:
+            connection.execute(text("ANALYZE trials"))
+        statements: list[str] = []
+
+        def capture(connection: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+            if statement.lstrip().startswith("SELECT trials.problem_id, trials.config_key"):
+                statements.append(cursor.mogrify(statement, parameters).decode())
+
+        event.listen(store.engine, "before_cursor_execute", capture)
+        add(store, campaign, *({"tile": t} for t in range(2990, 3010)))  # a resumed campaign's window
+        with store.engine.connect() as connection:
+            plan = "\n".join(connection.scalars(text(f"EXPLAIN {statements[-1]}")))
+        # Each of the index's columns bounds the scan: the campaign's other trials are not read.
+        bounds = next(line for line in plan.splitlines() if "Index Cond" in line)
+        assert "uq_trial_config" in plan and "problem_id = " in bounds and "config_key)::text = ANY" in bounds, plan
+    finally:
+        store.close()
+
+
 def test_results_of_a_reused_trial_report_the_source_measurement(store: Store) -> None:
     problem = make_problem(store)
     first = make_campaign(store, name="first", problem_ids=[problem])
