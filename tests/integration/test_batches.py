@@ -139,12 +139,14 @@ def in_one_message(fleet: Fleet, modes: list[str]) -> tuple[list[Trial], dict[in
 
 
 def test_a_message_of_slow_trials_is_split_once_it_has_held_its_slot_a_second(fleet: Fleet) -> None:
-    done, tasks = in_one_message(fleet, [f"sleep0.4{n}" for n in range(8)])
+    done, tasks = in_one_message(fleet, [f"sleep0.3{n}" for n in range(8)])
 
-    # The first message ran trials until it had held its slot a second; the rest went one to a message.
+    # The first message ran trials until it had held its slot a second (three or four of them, two when each
+    # run's own cost is high); the rest went one to a message.
     first = tasks[done[0].id]
-    assert sum(1 for t in done if tasks[t.id] == first) in (3, 4)
-    assert len(set().union(*tasks.values())) > 4
+    together = sum(1 for t in done if tasks[t.id] == first)
+    assert 2 <= together <= 4
+    assert len(set().union(*tasks.values())) == 1 + len(done) - together
     assert len({t.worker for t in done}) == 2  # the other slot took some of them
 
 
