@@ -18,6 +18,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -148,6 +149,14 @@ class Trial(Base):
         UniqueConstraint("campaign_id", "problem_id", "target", "config_key", name="uq_trial_config"),
         Index("ix_trials_state_lease", "state", "lease_expires_at"),
         Index("ix_trials_campaign_state", "campaign_id", "state"),
+        # The compiles handed to a build (Store.hand_to_builder), found by its key at each build's end. Partial:
+        # a trial's row enters it once, as its compile starts, not at each change of its state.
+        Index(
+            "ix_trials_compiling_build",
+            "build_key",
+            postgresql_where=text("state = 'compiling'"),
+            sqlite_where=text("state = 'compiling'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

@@ -1384,6 +1384,30 @@ def test_add_trials_finds_its_trials_through_the_unique_index_not_the_whole_camp
         store.close()
 
 
+def test_a_builds_end_finds_the_compiles_handed_to_it_by_its_key_not_among_every_compile(
+    postgres_server: Any,
+) -> None:
+    store = Store(postgres_server.create_database(f"p{uuid.uuid4().hex[:12]}"))
+    try:
+        store.upgrade()
+        campaign = make_campaign(store)
+        add(store, campaign, *({"tile": t} for t in range(3000)))
+        with store.engine.begin() as connection:
+            # Every trial compiling at once: what a fleet of build slots, or a table not yet vacuumed, has.
+            connection.execute(update(Trial).values(state="compiling", worker="builder"))
+            connection.execute(text("ANALYZE trials"))
+            key = connection.scalar(select(Trial.build_key).limit(1))
+        statement = store._hot.compile_handed.compile(dialect=store.engine.dialect)
+        params = dict(statement.params, key=key, owner="builder", trial=0)
+        with store.engine.connect() as connection:
+            cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            sql = cursor.mogrify(str(statement), params).decode()
+            plan = "\n".join(connection.scalars(text(f"EXPLAIN {sql}")))
+        assert "ix_trials_compiling_build" in plan, plan
+    finally:
+        store.close()
+
+
 def test_results_of_a_reused_trial_report_the_source_measurement(store: Store) -> None:
     problem = make_problem(store)
     first = make_campaign(store, name="first", problem_ids=[problem])
