@@ -14,8 +14,9 @@ goal: the last at least 0.9 of the first) and over each tenth of the run, the dr
 memory (goal: under 300 MB), the wall time of ``fleet status``, ``fleet trials --state errored`` and
 ``fleet report`` run as real commands on the finished work (goal: under 2 s each; the same commands on a
 100-trial campaign measured in the same run are the baseline: most of their time is Python's start), and the
-database's bytes per trial. Trials finish when their evaluation is recorded (``finished_at`` in the database),
-so the rates are those the workers saw, not the driver's view of them.
+database's bytes per trial. For the campaigns run at once, also how evenly they went (:func:`campaign_ends`):
+campaigns that end early leave the last window to the others. Trials finish when their evaluation is recorded
+(``finished_at`` in the database), so the rates are those the workers saw, not the driver's view of them.
 """
 
 from __future__ import annotations
@@ -168,19 +169,22 @@ class Bench(Servers):
         with self.store.engine.connect() as connection:
             return int(connection.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
 
-    def finish_times(self, campaign_ids: list[int]) -> list[float]:
-        """When each trial of the campaigns was recorded, in seconds since the epoch, in order."""
+    def finish_times(self, campaign_ids: list[int]) -> dict[int, list[float]]:
+        """When each trial of the campaigns was recorded, in seconds since the epoch, in order, by campaign."""
         from sqlalchemy import select
 
         from fleet.store._models import Trial
 
         query = (
-            select(Trial.finished_at)
+            select(Trial.campaign_id, Trial.finished_at)
             .where(Trial.campaign_id.in_(campaign_ids), Trial.finished_at.is_not(None))
             .order_by(Trial.finished_at)
         )
+        times: dict[int, list[float]] = {cid: [] for cid in campaign_ids}
         with self.store.engine.connect() as connection:
-            return [moment.timestamp() for (moment,) in connection.execute(query)]
+            for cid, moment in connection.execute(query):
+                times[cid].append(moment.timestamp())
+        return times
 
     def counts(self, campaign_ids: list[int]) -> dict[str, int]:
         total: dict[str, int] = {}
@@ -222,25 +226,52 @@ def _rss_mb(pid: int) -> str:
     return "?" if kb is None else f"{kb / 1024:.0f}"
 
 
+def _rate(times: list[float]) -> float:
+    """Trials over the span between the first and the last of ``times``."""
+    span = times[-1] - times[0]
+    return (len(times) - 1) / span if span > 0 else float("inf")
+
+
 def rates(finished: list[float], window: int) -> dict[str, Any]:
     """Trials per second over the first and the last ``window`` trials to finish, and over each tenth of them.
 
     Each rate is trials over the span between the first and the last of them, so the start (workers waking,
     the first builds) and the end of the run weigh on neither side more than on the other.
     """
-
-    def rate(times: list[float]) -> float:
-        span = times[-1] - times[0]
-        return (len(times) - 1) / span if span > 0 else float("inf")
-
     tenth = max(2, len(finished) // 10)
-    first, last = rate(finished[:window]), rate(finished[-window:])
+    first, last = _rate(finished[:window]), _rate(finished[-window:])
     return {
         "trials_per_s_first": round(first, 1),
         "trials_per_s_last": round(last, 1),
         "last_over_first": round(last / first, 3),
-        "trials_per_s_by_tenth": [round(rate(finished[n : n + tenth]), 1) for n in range(0, len(finished) - 1, tenth)],
-        "trials_per_s_overall": round(rate(finished), 1),
+        "trials_per_s_by_tenth": [round(_rate(finished[n : n + tenth]), 1) for n in range(0, len(finished) - 1, tenth)],
+        "trials_per_s_overall": round(_rate(finished), 1),
+    }
+
+
+def campaign_ends(times: dict[int, list[float]], window: int) -> dict[str, Any]:
+    """How evenly campaigns run at once went, from each one's finish times (in order): what the last window saw.
+
+    Campaigns that end early leave the last ``window`` trials to fewer campaigns, each with its own window of
+    trials in flight, and their last trials drain alone: the last window's rate then says as much about how
+    evenly the campaigns went as about the fleet's cost. So beside it: when each campaign ended, how many were
+    still running as the last window began, how far the slowest had got when the first ended, and the rate
+    over the last ``window`` trials before the first ended (while every campaign ran) over the first window's.
+    """
+    finished = sorted(t for ts in times.values() for t in ts)
+    ended = {cid: ts[-1] for cid, ts in times.items() if ts}
+    first_end = min(ended.values())
+    all_ran = [t for t in finished if t <= first_end]
+    return {
+        "campaign_end_s": sorted(round(end - finished[0], 1) for end in ended.values()),
+        "campaigns_running_in_last_window": sum(1 for end in ended.values() if end > finished[-window]),
+        "slowest_campaign_when_first_ended": round(
+            min(sum(1 for t in ts if t <= first_end) / len(ts) for ts in times.values() if ts), 3
+        ),
+        # Only when the trials before the first end hold two windows, so that the two do not overlap.
+        "last_over_first_while_all_ran": (
+            round(_rate(all_ran[-window:]) / _rate(finished[:window]), 3) if len(all_ran) >= 2 * window else None
+        ),
     }
 
 
@@ -313,17 +344,26 @@ def many_campaigns(bench: Bench, campaigns: int, trials: int, window: int) -> di
         raise RuntimeError(f"the {campaigns} campaigns did not evaluate every trial: {counts}")
     bench.say("  timing fleet status (every campaign), fleet trials --state errored, fleet report (one campaign)")
     shape = {"campaigns": campaigns, "trials_per_campaign": trials, "trials": total, "driver": "fleet driver"}
-    return shape | figures(bench, ids, window, peak_kb, before, (None, names[0]))
+    return shape | figures(bench, ids, window, peak_kb, before, (None, names[0]), evenness=True)
 
 
 def figures(
-    bench: Bench, ids: list[int], window: int, peak_kb: int, before: int, commands: tuple[str | None, str]
+    bench: Bench,
+    ids: list[int],
+    window: int,
+    peak_kb: int,
+    before: int,
+    commands: tuple[str | None, str],
+    evenness: bool = False,
 ) -> dict[str, Any]:
-    """A finished phase's figures: rates, the driver's peak, the commands' seconds, the database's growth."""
+    """A finished phase's figures: rates, the driver's peak, the commands' seconds, the database's growth,
+    and with ``evenness``, how evenly its campaigns went (:func:`campaign_ends`)."""
     trials = sum(bench.store.trial_counts(cid).get("evaluated", 0) for cid in ids)
     after = bench.database_bytes()
+    times = bench.finish_times(ids)
     return {
-        **rates(bench.finish_times(ids), window),
+        **rates(sorted(t for ts in times.values() for t in ts), window),
+        **(campaign_ends(times, window) if evenness else {}),
         "driver_peak_mb": round(peak_kb / 1024, 1),
         "command_s": bench.commands(*commands),
         "database_bytes_per_trial": round((after - before) / trials),

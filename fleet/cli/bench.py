@@ -208,6 +208,13 @@ def bench_scale(trials: int, campaigns: int, campaign_trials: int | None, profil
             f"  trials/s   first {window:,} {phase['trials_per_s_first']}, last {window:,} "
             f"{phase['trials_per_s_last']}: {phase['last_over_first']} (goal >= 0.9)"
         )
+        if "campaign_end_s" in phase:
+            ends, all_ran = phase["campaign_end_s"], phase["last_over_first_while_all_ran"]
+            click.echo(
+                f"  campaigns  ended {ends[0]}-{ends[-1]} s in; {phase['campaigns_running_in_last_window']} ran in "
+                f"the last {window:,}; the slowest {phase['slowest_campaign_when_first_ended']:.0%} done when "
+                f"the first ended" + ("" if all_ran is None else f"; while all ran, last / first {all_ran}")
+            )
         click.echo(f"  driver     peak {phase['driver_peak_mb']} MB (goal < 300)")
         for command, seconds in phase["command_s"].items():
             click.echo(f"  {command:<15} {seconds:.2f} s (goal < 2; {base[command]:.2f} s on {base['trials']} trials)")

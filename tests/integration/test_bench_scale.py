@@ -41,6 +41,12 @@ def test_a_small_scale_run_gives_every_figure_of_both_phases() -> None:
         assert all(0 < seconds < 60 for seconds in phase["command_s"].values())
         # Each trial leaves a row, its measurement and index entries: a few hundred bytes to a few kB.
         assert 100 < phase["database_bytes_per_trial"] < 100_000
+    # How evenly the campaigns run at once went: each one's end, in order, within the phase.
+    ends = many["campaign_end_s"]
+    assert len(ends) == CAMPAIGNS and ends == sorted(ends) and ends[0] > 0
+    assert 1 <= many["campaigns_running_in_last_window"] <= CAMPAIGNS
+    assert 0 < many["slowest_campaign_when_first_ended"] <= 1
+    assert "campaign_end_s" not in one
     assert set(result["command_s_baseline"]) == {"trials", "status", "trials_errored", "report"}
     assert result["met"]["one_campaign"]["driver_peak_mb"] is (one["driver_peak_mb"] < 300)
     # Progress went to stderr as the run went.
