@@ -14,7 +14,8 @@ goal: the last at least 0.9 of the first) and over each tenth of the run, the dr
 memory (goal: under 300 MB), the wall time of ``fleet status``, ``fleet trials --state errored`` and
 ``fleet report`` run as real commands on the finished work (goal: under 2 s each; the same commands on a
 100-trial campaign measured in the same run are the baseline: most of their time is Python's start), and the
-database's bytes per trial. For the campaigns run at once, also how evenly they went (:func:`campaign_ends`):
+database's bytes per trial. Beside the rates, the machine's own speed over the last window over its speed over
+the first (:class:`SpeedProbe`). For the campaigns run at once, also how evenly they went (:func:`campaign_ends`):
 campaigns that end early leave the last window to the others. Trials finish when their evaluation is recorded
 (``finished_at`` in the database), so the rates are those the workers saw, not the driver's view of them.
 """
@@ -25,13 +26,16 @@ import json
 import os
 import resource
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +49,9 @@ WARMUP_TRIALS = 100
 """Trials of the campaign that warms the workers up and gives the commands' baseline times."""
 
 _EXITED = os.WEXITED | os.WNOHANG | os.WNOWAIT
+
+PROBE_LOOP = 200_000
+"""Iterations of the speed probe's loop: about 10 ms of one core."""
 
 GOALS = {"last_over_first": ">= 0.9", "driver_peak_mb": "< 300", "command_s": "< 2"}
 
@@ -65,6 +72,39 @@ def scale_spec(name: str, target: str, trials: int) -> dict[str, Any]:
         "strategy": {"name": "grid", "budget": trials},
         "workload": {"kind": "noop"},
     }
+
+
+class SpeedProbe:
+    """The machine's speed, sampled each second while a phase runs: the CPU time of a fixed loop of Python.
+
+    A virtual machine's speed drifts (by 20-30% within a minute on the development VM), and a phase's last
+    window comes minutes after its first: beside their rates, the probe says whether the machine itself ran
+    slower or faster in one than in the other. It measures its own thread's CPU time, so the fleet's load on
+    the cores does not count, only how much a core does in a second of it.
+    """
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []  # (when, seconds of CPU for the loop)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="speed-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            began = time.thread_time()
+            total = 0
+            for i in range(PROBE_LOOP):
+                total += i * i
+            self.samples.append((time.time(), time.thread_time() - began))
+
+    def speed(self, start: float, end: float) -> float | None:
+        """Loops per CPU second between ``start`` and ``end`` (seconds since the epoch): the median sample's."""
+        seconds = [cpu for when, cpu in self.samples if start <= when <= end]
+        return PROBE_LOOP / statistics.median(seconds) if seconds else None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class Servers:
@@ -132,6 +172,8 @@ class Bench(Servers):
         super().__init__(stack, workdir)
         self.say = say
         self.target = f"cpu-scale{uuid.uuid4().hex[:6]}"
+        self.probe = SpeedProbe()
+        stack.callback(self.probe.close)
 
     def start_worker(self) -> None:
         self.start(
@@ -183,7 +225,7 @@ class Bench(Servers):
         times: dict[int, list[float]] = {cid: [] for cid in campaign_ids}
         with self.store.engine.connect() as connection:
             for cid, moment in connection.execute(query):
-                times[cid].append(moment.timestamp())
+                times[cid].append(moment.replace(tzinfo=UTC).timestamp())  # stored as naive UTC
         return times
 
     def counts(self, campaign_ids: list[int]) -> dict[str, int]:
@@ -246,6 +288,21 @@ def rates(finished: list[float], window: int) -> dict[str, Any]:
         "last_over_first": round(last / first, 3),
         "trials_per_s_by_tenth": [round(_rate(finished[n : n + tenth]), 1) for n in range(0, len(finished) - 1, tenth)],
         "trials_per_s_overall": round(_rate(finished), 1),
+    }
+
+
+def machine_speed(probe: SpeedProbe, finished: list[float], window: int) -> dict[str, float | None]:
+    """The machine's speed over the last ``window`` trials to finish over its speed over the first, and the
+    trials' rate ratio at the same machine speed (the rate ratio over the speed ratio)."""
+    first = probe.speed(finished[0], finished[:window][-1])
+    last = probe.speed(finished[-window], finished[-1])
+    if not first or not last:
+        return {"machine_speed_last_over_first": None, "last_over_first_at_machine_speed": None}
+    ratio = last / first
+    rate_ratio = _rate(finished[-window:]) / _rate(finished[:window])
+    return {
+        "machine_speed_last_over_first": round(ratio, 3),
+        "last_over_first_at_machine_speed": round(rate_ratio / ratio, 3),
     }
 
 
@@ -361,8 +418,10 @@ def figures(
     trials = sum(bench.store.trial_counts(cid).get("evaluated", 0) for cid in ids)
     after = bench.database_bytes()
     times = bench.finish_times(ids)
+    finished = sorted(t for ts in times.values() for t in ts)
     return {
-        **rates(sorted(t for ts in times.values() for t in ts), window),
+        **rates(finished, window),
+        **machine_speed(bench.probe, finished, window),
         **(campaign_ends(times, window) if evenness else {}),
         "driver_peak_mb": round(peak_kb / 1024, 1),
         "command_s": bench.commands(*commands),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.bench.scale import campaign_ends, rates
+from fleet.bench.scale import SpeedProbe, campaign_ends, machine_speed, rates
 
 
 def steady(start: float, count: int, per_second: float) -> list[float]:
@@ -43,3 +43,30 @@ def test_no_ratio_while_all_ran_when_the_first_ends_within_two_windows() -> None
 
     assert ends["last_over_first_while_all_ran"] is None
     assert ends["slowest_campaign_when_first_ended"] == pytest.approx(0.1, abs=0.001)
+
+
+class Probe(SpeedProbe):
+    """A probe whose samples are given: the machine twice as slow after 100 s (each loop twice the CPU time)."""
+
+    def __init__(self) -> None:
+        self.samples = [(float(t), 0.01 if t < 100 else 0.02) for t in range(200)]
+
+
+def test_a_machine_half_as_fast_at_the_end_explains_half_the_rate() -> None:
+    finished = steady(0.0, 1000, 10.0) + steady(100.0, 500, 5.0)  # 10 trials/s, then 5
+
+    speed = machine_speed(Probe(), finished, window=200)
+
+    assert rates(finished, 200)["last_over_first"] == pytest.approx(0.5, abs=0.01)
+    assert speed["machine_speed_last_over_first"] == pytest.approx(0.5)
+    assert speed["last_over_first_at_machine_speed"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_no_speed_without_samples_in_a_window() -> None:
+    probe = Probe()
+    probe.samples = [(t, c) for t, c in probe.samples if t < 50]
+
+    assert machine_speed(probe, steady(0.0, 1000, 10.0), window=200) == {
+        "machine_speed_last_over_first": None,
+        "last_over_first_at_machine_speed": None,
+    }
