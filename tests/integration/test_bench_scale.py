@@ -38,10 +38,8 @@ def test_a_small_scale_run_gives_every_figure_of_both_phases() -> None:
         # A real Python process that imported Fleet, SQLAlchemy and Celery: tens of MB, not a guess.
         assert 30 < phase["driver_peak_mb"] < 2000
         # The machine's speed, sampled each second: a phase of a few seconds may hold no sample in a window.
-        speed, at_speed = phase["machine_speed_last_over_first"], phase["last_over_first_at_machine_speed"]
-        assert (speed is None) == (at_speed is None)
-        if speed is not None:
-            assert 0.2 < speed < 5 and at_speed == pytest.approx(ratio / speed, rel=0.02)
+        speed = phase["machine_speed_last_over_first"]
+        assert speed is None or 0.2 < speed < 5
         assert set(phase["command_s"]) == {"status", "trials_errored", "report"}
         assert all(0 < seconds < 60 for seconds in phase["command_s"].values())
         # Each trial leaves a row, its measurement and index entries: a few hundred bytes to a few kB.
