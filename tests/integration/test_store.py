@@ -11,7 +11,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -1330,82 +1330,89 @@ def test_results_returns_only_terminal_trials_with_their_measurements(store: Sto
     assert store.results([]) == []
 
 
-def test_results_look_trials_up_by_id_even_when_statistics_say_none_finished(postgres_server: Any) -> None:
+@pytest.fixture
+def pg_store(postgres_server: Any) -> Iterator[Store]:
+    """A store on a database of its own on PostgreSQL, for tests of the plans PostgreSQL picks."""
     store = Store(postgres_server.create_database(f"p{uuid.uuid4().hex[:12]}"))
+    store.upgrade()
     try:
-        store.upgrade()
-        trial_ids = add(store, make_campaign(store), *({"tile": t} for t in range(400)))
-        with store.engine.begin() as connection:
-            connection.execute(text("ANALYZE trials"))  # every trial is new: what a campaign's start looks like
-        for trial_id in trial_ids:
-            assert store.claim(trial_id, "compile", "b", LEASE, MAX) is not None
-            assert store.record(trial_id, "b", state="errored", reason="build failed")
-        statements: list[str] = []
-
-        def capture(connection: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-            if statement.lstrip().startswith("SELECT trials.id"):
-                statements.append(cursor.mogrify(statement, parameters).decode())
-
-        # On every engine: the store reads results on its autocommit engine, not on store.engine.
-        event.listen(Engine, "before_cursor_execute", capture)
-        try:
-            assert [r.trial_id for r in store.results(trial_ids[-50:])] == trial_ids[-50:]
-        finally:
-            event.remove(Engine, "before_cursor_execute", capture)
-        with store.engine.connect() as connection:
-            plan = "\n".join(connection.scalars(text(f"EXPLAIN {statements[-1]}")))
-        assert "ix_trials_state_lease" not in plan and "ix_trials_campaign_state" not in plan, plan
+        yield store
     finally:
         store.close()
 
 
-def test_add_trials_finds_its_trials_through_the_unique_index_not_the_whole_campaign(postgres_server: Any) -> None:
-    store = Store(postgres_server.create_database(f"p{uuid.uuid4().hex[:12]}"))
+def analyze(store: Store) -> None:
+    with store.engine.begin() as connection:
+        connection.execute(text("ANALYZE trials"))
+
+
+def plan_of(store: Store, sql: str) -> str:
+    with store.engine.connect() as connection:
+        return "\n".join(connection.scalars(text(f"EXPLAIN {sql}")))
+
+
+def last_plan(store: Store, prefix: str, action: Callable[[], object]) -> str:
+    """The plan of the last statement starting with ``prefix`` that ``action`` ran, with its parameters."""
+    statements: list[str] = []
+
+    def capture(connection: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().startswith(prefix):
+            statements.append(cursor.mogrify(statement, parameters).decode())
+
+    # On every engine: the store runs some statements on its autocommit engine, not on store.engine.
+    event.listen(Engine, "before_cursor_execute", capture)
     try:
-        store.upgrade()
-        campaign = make_campaign(store)
-        add(store, campaign, *({"tile": t} for t in range(3000)))
-        with store.engine.begin() as connection:
-            connection.execute(text("ANALYZE trials"))
-        statements: list[str] = []
-
-        def capture(connection: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-            if statement.lstrip().startswith("SELECT trials.problem_id, trials.config_key"):
-                statements.append(cursor.mogrify(statement, parameters).decode())
-
-        event.listen(store.engine, "before_cursor_execute", capture)
-        add(store, campaign, *({"tile": t} for t in range(2990, 3010)))  # a resumed campaign's window
-        with store.engine.connect() as connection:
-            plan = "\n".join(connection.scalars(text(f"EXPLAIN {statements[-1]}")))
-        # Each of the index's columns bounds the scan: the campaign's other trials are not read.
-        bounds = next(line for line in plan.splitlines() if "Index Cond" in line)
-        assert "uq_trial_config" in plan and "problem_id = " in bounds and "config_key)::text = ANY" in bounds, plan
+        action()
     finally:
-        store.close()
+        event.remove(Engine, "before_cursor_execute", capture)
+    return plan_of(store, statements[-1])
 
 
-def test_a_builds_end_finds_the_compiles_handed_to_it_by_its_key_not_among_every_compile(
-    postgres_server: Any,
-) -> None:
-    store = Store(postgres_server.create_database(f"p{uuid.uuid4().hex[:12]}"))
-    try:
-        store.upgrade()
-        campaign = make_campaign(store)
-        add(store, campaign, *({"tile": t} for t in range(3000)))
-        with store.engine.begin() as connection:
-            # Every trial compiling at once: what a fleet of build slots, or a table not yet vacuumed, has.
-            connection.execute(update(Trial).values(state="compiling", worker="builder"))
-            connection.execute(text("ANALYZE trials"))
-            key = connection.scalar(select(Trial.build_key).limit(1))
-        statement = store._hot.compile_handed.compile(dialect=store.engine.dialect)
-        params = dict(statement.params, key=key, owner="builder", trial=0)
-        with store.engine.connect() as connection:
-            cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-            sql = cursor.mogrify(str(statement), params).decode()
-            plan = "\n".join(connection.scalars(text(f"EXPLAIN {sql}")))
-        assert "ix_trials_compiling_build" in plan, plan
-    finally:
-        store.close()
+def test_results_look_trials_up_by_id_even_when_statistics_say_none_finished(pg_store: Store) -> None:
+    store = pg_store
+    trial_ids = add(store, make_campaign(store), *({"tile": t} for t in range(400)))
+    analyze(store)  # every trial is new: what a campaign's start looks like
+    for trial_id in trial_ids:
+        assert store.claim(trial_id, "compile", "b", LEASE, MAX) is not None
+        assert store.record(trial_id, "b", state="errored", reason="build failed")
+
+    def read() -> None:
+        assert [r.trial_id for r in store.results(trial_ids[-50:])] == trial_ids[-50:]
+
+    plan = last_plan(store, "SELECT trials.id", read)
+    assert "ix_trials_state_lease" not in plan and "ix_trials_campaign_state" not in plan, plan
+
+
+def test_add_trials_finds_its_trials_through_the_unique_index_not_the_whole_campaign(pg_store: Store) -> None:
+    store = pg_store
+    campaign = make_campaign(store)
+    add(store, campaign, *({"tile": t} for t in range(3000)))
+    analyze(store)
+
+    def resumed() -> None:  # a resumed campaign's window: the lookup after the insert finds these trials
+        add(store, campaign, *({"tile": t} for t in range(2990, 3010)))
+
+    plan = last_plan(store, "SELECT trials.problem_id, trials.config_key", resumed)
+    # Each of the index's columns bounds the scan: the campaign's other trials are not read.
+    bounds = next(line for line in plan.splitlines() if "Index Cond" in line)
+    assert "uq_trial_config" in plan and "problem_id = " in bounds and "config_key)::text = ANY" in bounds, plan
+
+
+def test_a_builds_end_finds_the_compiles_handed_to_it_by_its_key_not_among_every_compile(pg_store: Store) -> None:
+    store = pg_store
+    add(store, make_campaign(store), *({"tile": t} for t in range(3000)))
+    with store.engine.begin() as connection:
+        # Every trial compiling at once: what a fleet of build slots, or a table not yet vacuumed, has.
+        connection.execute(update(Trial).values(state="compiling", worker="builder"))
+        key = connection.scalar(select(Trial.build_key).limit(1))
+    analyze(store)
+    statement = store._hot.compile_handed.compile(dialect=store.engine.dialect)
+    params = dict(statement.params, key=key, owner="builder", trial=0)
+    with store.engine.connect() as connection:
+        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        sql = cursor.mogrify(str(statement), params).decode()
+    plan = plan_of(store, sql)
+    assert "ix_trials_compiling_build" in plan, plan
 
 
 def test_results_of_a_reused_trial_report_the_source_measurement(store: Store) -> None:
