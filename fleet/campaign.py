@@ -420,7 +420,7 @@ class Driver:
         if proposals:
             self._submit(proposals)
 
-    def _collect(self) -> int:
+    def _collect(self) -> list[TrialResult]:
         # The oldest in flight finish first; asking about all of a large window every poll costs too much.
         finished = self.store.results(sorted(self.in_flight)[:500])
         for result in finished:
@@ -438,7 +438,7 @@ class Driver:
                 )
             ):
                 self.best[result.problem_id] = result
-        return len(finished)
+        return finished
 
     def _check_workers(self, started: float, warned: list[float]) -> None:
         live = self.store.workers(target=self.campaign.target, role="eval", within=3 * self.heartbeat_seconds + 5)
@@ -504,7 +504,8 @@ class Driver:
                 break
             finished = self._collect()
             now = time.monotonic()
-            self.pace.finished(finished, now)
+            timed = [r.eval_seconds for r in finished if r.eval_seconds is not None]
+            self.pace.finished(len(finished), now, worked=sum(timed), timed=len(timed))
             if finished:
                 self.on_progress(self.finished, total, self._overall_best())
                 idle = 0

@@ -28,6 +28,7 @@ COLUMNS = [
     "samples",
     "best_so_far",
     "build_seconds",
+    "eval_seconds",
     "step_seconds",
     "worker",
     "node",
@@ -67,6 +68,8 @@ def _trials(store: Store, campaign: Campaign) -> dict[int, dict[str, Any]]:
             "toolchain": m.toolchain if m else (t.toolchain or ""),
             "device": (m.device or "") if m else "",
             "build_seconds": build,
+            # A reused trial's is its own: the time its worker took to find the earlier measurement.
+            "eval_seconds": t.eval_seconds,
             "started_at": t.started_at,
             "finished_at": t.finished_at,
             "step_seconds": (t.finished_at - t.started_at).total_seconds() if t.finished_at and t.started_at else None,

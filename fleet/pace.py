@@ -41,7 +41,11 @@ a driver while trials take seconds."""
 HORIZON_SECONDS = 1.0
 """Cheap trials in flight per slot cover this much of its work. A driver polls every quarter second or so:
 fewer, and a slot empties its queue between two polls and waits (20 campaigns of cheap trials ran at 0.66 of
-their first rate once most had ended, each left with one message in flight)."""
+their first rate once most had ended, each left with one message in flight). A slot's work is timed by the
+workers (a trial's ``eval_seconds``), not by how soon the campaign's trials come back: campaigns sharing a
+queue get it in proportion to what they keep in flight, so one that got more saw faster trials and kept
+more, and twenty equal campaigns drifted apart until the slowest had done two thirds of its trials when the
+first ended."""
 
 MAX_DEPTH = 32
 """Most messages in flight per slot, however cheap the trials."""
@@ -60,8 +64,11 @@ class Pace:
     def __init__(self, slots: float = 1.0) -> None:
         self.slots = slots
         self.seconds: float | None = None  # slot-seconds per trial; None until the first trials say
+        self.work: float | None = None  # seconds a worker's slot spent per trial, as the workers timed them
         self._since: float | None = None
         self._finished = 0
+        self._timed = 0
+        self._worked = 0.0
 
     @property
     def probing(self) -> bool:
@@ -82,11 +89,14 @@ class Pace:
         if self._since is None:
             self._since = now
 
-    def finished(self, count: int, now: float) -> None:
-        """``count`` more trials were seen finished at ``now``."""
+    def finished(self, count: int, now: float, worked: float = 0.0, timed: int = 0) -> None:
+        """``count`` more trials were seen finished at ``now``; ``timed`` of them held workers' slots for
+        ``worked`` seconds in all (trials that errored before their evaluation were not timed)."""
         if self._since is None:
             return
         self._finished += count
+        self._timed += timed
+        self._worked += worked
         elapsed = now - self._since
         if self.seconds is None and not self._finished:
             if elapsed > PROBE_SECONDS:
@@ -98,19 +108,23 @@ class Pace:
             self.seconds = CHEAP_SECONDS
         elif self._finished and elapsed >= MEASURE_SECONDS:
             self.seconds = self.slots * elapsed / self._finished
+            if self._timed:
+                self.work = self._worked / self._timed
         elif elapsed >= QUIET_SECONDS:
             self.seconds = float("inf")
         else:
             return
-        self._since, self._finished = now, 0
+        self._since, self._finished, self._timed, self._worked = now, 0, 0, 0.0
 
     def depth(self) -> float:
         """Messages to keep in flight per evaluation slot of the target: :data:`SLOT_DEPTH`, or for cheap
-        trials enough for :data:`HORIZON_SECONDS` of a slot's work at their pace."""
+        trials enough for :data:`HORIZON_SECONDS` of a slot's work, as the workers timed it (at the pace
+        the trials come back until they have)."""
         if not self.cheap:
             return SLOT_DEPTH
-        assert self.seconds is not None
-        return min(MAX_DEPTH, max(SLOT_DEPTH, HORIZON_SECONDS / (max(self.seconds, 1e-6) * MAX_BATCH)))
+        seconds = self.work if self.work is not None else self.seconds
+        assert seconds is not None
+        return min(MAX_DEPTH, max(SLOT_DEPTH, HORIZON_SECONDS / (max(seconds, 1e-6) * MAX_BATCH)))
 
     def batch(self, waiting: int) -> int:
         """Trials per message for ``waiting`` trials about to be sent: several only when trials are cheap,

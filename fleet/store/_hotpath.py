@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     DateTime,
+    Float,
     Integer,
     Text,
     and_,
@@ -152,6 +153,7 @@ class HotPath:
                 stderr_tail=bindparam("err"),
                 # The trial whose measurement it reused, or None.
                 source_trial_id=bindparam("source", None, type_=Integer),
+                eval_seconds=bindparam("took", None, type_=Float),
             )
             .returning(Trial.id, Trial.problem_id, Trial.target, Trial.measure_key)
         )

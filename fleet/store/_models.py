@@ -186,6 +186,9 @@ class Trial(Base):
     queued_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    # Seconds the evaluating worker's slot spent on it, from its claim to its record: what a trial costs a slot,
+    # whoever else shares the queue (its driver sizes its window from it, fleet.pace).
+    eval_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Measurement(Base):

@@ -225,6 +225,7 @@ class TrialStore(StoreBase):
                 Measurement.objective,
                 Measurement.valid,
                 Measurement.metrics,
+                Trial.eval_seconds,
             )
             .outerjoin(Measurement, Measurement.trial_id == measured)
             # NOT IN, not IN: no index serves it, so the planner finds the trials by id (or campaign) even
@@ -254,6 +255,7 @@ class TrialStore(StoreBase):
                 metrics=r.metrics or {},
                 baseline=r.baseline,
                 reused=r.source_trial_id is not None,
+                eval_seconds=r.eval_seconds,
             )
             for r in rows
         ]
@@ -451,10 +453,12 @@ class TrialStore(StoreBase):
         stdout_tail: str | None = None,
         stderr_tail: str | None = None,
         source: int | None = None,
+        seconds: float | None = None,
     ) -> bool:
         """Finish a trial this worker holds: its terminal state, and its measurement if it has one.
 
-        ``source`` is the trial whose measurement it reused instead of measuring (see :meth:`claim`).
+        ``source`` is the trial whose measurement it reused instead of measuring (see :meth:`claim`);
+        ``seconds`` the time its evaluation held the worker's slot.
         Returns False, writing nothing, when the worker no longer holds the trial (its lease expired and
         the work went to another worker): that worker records it instead.
         """
@@ -468,6 +472,7 @@ class TrialStore(StoreBase):
             "out": stdout_tail,
             "err": stderr_tail,
             "source": source,
+            "took": seconds,
         }
         if measurement is not None and self._hot.record_measured is not None:
             with self._steps() as connection:

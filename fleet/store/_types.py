@@ -69,6 +69,7 @@ class TrialResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     baseline: bool = False
     reused: bool = False
+    eval_seconds: float | None = None  # its evaluation's time on a worker's slot; None when not evaluated
 
 
 @dataclass(frozen=True)

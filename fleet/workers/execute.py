@@ -258,17 +258,23 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
     """Measure ``trial_id`` with its artifact and record the result; return the trial's new state."""
     s = ctx.settings
     device = ctx.device
+    began = time.monotonic()
+
+    def took() -> float:
+        return time.monotonic() - began
+
     work = ctx.store.claim(trial_id, "evaluate", ctx.owner, s.lease_seconds, s.max_attempts, device.kind)
     if work is None:
         return "skipped"
     if work.reuse is not None:
         # Measured before with the same toolchain on the same kind of device: that measurement answers.
         state = "evaluated" if work.reuse_valid else "invalid"
-        return state if ctx.store.record(trial_id, ctx.owner, state=state, source=work.reuse) else "lost"
+        recorded = ctx.store.record(trial_id, ctx.owner, state=state, source=work.reuse, seconds=took())
+        return state if recorded else "lost"
     try:
         workload = ctx.workload(work.campaign_id, work.workload)
         if work.artifact_digest is None:
-            ctx.store.record(trial_id, ctx.owner, state="errored", reason="its artifact is missing")
+            ctx.store.record(trial_id, ctx.owner, state="errored", reason="its artifact is missing", seconds=took())
             return "errored"
         data = work.artifact_data
         if data is None:
@@ -288,7 +294,7 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
     except StoreUnavailable:
         raise  # as in compile_trial
     except Exception as error:
-        ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}")
+        ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}", seconds=took())
         raise
     measurement = None
     if measured.state in ("evaluated", "invalid"):  # an invalid run keeps its samples and metrics too
@@ -314,5 +320,6 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
         measurement=measurement,
         stdout_tail=measured.stdout_tail,
         stderr_tail=measured.stderr_tail,
+        seconds=took(),
     )
     return measured.state if recorded else "lost"

@@ -91,6 +91,8 @@ def test_export_steps_writes_every_trial_with_its_statistics(fleet: Fleet) -> No
     assert len(rows) == 8
     assert {"size", "scale", "objective", "samples", "best_so_far", "build_seconds", "worker"} <= set(rows[0])
     assert all(len(r["samples"].split(";")) == 3 for r in rows)
+    # Its evaluation's time on the worker's slot: a part of the step, which counts its build and its wait too.
+    assert all(0 < float(r["eval_seconds"]) <= float(r["step_seconds"]) for r in rows)
     assert max(float(r["best_so_far"]) for r in rows) == 40.0
     missing = fleet.cli("export", "steps", "nope", "-o", str(fleet.home / "x.csv"))
     assert missing.returncode == 1 and "no campaign 'nope'" in missing.stderr

@@ -1330,6 +1330,23 @@ def test_results_returns_only_terminal_trials_with_their_measurements(store: Sto
     assert store.results([]) == []
 
 
+def test_results_carry_the_seconds_each_evaluation_held_its_slot(store: Store) -> None:
+    # What the drivers size their windows from (fleet.pace): the workers' time, not the trials' turnaround.
+    campaign = make_campaign(store)
+    measured, errored, unmeasured = add(store, campaign, *({"tile": t} for t in range(3)))
+    for trial_id in (measured, errored):
+        compile_(store, trial_id)
+        assert store.claim(trial_id, "evaluate", "evaluator", LEASE, MAX, DEVICE) is not None
+    assert store.record(measured, "evaluator", measurement=measurement(1.0), seconds=0.004)
+    assert store.record(errored, "evaluator", state="errored", reason="evaluate failed: boom", seconds=0.25)
+    assert store.claim(unmeasured, "compile", "b", LEASE, MAX) is not None
+    assert store.record(unmeasured, "b", state="errored", reason="build failed: boom")
+
+    results = {r.trial_id: r.eval_seconds for r in store.results(campaign_id=campaign.id)}
+
+    assert results == {measured: pytest.approx(0.004), errored: pytest.approx(0.25), unmeasured: None}
+
+
 @pytest.fixture
 def pg_store(postgres_server: Any) -> Iterator[Store]:
     """A store on a database of its own on PostgreSQL, for tests of the plans PostgreSQL picks."""

@@ -66,3 +66,25 @@ def test_a_second_without_trials_back_says_little_five_say_they_are_slow() -> No
     assert pace.cheap and pace.seconds == pytest.approx(0.05 * 2.3 / 32)
     pace.finished(0, 3.6 + QUIET_SECONDS)
     assert not pace.cheap and pace.batch(1000) == 1
+
+
+def test_campaigns_sharing_a_queue_keep_the_same_depth_whichever_got_more_of_it() -> None:
+    # Two equal campaigns on one slot: the first got three quarters of it for a second. Sized from how soon
+    # their trials came back, the first would keep three times the second's depth and so keep its lead; the
+    # workers' time per trial is the same for both.
+    ahead, behind = Pace(slots=0.5), Pace(slots=0.5)
+    for pace, count in ((ahead, 750), (behind, 250)):
+        pace.sent(0.0)
+        pace.finished(1, 0.1, worked=0.001, timed=1)
+        pace.finished(count, 1.1, worked=count * 0.001, timed=count)
+    assert ahead.seconds == pytest.approx(behind.seconds / 3)
+    assert ahead.depth() == behind.depth() == pytest.approx(HORIZON_SECONDS / (0.001 * MAX_BATCH))
+
+
+def test_untimed_trials_leave_the_depth_to_their_pace() -> None:
+    # Trials that errored before their evaluation, or recorded by workers that did not time them.
+    pace = Pace(slots=1)
+    pace.sent(0.0)
+    pace.finished(1, 0.1)
+    pace.finished(250, 1.1)
+    assert pace.work is None and pace.depth() == pytest.approx(HORIZON_SECONDS / (1 / 250 * MAX_BATCH))

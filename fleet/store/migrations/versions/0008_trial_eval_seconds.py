@@ -1,0 +1,24 @@
+"""A trial's evaluation time on its worker's slot: the drivers size their windows from it
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-11-24
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0008"
+down_revision = "0007"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("trials") as batch:
+        batch.add_column(sa.Column("eval_seconds", sa.Float(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("trials") as batch:
+        batch.drop_column("eval_seconds")
