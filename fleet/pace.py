@@ -3,8 +3,10 @@
 A Celery message costs about what a cheap trial's whole bookkeeping costs, so trials that take a few
 milliseconds go several to a message (``fleet.tasks.send``'s ``batch``). Trials that take seconds gain
 nothing from it and would lose the slots' parallelism, so they go one to a message. Nothing is known when
-a campaign starts: its driver sends a few trials first (:attr:`Pace.probe`) and looks at how soon they
-come back.
+a campaign starts: its driver sends a few trials first (:attr:`Pace.probe`) and looks at how long their
+workers took over them (a trial's ``eval_seconds``), or, until a worker has timed one, at how soon they
+come back. How soon they come back says little once campaigns share a queue: it is mostly the wait behind
+the others' trials.
 """
 
 from __future__ import annotations
@@ -81,8 +83,14 @@ class Pace:
         return max(2, math.ceil(2 * self.slots))
 
     @property
+    def slot_seconds(self) -> float | None:
+        """A slot's seconds per trial: as the workers timed them, else at the pace they came back."""
+        return self.work if self.work is not None else self.seconds
+
+    @property
     def cheap(self) -> bool:
-        return self.seconds is not None and self.seconds <= CHEAP_SECONDS
+        seconds = self.slot_seconds
+        return seconds is not None and seconds <= CHEAP_SECONDS
 
     def sent(self, now: float) -> None:
         """Trials were sent at ``now``; the first call starts the clock."""
@@ -103,17 +111,21 @@ class Pace:
                 self.seconds = float("inf")  # none back yet: slow, until trials say otherwise
             return
         if self.seconds is None:
-            # A first trial back this soon is cheap enough to try: its time is mostly the messages' and the
-            # polls' latency, not its work. A worker finding a message's trials slow sends the rest on alone.
+            # Untimed, a first trial back this soon is cheap enough to try: its time is mostly the messages'
+            # and the polls' latency, not its work. A worker finding a message's trials slow sends the rest on.
             self.seconds = CHEAP_SECONDS
         elif self._finished and elapsed >= MEASURE_SECONDS:
             self.seconds = self.slots * elapsed / self._finished
-            if self._timed:
-                self.work = self._worked / self._timed
         elif elapsed >= QUIET_SECONDS:
-            self.seconds = float("inf")
+            self.seconds, self.work = float("inf"), None  # the trials have become slow, or stopped coming back
         else:
+            if self.work is None and self._timed:
+                # The first that workers timed (behind another campaign's queue, or after a quiet spell) say
+                # how long trials take at once: a second more at the wrong batch size is a second lost.
+                self.work = self._worked / self._timed
             return
+        if self._timed:
+            self.work = self._worked / self._timed
         self._since, self._finished, self._timed, self._worked = now, 0, 0, 0.0
 
     def depth(self) -> float:
@@ -122,7 +134,7 @@ class Pace:
         the trials come back until they have)."""
         if not self.cheap:
             return SLOT_DEPTH
-        seconds = self.work if self.work is not None else self.seconds
+        seconds = self.slot_seconds
         assert seconds is not None
         return min(MAX_DEPTH, max(SLOT_DEPTH, HORIZON_SECONDS / (max(seconds, 1e-6) * MAX_BATCH)))
 

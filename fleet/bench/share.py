@@ -5,6 +5,10 @@ processes, and campaigns of a command workload whose measurement sleeps a fixed 
 
 - **share**: two campaigns submitted together, with equal priorities and then with weights 3:1; each one's
   share of the evaluations that finished in the first half of the run (goals: 50% and 75%, ± 10%).
+- **joining**: a campaign of cheap trials (the ``noop`` workload, several to a message) joins one of equal
+  priority that has had the slots to itself; the newcomer's share of the evaluations in each half of the
+  time both ran (goal for the second: 50% ± 10%; the first half includes its start behind the other's
+  queue). A driver that sized its window from how fast its own trials came back kept the lead it had.
 - **takeover**: the driver of a running campaign is SIGKILLed; seconds until the other driver holds it
   (goal: the lease plus 10 s at most).
 - **cancel**: a running campaign is cancelled; seconds until the last trial of it started (goal: none later
@@ -32,17 +36,28 @@ from fleet.bench.servers import private_servers
 LEASE_SECONDS = 10
 
 
-def _spec(name: str, target: str, trials: int, seconds: float, priority: float) -> dict[str, Any]:
+def _spec(name: str, target: str, trials: int, seconds: float) -> dict[str, Any]:
     """A campaign of ``trials`` measurements that each sleep ``seconds``."""
     program = f"import time; time.sleep({seconds}); print('{{\"t\": {seconds}}}')  # {name}"
     return {
         "name": name,
         "target": target,
-        "priority": priority,
         "problems": [{"kind": "sleep", "params": {"campaign": name}}],  # measured afresh: none reused
         "space": {"knobs": {"i": {"values": list(range(trials)), "build": False}}},
         "strategy": {"name": "grid"},
         "workload": {"kind": "command", "run": [sys.executable, "-c", program, "{i}"], "objective": {"json": "t"}},
+    }
+
+
+def _cheap_spec(name: str, target: str, trials: int) -> dict[str, Any]:
+    """A campaign of ``trials`` ``noop`` trials over one build: each takes a millisecond or two of a slot."""
+    return {
+        "name": name,
+        "target": target,
+        "problems": [{"kind": "noop", "params": {"campaign": name}}],
+        "space": {"knobs": {"i": {"values": list(range(trials)), "build": False}}},
+        "strategy": {"name": "grid"},
+        "workload": {"kind": "noop"},
     }
 
 
@@ -92,12 +107,13 @@ class Bench:
         _wait(lambda: any(w.name == name for w in self.store.workers(role="driver", within=30)), 60, name)
         return proc
 
-    def submit(self, name: str, trials: int, seconds: float, priority: float = 1.0) -> int:
+    def submit(self, name: str, trials: int, seconds: float | None, priority: float = 1.0) -> int:
+        """Submit a campaign of ``trials`` that sleep ``seconds`` each, or of cheap ones when it is None."""
         from fleet import api
         from fleet.spec import parse_spec
 
-        spec = parse_spec(_spec(name, self.target, trials, seconds, priority), self.workdir)
-        return api.submit(spec, self.store).id
+        raw = _cheap_spec(name, self.target, trials) if seconds is None else _spec(name, self.target, trials, seconds)
+        return api.submit(parse_spec(raw, self.workdir), self.store, priority=priority).id
 
     def wait_done(self, *ids: int, timeout: float = 600) -> None:
         _wait(lambda: all(self.store.campaign(i).status == "done" for i in ids), timeout, "the campaigns to end")
@@ -114,6 +130,38 @@ def first_half_shares(store: Any, ids: tuple[int, ...]) -> list[float]:
     middle = start + (max(t.finished_at for t in trials) - start) / 2
     early = [t for t in trials if t.finished_at <= middle]
     return [sum(t.campaign_id == i for t in early) / len(early) for i in ids]
+
+
+def joined_shares(store: Any, first: int, second: int) -> dict[str, float]:
+    """How ``second``, submitted while ``first`` ran, shared the slots with it until either ended.
+
+    Its first trials wait behind what ``first`` has queued, and so does its first full window once they say
+    its trials are cheap: two queues' worth of seconds before it gets its share. So: the seconds until its
+    first trial finished, and its share of the evaluations in each half of the time both were submitted.
+    """
+    finished = {i: sorted(t.finished_at for t in store.trials(i, ["evaluated"])) for i in (first, second)}
+    start, end = store.campaign(second).created_at, min(times[-1] for times in finished.values())
+    middle = start + (end - start) / 2
+
+    def share(since: Any, until: Any) -> float:
+        within = {i: sum(since < at <= until for at in times) for i, times in finished.items()}
+        return within[second] / (sum(within.values()) or 1)
+
+    return {
+        "first_result_s": (finished[second][0] - start).total_seconds(),
+        "share_first_half": share(start, middle),
+        "share_second_half": share(middle, end),
+    }
+
+
+def joining(bench: Bench, trials: int) -> dict[str, float]:
+    """A campaign of cheap trials joins one of equal priority that ran alone until a quarter of it finished."""
+    tag = uuid.uuid4().hex[:4]
+    first = bench.submit(f"alone-{tag}", trials, None)
+    _wait(lambda: bench.store.trial_counts(first).get("evaluated", 0) >= trials // 4, 300, "the first quarter")
+    second = bench.submit(f"joining-{tag}", trials // 2, None)
+    bench.wait_done(first, second)
+    return joined_shares(bench.store, first, second)
 
 
 def share(bench: Bench, weights: tuple[float, float], trials: int, seconds: float) -> list[float]:
@@ -164,8 +212,18 @@ def _measuring(name: str) -> bool:
     return False
 
 
-def run(trials: int = 40, seconds: float = 0.25, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """All three measurements, on the URLs in the environment or on private servers started for the run."""
+def run(
+    trials: int = 40, seconds: float = 0.25, cheap: int = 8000, on_step: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """All four measurements, on the URLs in the environment or on private servers started for the run.
+
+    Parameters
+    ----------
+    trials, seconds:
+        Trials per campaign and each one's measurement, for the shares by priority, the takeover and the cancel.
+    cheap:
+        Trials of the campaign that the cheap one joins.
+    """
     say = on_step or (lambda _: None)
     with ExitStack() as stack:
         bench = Bench(stack, Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-share-"))))
@@ -177,6 +235,12 @@ def run(trials: int = 40, seconds: float = 0.25, on_step: Callable[[str], None] 
         say("weights 3:1")
         weighted = share(bench, (3, 1), trials, seconds)
         say(f"  first half: {weighted[0]:.0%} / {weighted[1]:.0%}")
+        say(f"cheap trials: a campaign of {cheap // 2} joins one of {cheap} a quarter done, equal priorities")
+        joined = joining(bench, cheap)
+        say(
+            f"  its first trial back after {joined['first_result_s']:.1f} s; its share "
+            f"{joined['share_first_half']:.0%}, then {joined['share_second_half']:.0%}"
+        )
         bench.start_driver("driver-b")
         say(f"driver takeover after SIGKILL (lease {LEASE_SECONDS} s)")
         took = takeover(bench, first, seconds)
@@ -191,6 +255,10 @@ def run(trials: int = 40, seconds: float = 0.25, on_step: Callable[[str], None] 
         "measure_s": seconds,
         "equal_share_first_half": round(equal[0], 3),
         "weighted_3_1_share_first_half": round(weighted[0], 3),
+        "cheap_trials": cheap,
+        "cheap_joining_first_result_s": round(joined["first_result_s"], 2),
+        "cheap_joining_share_first_half": round(joined["share_first_half"], 3),
+        "cheap_joining_share_second_half": round(joined["share_second_half"], 3),
         "lease_s": LEASE_SECONDS,
         "takeover_s": round(took, 2),
         "cancel_last_start_s": round(cancelled["last_start_s"], 2),
@@ -198,6 +266,7 @@ def run(trials: int = 40, seconds: float = 0.25, on_step: Callable[[str], None] 
         "goals": {
             "equal_share": "0.5 ± 0.1",
             "weighted_share": "0.75 ± 0.1",
+            "cheap_joining_share_second_half": "0.5 ± 0.1",
             "takeover_s": f"<= {LEASE_SECONDS + 10}",
             "cancel_last_start_s": "< 5",
         },

@@ -59,23 +59,33 @@ def bench_dispatch(trials: int, rounds: int, as_json: bool) -> None:
 @bench.command("share")
 @click.option("--trials", type=click.IntRange(8), default=40, show_default=True, help="Trials per campaign.")
 @click.option("--seconds", type=click.FloatRange(0.05), default=0.25, show_default=True, help="Each measurement.")
+@click.option(
+    "--cheap-trials", type=click.IntRange(400), default=8000, show_default=True, help="The cheap campaign joined."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def bench_share(trials: int, seconds: float, as_json: bool) -> None:
+def bench_share(trials: int, seconds: float, cheap_trials: int, as_json: bool) -> None:
     """Campaigns sharing a target by priority (1:1, 3:1), driver takeover after SIGKILL, cancel latency.
 
     Two evaluation slots, `fleet driver` processes and a workload that sleeps; each campaign's share of the
-    evaluations in the first half of the run (goals 50% and 75% ± 10%), the seconds until another driver holds
-    a campaign whose driver was killed (goal: lease + 10 s), the seconds after a cancel until the last trial
-    started (goal: under 5 s). Uses FLEET_DATABASE_URL and FLEET_BROKER_URL when set, else private servers.
+    evaluations in the first half of the run (goals 50% and 75% ± 10%); the share of a campaign of cheap
+    trials joining one of equal priority, in the second half of their joint run (goal 50% ± 10%); the seconds
+    until another driver holds a campaign whose driver was killed (goal: lease + 10 s), the seconds after a
+    cancel until the last trial started (goal: under 5 s). Uses FLEET_DATABASE_URL and FLEET_BROKER_URL when
+    set, else private servers.
     """
     from fleet.bench.share import run
 
-    result = run(trials, seconds, on_step=lambda line: click.echo(line, err=True))
+    result = run(trials, seconds, cheap_trials, on_step=lambda line: click.echo(line, err=True))
     if as_json:
         click.echo(json.dumps(result))
         return
     click.echo(f"equal priorities  {result['equal_share_first_half']:.0%} of the first half (goal 50% ± 10%)")
     click.echo(f"weights 3:1       {result['weighted_3_1_share_first_half']:.0%} of the first half (goal 75% ± 10%)")
+    click.echo(
+        f"cheap, joining    first back after {result['cheap_joining_first_result_s']:.1f} s; "
+        f"{result['cheap_joining_share_first_half']:.0%} of the first half, "
+        f"{result['cheap_joining_share_second_half']:.0%} of the second (goal 50% ± 10%)"
+    )
     click.echo(f"driver takeover   {result['takeover_s']:.1f} s (goal: lease {result['lease_s']} s + 10 s at most)")
     click.echo(f"cancel            last trial started {result['cancel_last_start_s']:.1f} s after (goal: under 5 s)")
     click.echo(f"                  running measurements killed after {result['cancel_stopped_s']:.1f} s (goal: 10 s)")

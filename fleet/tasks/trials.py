@@ -138,6 +138,7 @@ def evaluate(self: Task, target: str, trial_ids: list[int] | None = None, trial_
     from fleet.workers.execute import evaluate_trial
 
     ctx = context(self.request.hostname)
+    ctx.lap()  # each trial's time on the slot runs from here, or from the end of the one before it
 
     def then(trial_id: int, outcome: str) -> list[Requeue]:
         if outcome == "lost":  # as in compile

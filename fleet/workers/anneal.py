@@ -29,6 +29,7 @@ def measure(ctx: WorkerContext, trial_id: int) -> TrialResult:
         if state == "new":
             compile_trial(ctx, trial_id)
         elif state == "compiled":
+            ctx.lap()  # its evaluation's time, not the chain's
             evaluate_trial(ctx, trial_id)
         else:
             # Another worker holds it (the same configuration in another chain); its lease brings it back

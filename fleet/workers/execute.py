@@ -65,6 +65,15 @@ class WorkerContext:
     # The toolchain found for each toolchain command (a workload's toolchain_key), and for each campaign met.
     _toolchains: dict[str, str] = field(default_factory=dict, repr=False)
     toolchains: dict[int, str] = field(default_factory=dict, repr=False)
+    _lap: float = field(default_factory=time.monotonic, repr=False)
+
+    def lap(self) -> float:
+        """Seconds since the last lap (or since the process began): a slot's time on one trial, when each
+        message starts a lap and each trial ends one. The laps tile the slot's time, so a trial's counts
+        what its message and the previous trial's record cost too, not only its own claim and measurement."""
+        now = time.monotonic()
+        seconds, self._lap = now - self._lap, now
+        return seconds
 
     @property
     def owner(self) -> str:
@@ -258,23 +267,18 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
     """Measure ``trial_id`` with its artifact and record the result; return the trial's new state."""
     s = ctx.settings
     device = ctx.device
-    began = time.monotonic()
-
-    def took() -> float:
-        return time.monotonic() - began
-
     work = ctx.store.claim(trial_id, "evaluate", ctx.owner, s.lease_seconds, s.max_attempts, device.kind)
     if work is None:
         return "skipped"
     if work.reuse is not None:
         # Measured before with the same toolchain on the same kind of device: that measurement answers.
         state = "evaluated" if work.reuse_valid else "invalid"
-        recorded = ctx.store.record(trial_id, ctx.owner, state=state, source=work.reuse, seconds=took())
+        recorded = ctx.store.record(trial_id, ctx.owner, state=state, source=work.reuse, seconds=ctx.lap())
         return state if recorded else "lost"
     try:
         workload = ctx.workload(work.campaign_id, work.workload)
         if work.artifact_digest is None:
-            ctx.store.record(trial_id, ctx.owner, state="errored", reason="its artifact is missing", seconds=took())
+            ctx.store.record(trial_id, ctx.owner, state="errored", reason="its artifact is missing", seconds=ctx.lap())
             return "errored"
         data = work.artifact_data
         if data is None:
@@ -294,7 +298,7 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
     except StoreUnavailable:
         raise  # as in compile_trial
     except Exception as error:
-        ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}", seconds=took())
+        ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}", seconds=ctx.lap())
         raise
     measurement = None
     if measured.state in ("evaluated", "invalid"):  # an invalid run keeps its samples and metrics too
@@ -320,6 +324,6 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
         measurement=measurement,
         stdout_tail=measured.stdout_tail,
         stderr_tail=measured.stderr_tail,
-        seconds=took(),
+        seconds=ctx.lap(),
     )
     return measured.state if recorded else "lost"

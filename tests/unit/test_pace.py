@@ -88,3 +88,22 @@ def test_untimed_trials_leave_the_depth_to_their_pace() -> None:
     pace.finished(1, 0.1)
     pace.finished(250, 1.1)
     assert pace.work is None and pace.depth() == pytest.approx(HORIZON_SECONDS / (1 / 250 * MAX_BATCH))
+
+
+def test_a_first_trial_back_soon_is_slow_when_its_worker_took_long_over_it() -> None:
+    pace = Pace(slots=1)
+    pace.sent(0.0)
+    pace.finished(1, 0.4, worked=0.3, timed=1)  # back within the probe, but its measurement took 0.3 s
+    assert not pace.probing and not pace.cheap and pace.batch(1000) == 1
+
+
+def test_trials_waiting_behind_another_campaigns_are_cheap_once_their_workers_say_so() -> None:
+    # A campaign joining one that fills the queue: its first trials wait behind a second of the other's.
+    pace = Pace(slots=0.5)
+    pace.sent(0.0)
+    pace.finished(0, PROBE_SECONDS + 0.01)
+    assert not pace.cheap
+    pace.finished(2, 1.0, worked=0.001, timed=2)  # 2 back after a second: slow by their pace, not their work
+    assert pace.cheap and pace.batch(1000) == MAX_BATCH and pace.depth() == MAX_DEPTH
+    pace.finished(0, 1.0 + QUIET_SECONDS)  # then none back for five seconds: slow again
+    assert not pace.cheap and pace.work is None
