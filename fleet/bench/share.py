@@ -171,14 +171,17 @@ def share(bench: Bench, weights: tuple[float, float], trials: int, seconds: floa
     return first_half_shares(bench.store, ids)
 
 
-def takeover(bench: Bench, first: subprocess.Popen[bytes], seconds: float) -> float:
+def takeover(bench: Bench, drivers: dict[str, subprocess.Popen[bytes]], seconds: float) -> float:
     """Seconds from a SIGKILL of the driver of a running campaign until the other driver holds it."""
     cid = bench.submit(f"takeover-{uuid.uuid4().hex[:4]}", 40, seconds)
-    _wait(lambda: bench.store.campaign(cid).driver == "driver-a", 60, "driver-a to take the campaign")
+    # Either driver may take it: the first to look.
+    _wait(lambda: bench.store.campaign(cid).driver in drivers, 60, "a driver to take the campaign")
+    holder = bench.store.campaign(cid).driver
     _wait(lambda: bench.store.trial_counts(cid).get("evaluated", 0) >= 4, 120, "trials to finish")
-    os.killpg(first.pid, signal.SIGKILL)
+    os.killpg(drivers[holder].pid, signal.SIGKILL)
     killed = time.monotonic()
-    _wait(lambda: bench.store.campaign(cid).driver == "driver-b", LEASE_SECONDS + 60, "driver-b to take over")
+    other = next(name for name in drivers if name != holder)
+    _wait(lambda: bench.store.campaign(cid).driver == other, LEASE_SECONDS + 60, f"{other} to take over")
     took = time.monotonic() - killed
     bench.wait_done(cid)
     return took
@@ -241,9 +244,9 @@ def run(
             f"  its first trial back after {joined['first_result_s']:.1f} s; its share "
             f"{joined['share_first_half']:.0%}, then {joined['share_second_half']:.0%}"
         )
-        bench.start_driver("driver-b")
+        second = bench.start_driver("driver-b")
         say(f"driver takeover after SIGKILL (lease {LEASE_SECONDS} s)")
-        took = takeover(bench, first, seconds)
+        took = takeover(bench, {"driver-a": first, "driver-b": second}, seconds)
         say(f"  {took:.1f} s")
         say("cancel of a campaign whose measurements take 30 s")
         cancelled = cancel(bench, 30.0)
