@@ -504,8 +504,12 @@ class Driver:
                 break
             finished = self._collect()
             now = time.monotonic()
-            timed = [r.eval_seconds for r in finished if r.eval_seconds is not None]
-            self.pace.finished(len(finished), now, worked=sum(timed), timed=len(timed))
+            self.pace.finished(
+                len(finished),
+                now,
+                evaluated=[r.eval_seconds for r in finished if r.eval_seconds is not None],
+                compiled=[r.compile_seconds for r in finished if r.compile_seconds is not None],
+            )
             if finished:
                 self.on_progress(self.finished, total, self._overall_best())
                 idle = 0

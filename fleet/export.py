@@ -28,6 +28,7 @@ COLUMNS = [
     "samples",
     "best_so_far",
     "build_seconds",
+    "compile_seconds",
     "eval_seconds",
     "step_seconds",
     "worker",
@@ -68,7 +69,8 @@ def _trials(store: Store, campaign: Campaign) -> dict[int, dict[str, Any]]:
             "toolchain": m.toolchain if m else (t.toolchain or ""),
             "device": (m.device or "") if m else "",
             "build_seconds": build,
-            # A reused trial's is its own: the time its worker took to find the earlier measurement.
+            # Its own slots' time: a trial that reused a measurement took its worker only the finding of it.
+            "compile_seconds": t.compile_seconds,
             "eval_seconds": t.eval_seconds,
             "started_at": t.started_at,
             "finished_at": t.finished_at,

@@ -12,6 +12,7 @@ the others' trials.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 CHEAP_SECONDS = 0.05
 """Trials taking at most this long each, per slot, are cheap. A worker holding a message whose trials turn
@@ -66,11 +67,12 @@ class Pace:
     def __init__(self, slots: float = 1.0) -> None:
         self.slots = slots
         self.seconds: float | None = None  # slot-seconds per trial; None until the first trials say
-        self.work: float | None = None  # seconds a worker's slot spent per trial, as the workers timed them
+        self.work: float | None = None  # seconds an evaluation slot spent per trial, as the workers timed them
+        self.build: float | None = None  # and a build slot: a build's time, shared by the trials that use it
         self._since: float | None = None
         self._finished = 0
-        self._timed = 0
-        self._worked = 0.0
+        self._evaluated: list[float] = []
+        self._compiled: list[float] = []
 
     @property
     def probing(self) -> bool:
@@ -89,22 +91,31 @@ class Pace:
 
     @property
     def cheap(self) -> bool:
+        """Whether trials may share messages: cheap to evaluate, and to compile (a grid of compiler flags
+        builds for every trial: its messages are compile messages, and its builds are what is slow)."""
         seconds = self.slot_seconds
-        return seconds is not None and seconds <= CHEAP_SECONDS
+        building = self.build is not None and self.build > CHEAP_SECONDS
+        return seconds is not None and seconds <= CHEAP_SECONDS and not building
 
     def sent(self, now: float) -> None:
         """Trials were sent at ``now``; the first call starts the clock."""
         if self._since is None:
             self._since = now
 
-    def finished(self, count: int, now: float, worked: float = 0.0, timed: int = 0) -> None:
-        """``count`` more trials were seen finished at ``now``; ``timed`` of them held workers' slots for
-        ``worked`` seconds in all (trials that errored before their evaluation were not timed)."""
+    def finished(self, count: int, now: float, evaluated: Sequence[float] = (), compiled: Sequence[float] = ()) -> None:
+        """``count`` more trials were seen finished at ``now``.
+
+        Parameters
+        ----------
+        evaluated, compiled:
+            The seconds that evaluation and build slots spent on those of them that workers timed (a trial
+            that errored in its build was not evaluated; one handed to another's build did not build).
+        """
         if self._since is None:
             return
         self._finished += count
-        self._timed += timed
-        self._worked += worked
+        self._evaluated += evaluated
+        self._compiled += compiled
         elapsed = now - self._since
         if self.seconds is None and not self._finished:
             if elapsed > PROBE_SECONDS:
@@ -117,16 +128,22 @@ class Pace:
         elif self._finished and elapsed >= MEASURE_SECONDS:
             self.seconds = self.slots * elapsed / self._finished
         elif elapsed >= QUIET_SECONDS:
-            self.seconds, self.work = float("inf"), None  # the trials have become slow, or stopped coming back
+            # The trials have become slow, or stopped coming back.
+            self.seconds, self.work, self.build = float("inf"), None, None
         else:
-            if self.work is None and self._timed:
-                # The first that workers timed (behind another campaign's queue, or after a quiet spell) say
-                # how long trials take at once: a second more at the wrong batch size is a second lost.
-                self.work = self._worked / self._timed
+            # The first that workers timed (behind another campaign's queue, or after a quiet spell) say how
+            # long trials take at once: a second more at the wrong batch size is a second lost.
+            self._timed(only_unknown=True)
             return
-        if self._timed:
-            self.work = self._worked / self._timed
-        self._since, self._finished, self._timed, self._worked = now, 0, 0, 0.0
+        self._timed(only_unknown=False)
+        self._since, self._finished, self._evaluated, self._compiled = now, 0, [], []
+
+    def _timed(self, only_unknown: bool) -> None:
+        """Take the slots' time per trial from the trials timed since the span began."""
+        if self._evaluated and not (only_unknown and self.work is not None):
+            self.work = sum(self._evaluated) / len(self._evaluated)
+        if self._compiled and not (only_unknown and self.build is not None):
+            self.build = sum(self._compiled) / len(self._compiled)
 
     def depth(self) -> float:
         """Messages to keep in flight per evaluation slot of the target: :data:`SLOT_DEPTH`, or for cheap

@@ -141,7 +141,8 @@ def trial_dict(detail: Any) -> dict[str, Any]:
             "finished": _when(t.finished_at),
             "waited_seconds": _seconds(t.created_at, t.started_at),
             "ran_seconds": _seconds(t.started_at, t.finished_at),
-            # Of which its evaluation held a worker's slot (ran counts its build and its wait between the two).
+            # What its compile and its evaluation held workers' slots: ran counts the wait between the two too.
+            "compiled_seconds": t.compile_seconds,
             "evaluated_seconds": t.eval_seconds,
             "total_seconds": _seconds(t.created_at, t.finished_at),
         },
@@ -201,8 +202,12 @@ def _trial_lines(out: dict[str, Any]) -> list[str]:
     t = out["times"]
     lines.append(f"  created   {t['created']}, queued {t['queued'] or '-'}")
     lines.append(f"  started   {t['started'] or '-'} (waited {_duration(t['waited_seconds'])})")
-    evaluated = "" if t["evaluated_seconds"] is None else f", its evaluation {t['evaluated_seconds']:.3f} s"
-    lines.append(f"  finished  {t['finished'] or '-'} (ran {_duration(t['ran_seconds'])}{evaluated})")
+    slots = "".join(
+        f", its {step} {t[key]:.3f} s"
+        for step, key in (("compile", "compiled_seconds"), ("evaluation", "evaluated_seconds"))
+        if t[key] is not None
+    )
+    lines.append(f"  finished  {t['finished'] or '-'} (ran {_duration(t['ran_seconds'])}{slots})")
     for title, text in (
         ("stdout (tail)", out["stdout_tail"]),
         ("stderr (tail)", out["stderr_tail"]),

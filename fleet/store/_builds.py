@@ -153,12 +153,14 @@ class BuildStore(TrialStore):
         trial_id: int | None = None,
         toolchain: str = "",
         handed: list[int] | None = None,
+        took: float | None = None,
     ) -> bool:
         """Record the build this worker owns: ``data`` when it succeeded, ``reason`` when it failed.
 
         ``toolchain`` is the one it built with (its artifact's). With ``trial_id``, the trial this worker holds
-        moves to ``compiled`` with it; with ``handed`` too, so do the trials other compiles handed to this build
-        (:meth:`hand_to_builder`), whose ids are appended to it, when the build succeeded.
+        moves to ``compiled`` with it (``took``: the seconds its compile held the slot); with ``handed`` too, so
+        do the trials other compiles handed to this build (:meth:`hand_to_builder`), whose ids are appended to
+        it, when the build succeeded.
         """
         now = utcnow()
         blob = None if data is None else hashlib.sha256(data).hexdigest()
@@ -172,6 +174,7 @@ class BuildStore(TrialStore):
             "seconds": seconds,
             "now": now,
             "built_with": toolchain,
+            "took": took,
         }
         with self._steps() as connection:
             if data is not None and trial_id is not None and self._hot.built_and_compiled is not None:
@@ -188,9 +191,8 @@ class BuildStore(TrialStore):
                 )
             done = connection.execute(self._hot.finish_build, params).rowcount
             if done and data is not None and trial_id is not None:
-                connection.execute(
-                    self._hot.compiled, {"trial": trial_id, "owner": worker, "now": now, "built_with": toolchain}
-                )
+                compiled = {"trial": trial_id, "owner": worker, "now": now, "built_with": toolchain, "took": took}
+                connection.execute(self._hot.compiled, compiled)
                 if handed is not None:
                     handed += sorted(connection.scalars(self._hot.compile_handed, params | {"trial": trial_id}))
             return bool(done)

@@ -136,6 +136,7 @@ class HotPath:
                 lease_expires_at=None,
                 queued_at=now,
                 toolchain=bindparam("built_with", type_=Text),
+                compile_seconds=bindparam("took", None, type_=Float),
             )
         )
         # Not IN (...): SQLAlchemy expands an IN list on every execution.

@@ -186,8 +186,10 @@ class Trial(Base):
     queued_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    # Seconds the evaluating worker's slot spent on it, from its claim to its record: what a trial costs a slot,
-    # whoever else shares the queue (its driver sizes its window from it, fleet.pace).
+    # Seconds a build slot and an evaluation slot spent on it (fleet.workers.execute.WorkerContext.lap): what a
+    # trial costs, whoever else shares the queue. Its driver batches and sizes its window from them (fleet.pace).
+    # No compile time for a trial handed to another's build: that build's trial has it.
+    compile_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     eval_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 

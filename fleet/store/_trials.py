@@ -225,6 +225,7 @@ class TrialStore(StoreBase):
                 Measurement.objective,
                 Measurement.valid,
                 Measurement.metrics,
+                Trial.compile_seconds,
                 Trial.eval_seconds,
             )
             .outerjoin(Measurement, Measurement.trial_id == measured)
@@ -255,6 +256,7 @@ class TrialStore(StoreBase):
                 metrics=r.metrics or {},
                 baseline=r.baseline,
                 reused=r.source_trial_id is not None,
+                compile_seconds=r.compile_seconds,
                 eval_seconds=r.eval_seconds,
             )
             for r in rows
@@ -435,10 +437,11 @@ class TrialStore(StoreBase):
         return bool(held)
 
     @patient
-    def mark_compiled(self, trial_id: int, worker: str, toolchain: str = "") -> bool:
-        """Move a trial this worker holds to ``compiled``, with the toolchain of the artifact it will evaluate."""
+    def mark_compiled(self, trial_id: int, worker: str, toolchain: str = "", seconds: float | None = None) -> bool:
+        """Move a trial this worker holds to ``compiled``, with the toolchain of the artifact it will evaluate
+        and the seconds its compile held the worker's slot."""
         with self._steps() as connection:
-            params = {"trial": trial_id, "owner": worker, "now": utcnow(), "built_with": toolchain}
+            params = {"trial": trial_id, "owner": worker, "now": utcnow(), "built_with": toolchain, "took": seconds}
             return bool(connection.execute(self._hot.compiled, params).rowcount)
 
     @patient

@@ -69,7 +69,9 @@ class TrialResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     baseline: bool = False
     reused: bool = False
-    eval_seconds: float | None = None  # its evaluation's time on a worker's slot; None when not evaluated
+    # Its compile's and its evaluation's time on workers' slots; None for what it did not do itself.
+    compile_seconds: float | None = None
+    eval_seconds: float | None = None
 
 
 @dataclass(frozen=True)

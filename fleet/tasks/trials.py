@@ -116,6 +116,7 @@ def compile(self: Task, target: str, trial_ids: list[int] | None = None, trial_i
     from fleet.workers.execute import compile_trial
 
     ctx = context(self.request.hostname)
+    ctx.lap()  # as in evaluate
     handed: list[int] = []  # trials other compiles gave to this worker's builds, compiled with them
 
     def then(trial_id: int, outcome: str) -> list[Requeue]:

@@ -190,7 +190,8 @@ def compile_trial(ctx: WorkerContext, trial_id: int, handed: list[int] | None = 
                 ctx.store.record(trial_id, ctx.owner, state="errored", reason=reason, stderr_tail=artifact.log_tail)
                 return "errored"
             if artifact.state == "built":
-                return "compiled" if ctx.store.mark_compiled(trial_id, ctx.owner, toolchain) else "lost"
+                compiled = ctx.store.mark_compiled(trial_id, ctx.owner, toolchain, seconds=ctx.lap())
+                return "compiled" if compiled else "lost"
             if artifact.worker == ctx.owner:
                 if _build(ctx, work, toolchain, handed):
                     return "compiled"
@@ -254,6 +255,7 @@ def _build(ctx: WorkerContext, work: TrialWork, toolchain: str, handed: list[int
         trial_id=work.trial_id,
         toolchain=toolchain,
         handed=handed,  # a successful build compiles the trials handed to it, and names them here
+        took=ctx.lap(),
     )
     if handed is not None and built.data is None:
         for trial_id in ctx.store.handed_trials(work.trial_id, work.build_key, ctx.owner):

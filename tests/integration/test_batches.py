@@ -73,6 +73,35 @@ def test_cheap_trials_share_messages_and_each_is_recorded_once(fleet: Fleet) -> 
     assert_each_recorded_once(fleet)
 
 
+def test_trials_each_built_for_long_go_one_to_a_message_however_cheap_their_runs(fleet: Fleet) -> None:
+    # A grid of compiler flags: its messages are compile messages, and its builds are what takes time.
+    configure(app, Settings.from_env(fleet.env))
+    fleet.start_worker()
+    spec = CampaignSpec(
+        name="flags",
+        problems=[ProblemSpec("flags", {})],
+        target=fleet.target,
+        space=Space((Knob("i", tuple(range(12))),)),
+        strategy={"name": "grid"},
+        workload={
+            "kind": "command",
+            "build": [sys.executable, "-c", "import time; time.sleep(0.3)", "{i}"],
+            "run": ["sh", "-c", "echo '{\"score\": 1}'"],
+            "objective": {"json": "score"},
+            "repeats": 1,
+        },
+    )
+    campaign = submit(fleet.store, spec)
+    batches: list[int] = []
+
+    driver = Driver(fleet.store, campaign, recorded(batches), window=4)
+    driver.run()
+
+    assert driver.pace.build is not None and driver.pace.build > 0.3 and not driver.pace.cheap
+    assert set(batches) == {1}
+    assert fleet.store.trial_counts(campaign.id) == {"evaluated": 12}
+
+
 def test_a_static_campaign_submitted_without_a_driver_sends_every_trial_at_once(fleet: Fleet) -> None:
     campaign = noop_campaign(fleet, "detached", Knob("i", tuple(range(50))))
     batches: list[int] = []

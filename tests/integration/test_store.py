@@ -1330,21 +1330,32 @@ def test_results_returns_only_terminal_trials_with_their_measurements(store: Sto
     assert store.results([]) == []
 
 
-def test_results_carry_the_seconds_each_evaluation_held_its_slot(store: Store) -> None:
-    # What the drivers size their windows from (fleet.pace): the workers' time, not the trials' turnaround.
+def test_results_carry_the_seconds_each_trial_held_a_build_slot_and_an_evaluation_slot(store: Store) -> None:
+    # What the drivers batch and size their windows from (fleet.pace): the workers' time, not the turnaround.
     campaign = make_campaign(store)
-    measured, errored, unmeasured = add(store, campaign, *({"tile": t} for t in range(3)))
-    for trial_id in (measured, errored):
-        compile_(store, trial_id)
+    built, reused, errored, unbuilt = add(store, campaign, *({"tile": t} for t in range(4)))
+    start = store.start_compile(built, "b", LEASE, MAX)
+    assert start.work is not None  # its build, and its compile, in one statement on PostgreSQL
+    assert store.finish_build(start.work.build_key, "b", data=b"bin", trial_id=built, seconds=1.5, took=1.6)
+    assert store.claim(reused, "compile", "b", LEASE, MAX) is not None
+    assert store.mark_compiled(reused, "b", seconds=0.002)  # its artifact was there
+    compile_(store, errored)
+    for trial_id in (built, reused, errored):
         assert store.claim(trial_id, "evaluate", "evaluator", LEASE, MAX, DEVICE) is not None
-    assert store.record(measured, "evaluator", measurement=measurement(1.0), seconds=0.004)
+    assert store.record(built, "evaluator", measurement=measurement(1.0), seconds=0.004)
+    assert store.record(reused, "evaluator", measurement=measurement(2.0), seconds=0.003)
     assert store.record(errored, "evaluator", state="errored", reason="evaluate failed: boom", seconds=0.25)
-    assert store.claim(unmeasured, "compile", "b", LEASE, MAX) is not None
-    assert store.record(unmeasured, "b", state="errored", reason="build failed: boom")
+    assert store.claim(unbuilt, "compile", "b", LEASE, MAX) is not None
+    assert store.record(unbuilt, "b", state="errored", reason="build failed: boom")
 
-    results = {r.trial_id: r.eval_seconds for r in store.results(campaign_id=campaign.id)}
+    results = {r.trial_id: (r.compile_seconds, r.eval_seconds) for r in store.results(campaign_id=campaign.id)}
 
-    assert results == {measured: pytest.approx(0.004), errored: pytest.approx(0.25), unmeasured: None}
+    assert results == {
+        built: (pytest.approx(1.6), pytest.approx(0.004)),
+        reused: (pytest.approx(0.002), pytest.approx(0.003)),
+        errored: (None, pytest.approx(0.25)),  # compiled by a worker that did not time it
+        unbuilt: (None, None),
+    }
 
 
 @pytest.fixture

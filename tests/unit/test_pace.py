@@ -75,8 +75,8 @@ def test_campaigns_sharing_a_queue_keep_the_same_depth_whichever_got_more_of_it(
     ahead, behind = Pace(slots=0.5), Pace(slots=0.5)
     for pace, count in ((ahead, 750), (behind, 250)):
         pace.sent(0.0)
-        pace.finished(1, 0.1, worked=0.001, timed=1)
-        pace.finished(count, 1.1, worked=count * 0.001, timed=count)
+        pace.finished(1, 0.1, evaluated=[0.001])
+        pace.finished(count, 1.1, evaluated=[0.001] * count)
     assert ahead.seconds == pytest.approx(behind.seconds / 3)
     assert ahead.depth() == behind.depth() == pytest.approx(HORIZON_SECONDS / (0.001 * MAX_BATCH))
 
@@ -93,7 +93,7 @@ def test_untimed_trials_leave_the_depth_to_their_pace() -> None:
 def test_a_first_trial_back_soon_is_slow_when_its_worker_took_long_over_it() -> None:
     pace = Pace(slots=1)
     pace.sent(0.0)
-    pace.finished(1, 0.4, worked=0.3, timed=1)  # back within the probe, but its measurement took 0.3 s
+    pace.finished(1, 0.4, evaluated=[0.3])  # back within the probe, but its measurement took 0.3 s
     assert not pace.probing and not pace.cheap and pace.batch(1000) == 1
 
 
@@ -103,7 +103,21 @@ def test_trials_waiting_behind_another_campaigns_are_cheap_once_their_workers_sa
     pace.sent(0.0)
     pace.finished(0, PROBE_SECONDS + 0.01)
     assert not pace.cheap
-    pace.finished(2, 1.0, worked=0.001, timed=2)  # 2 back after a second: slow by their pace, not their work
+    pace.finished(2, 1.0, evaluated=[0.0005, 0.0005])  # 2 back after a second: slow by their pace, not their work
     assert pace.cheap and pace.batch(1000) == MAX_BATCH and pace.depth() == MAX_DEPTH
     pace.finished(0, 1.0 + QUIET_SECONDS)  # then none back for five seconds: slow again
     assert not pace.cheap and pace.work is None
+
+
+def test_trials_cheap_to_measure_but_each_built_are_slow() -> None:
+    # A grid of compiler flags: every trial builds for seconds, then runs for a millisecond.
+    pace = Pace(slots=1)
+    pace.sent(0.0)
+    pace.finished(1, 3.0, evaluated=[0.001], compiled=[2.5])
+    assert not pace.cheap and pace.batch(1000) == 1 and pace.depth() == SLOT_DEPTH
+    # Run-time knobs over a few builds: most trials find their artifact built.
+    shared = Pace(slots=1)
+    shared.sent(0.0)
+    shared.finished(1, 0.2, evaluated=[0.001], compiled=[0.3])
+    shared.finished(100, 1.2, evaluated=[0.001] * 100, compiled=[0.001] * 100)
+    assert shared.build == pytest.approx(0.001) and shared.cheap
