@@ -21,7 +21,7 @@ def tvm_measure(self: Task, trial_id: int, target: str) -> str:
     from fleet.workers.execute import compile_trial, evaluate_trial
 
     ctx = context(self.request.hostname)
-    ctx.lap()  # its time on the slot, build and measurement both: what evaluate_trial records
+    ctx.lap()  # the build's time on the slot runs from here, then the measurement's from the build's end
     outcome = compile_trial(ctx, trial_id)
     if outcome == "skipped" and ctx.store.trial(trial_id).state != "compiled":
         return outcome  # another worker holds it, or it is finished

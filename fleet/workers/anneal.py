@@ -27,9 +27,10 @@ def measure(ctx: WorkerContext, trial_id: int) -> TrialResult:
             return finished[0]
         state = ctx.store.trial(trial_id).state
         if state == "new":
+            ctx.lap()  # its compile's time on the slot, not the chain's
             compile_trial(ctx, trial_id)
         elif state == "compiled":
-            ctx.lap()  # its evaluation's time, not the chain's
+            ctx.lap()  # its evaluation's, likewise
             evaluate_trial(ctx, trial_id)
         else:
             # Another worker holds it (the same configuration in another chain); its lease brings it back
