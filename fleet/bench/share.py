@@ -49,7 +49,7 @@ def _spec(name: str, target: str, trials: int, seconds: float) -> dict[str, Any]
     }
 
 
-def _cheap_spec(name: str, target: str, trials: int) -> dict[str, Any]:
+def cheap_spec(name: str, target: str, trials: int) -> dict[str, Any]:
     """A campaign of ``trials`` ``noop`` trials over one build: each takes a millisecond or two of a slot."""
     return {
         "name": name,
@@ -112,7 +112,7 @@ class Bench:
         from fleet import api
         from fleet.spec import parse_spec
 
-        raw = _cheap_spec(name, self.target, trials) if seconds is None else _spec(name, self.target, trials, seconds)
+        raw = cheap_spec(name, self.target, trials) if seconds is None else _spec(name, self.target, trials, seconds)
         return api.submit(parse_spec(raw, self.workdir), self.store, priority=priority).id
 
     def wait_done(self, *ids: int, timeout: float = 600) -> None:

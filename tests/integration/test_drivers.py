@@ -164,14 +164,14 @@ def test_cancel_stops_the_running_measurement_and_starts_nothing_new(fleet: Flee
 def test_a_campaign_of_cheap_trials_joining_a_running_one_gets_its_share(fleet: Fleet) -> None:
     # Several trials to a message, whose windows are sized from the workers' time per trial. Sized from how
     # fast each campaign's own trials came back, the running one kept its lead: the newcomer got 1-18%.
-    from fleet.bench.share import _cheap_spec, joined_shares
+    from fleet.bench.share import cheap_spec, joined_shares
 
     fleet.start_worker()
     start_driver(fleet, "driver-a")
-    first = write_spec(fleet.home, _cheap_spec("alone", fleet.target, 6000), "alone.json")
+    first = write_spec(fleet.home, cheap_spec("alone", fleet.target, 6000), "alone.json")
     fleet.cli("submit", str(first), check=True)
     fleet.wait_for(lambda: counts(fleet, "alone").get("evaluated", 0) >= 1500, timeout=120, what="a quarter")
-    fleet.cli("submit", str(write_spec(fleet.home, _cheap_spec("joining", fleet.target, 3000), "joining.json")))
+    fleet.cli("submit", str(write_spec(fleet.home, cheap_spec("joining", fleet.target, 3000), "joining.json")))
     ids = campaign(fleet, "alone").id, campaign(fleet, "joining").id
 
     fleet.wait_for(lambda: all(fleet.store.campaign(i).status == "done" for i in ids), timeout=300, what="both")
