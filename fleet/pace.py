@@ -68,7 +68,7 @@ class Pace:
         self.slots = slots
         self.seconds: float | None = None  # slot-seconds per trial; None until the first trials say
         self.work: float | None = None  # seconds an evaluation slot spent per trial, as the workers timed them
-        self.build: float | None = None  # and a build slot: a build's time, shared by the trials that use it
+        self.build: float | None = None  # and a build slot per trial: a build's time, shared by those using it
         self._since: float | None = None
         self._finished = 0
         self._evaluated: list[float] = []
@@ -143,7 +143,12 @@ class Pace:
         if self._evaluated and not (only_unknown and self.work is not None):
             self.work = sum(self._evaluated) / len(self._evaluated)
         if self._compiled and not (only_unknown and self.build is not None):
-            self.build = sum(self._compiled) / len(self._compiled)
+            # Per trial back, not per build: a trial whose artifact was built already takes no build slot
+            # time (its compile is not timed). Per build, one slow build among ten that 5,000 trials shared
+            # made a campaign slow, one trial in flight, until its next build, which at that pace never came.
+            self.build = sum(self._compiled) / max(self._finished, len(self._compiled))
+        elif self.build is not None and not only_unknown:
+            self.build = 0.0  # trials back and none built: their artifacts were there
 
     def depth(self) -> float:
         """Messages to keep in flight per evaluation slot of the target: :data:`SLOT_DEPTH`, or for cheap

@@ -73,25 +73,30 @@ def test_cheap_trials_share_messages_and_each_is_recorded_once(fleet: Fleet) -> 
     assert_each_recorded_once(fleet)
 
 
-def test_trials_each_built_for_long_go_one_to_a_message_however_cheap_their_runs(fleet: Fleet) -> None:
-    # A grid of compiler flags: its messages are compile messages, and its builds are what takes time.
+def slow_build_campaign(fleet: Fleet, name: str, *knobs: Knob) -> Campaign:
+    """A grid campaign of a command whose builds (one per value of the first knob) take 0.3 s, and runs a few ms."""
     configure(app, Settings.from_env(fleet.env))
     fleet.start_worker()
     spec = CampaignSpec(
-        name="flags",
-        problems=[ProblemSpec("flags", {})],
+        name=name,
+        problems=[ProblemSpec(name, {})],
         target=fleet.target,
-        space=Space((Knob("i", tuple(range(12))),)),
+        space=Space(knobs),
         strategy={"name": "grid"},
         workload={
             "kind": "command",
-            "build": [sys.executable, "-c", "import time; time.sleep(0.3)", "{i}"],
+            "build": [sys.executable, "-c", "import time; time.sleep(0.3)", f"{{{knobs[0].name}}}"],
             "run": ["sh", "-c", "echo '{\"score\": 1}'"],
             "objective": {"json": "score"},
             "repeats": 1,
         },
     )
-    campaign = submit(fleet.store, spec)
+    return submit(fleet.store, spec)
+
+
+def test_trials_each_built_for_long_go_one_to_a_message_however_cheap_their_runs(fleet: Fleet) -> None:
+    # A grid of compiler flags: its messages are compile messages, and its builds are what takes time.
+    campaign = slow_build_campaign(fleet, "flags", Knob("i", tuple(range(12))))
     batches: list[int] = []
 
     driver = Driver(fleet.store, campaign, recorded(batches), window=4)
@@ -100,6 +105,23 @@ def test_trials_each_built_for_long_go_one_to_a_message_however_cheap_their_runs
     assert driver.pace.build is not None and driver.pace.build > 0.3 and not driver.pace.cheap
     assert set(batches) == {1}
     assert fleet.store.trial_counts(campaign.id) == {"evaluated": 12}
+
+
+def test_trials_sharing_a_few_long_builds_go_many_to_a_message(fleet: Fleet) -> None:
+    # Run-time knobs over two builds: each build is slow, each trial is not.
+    campaign = slow_build_campaign(fleet, "shared-builds", Knob("b", (0, 1)), Knob("i", tuple(range(200)), build=False))
+    batches: list[int] = []
+    sizes: list[int] = []
+
+    driver = Driver(fleet.store, campaign, recorded(batches, sizes), window=200)
+    driver.run()
+
+    # The first window goes one to a message (its trials built, and nothing else was known); most of the rest
+    # share messages. Taken per build rather than per trial, the builds kept every trial to a message of its own.
+    assert driver.pace.cheap
+    assert sum(size for size, batch in zip(sizes, batches, strict=True) if batch > 1) >= 100
+    assert fleet.store.trial_counts(campaign.id) == {"evaluated": 400}
+    assert_each_recorded_once(fleet)
 
 
 def test_a_static_campaign_submitted_without_a_driver_sends_every_trial_at_once(fleet: Fleet) -> None:

@@ -115,9 +115,24 @@ def test_trials_cheap_to_measure_but_each_built_are_slow() -> None:
     pace.sent(0.0)
     pace.finished(1, 3.0, evaluated=[0.001], compiled=[2.5])
     assert not pace.cheap and pace.batch(1000) == 1 and pace.depth() == SLOT_DEPTH
-    # Run-time knobs over a few builds: most trials find their artifact built.
+    # Run-time knobs over a few builds: most trials find their artifact built, and their compiles are not timed.
     shared = Pace(slots=1)
     shared.sent(0.0)
     shared.finished(1, 0.2, evaluated=[0.001], compiled=[0.3])
-    shared.finished(100, 1.2, evaluated=[0.001] * 100, compiled=[0.001] * 100)
-    assert shared.build == pytest.approx(0.001) and shared.cheap
+    assert not shared.cheap  # one trial back, and it built: so far, every trial builds
+    shared.finished(99, 1.2, evaluated=[0.001] * 99)  # the next 99 used its artifact
+    assert shared.build == 0.0 and shared.cheap
+
+
+def test_a_slow_build_shared_by_many_trials_leaves_them_cheap_even_when_few_come_back() -> None:
+    # One of twenty campaigns sharing a queue, one message of its trials back per second: a build among them
+    # took longer than a cheap trial (a busy moment). Taken per build, the campaign stayed slow until its next
+    # build, 500 trials on, which at one trial a second never came.
+    pace = Pace(slots=0.05)
+    pace.sent(0.0)
+    pace.finished(32, 1.0, evaluated=[0.001] * 32, compiled=[0.064])
+    assert pace.build == pytest.approx(0.002) and pace.cheap
+    pace.finished(1, 2.5, evaluated=[0.001], compiled=[0.064])  # a message split: its builder alone back
+    assert not pace.cheap
+    pace.finished(1, 3.8, evaluated=[0.001])  # the next trial back used the artifact built
+    assert pace.build == 0.0 and pace.cheap
