@@ -143,8 +143,8 @@ class Pace:
         if self._evaluated and not (only_unknown and self.work is not None):
             self.work = sum(self._evaluated) / len(self._evaluated)
         if self._compiled and not (only_unknown and self.build is not None):
-            # Per trial back, not per build: a trial whose artifact was built already takes no build slot
-            # time (its compile is not timed). Per build, one slow build among ten that 5,000 trials shared
+            # Per trial back, not per build: a trial whose artifact was built already only looks it up (a
+            # compile that is not timed). Per build, one slow build among ten that 5,000 trials shared
             # made a campaign slow, one trial in flight, until its next build, which at that pace never came.
             self.build = sum(self._compiled) / max(self._finished, len(self._compiled))
         elif self.build is not None and not only_unknown:

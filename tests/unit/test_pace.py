@@ -132,7 +132,7 @@ def test_a_slow_build_shared_by_many_trials_leaves_them_cheap_even_when_few_come
     pace.sent(0.0)
     pace.finished(32, 1.0, evaluated=[0.001] * 32, compiled=[0.064])
     assert pace.build == pytest.approx(0.002) and pace.cheap
-    pace.finished(1, 2.5, evaluated=[0.001], compiled=[0.064])  # a message split: its builder alone back
+    pace.finished(1, 2.5, evaluated=[0.001], compiled=[0.064])  # a span in which only a builder came back
     assert not pace.cheap
     pace.finished(1, 3.8, evaluated=[0.001])  # the next trial back used the artifact built
     assert pace.build == 0.0 and pace.cheap
