@@ -15,9 +15,11 @@ memory (goal: under 300 MB), the wall time of ``fleet status``, ``fleet trials -
 ``fleet report`` run as real commands on the finished work (goal: under 2 s each; the same commands on a
 100-trial campaign measured in the same run are the baseline: most of their time is Python's start), and the
 database's bytes per trial. Beside the rates, the machine's own speed over the last window over its speed over
-the first (:class:`SpeedProbe`). For the campaigns run at once, also how evenly they went (:func:`campaign_ends`):
-campaigns that end early leave the last window to the others. Trials finish when their evaluation is recorded
-(``finished_at`` in the database), so the rates are those the workers saw, not the driver's view of them.
+the first (:class:`SpeedProbe`), and the CPU milliseconds per trial of each role (worker, driver, database,
+broker) and the idle cores over each window (:func:`cpu_use`). For the campaigns run at once, also how evenly
+they went (:func:`campaign_ends`): campaigns that end early leave the last window to the others. Trials
+finish when their evaluation is recorded (``finished_at`` in the database), so the rates are those the
+workers saw, not the driver's view of them.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from fleet.bench.cpu import CpuMeter
 from fleet.bench.dispatch import _stop, _wait
 from fleet.bench.servers import private_servers
 
@@ -115,7 +118,7 @@ class Servers:
 
     def __init__(self, stack: ExitStack, workdir: Path) -> None:
         env = dict(os.environ)
-        private_servers(stack, workdir, env)
+        self.servers = private_servers(stack, workdir, env)
         env |= {"FLEET_HOME": str(workdir / "home"), "PYTHONUNBUFFERED": "1"}
         os.environ.update(env)
         from fleet.settings import reset_settings
@@ -174,11 +177,16 @@ class Bench(Servers):
         self.target = f"cpu-scale{uuid.uuid4().hex[:6]}"
         self.probe = SpeedProbe()
         stack.callback(self.probe.close)
+        self.cpu = CpuMeter(every=0.5).start()
+        stack.callback(self.cpu.close)
+        for role, pid in self.servers.items():
+            self.cpu.watch(role, pid)
 
     def start_worker(self) -> None:
-        self.start(
+        worker = self.start(
             "worker", "--target", self.target, "--eval-procs", "1", "--build-procs", "1", "--loglevel", "WARNING"
         )
+        self.cpu.watch("worker", worker.pid)
         _wait(lambda: len(self.store.workers(target=self.target, within=30)) >= 2, 120, "the fleet's workers")
 
     def write_spec(self, name: str, trials: int) -> Path:
@@ -302,6 +310,19 @@ def machine_speed(probe: SpeedProbe, finished: list[float], window: int) -> dict
     return {"machine_speed_last_over_first": round(last / first, 3) if first and last else None}
 
 
+def cpu_use(meter: CpuMeter, finished: list[float], window: int) -> dict[str, Any]:
+    """CPU milliseconds per trial by role, and the idle cores, over the first and the last ``window`` trials.
+
+    Beside the rates they say why a rate fell: the fleet's cost per trial grew (a role's milliseconds), or it
+    waited (idle cores), or neither, and the machine itself was slower (:func:`machine_speed`).
+    """
+    first, last = finished[:window], finished[-window:]
+    return {
+        "first": meter.window(first[0], first[-1], len(first) - 1),
+        "last": meter.window(last[0], last[-1], len(last) - 1),
+    }
+
+
 def campaign_ends(times: dict[int, list[float]], window: int) -> dict[str, Any]:
     """How evenly campaigns run at once went, from each one's finish times (in order): what the last window saw.
 
@@ -348,6 +369,7 @@ def one_campaign(bench: Bench, trials: int, window: int, profile: Path | None) -
     before = bench.database_bytes()
     python = ("-m", "cProfile", "-o", str(profile)) if profile else ()
     driver = bench.start("tune", str(spec), "--no-local", "--json", python=python)
+    bench.cpu.watch("driver", driver.pid)
     # waitid with WNOWAIT sees an early exit without reaping the driver: wait4 reads its memory at the end.
     _wait(lambda: bench.exists(name) or os.waitid(os.P_PID, driver.pid, _EXITED) is not None, 120, name)
     if not bench.exists(name):
@@ -377,6 +399,7 @@ def many_campaigns(bench: Bench, campaigns: int, trials: int, window: int) -> di
         api.submit(parse_spec(scale_spec(name, bench.target, trials), bench.workdir), bench.store).id for name in names
     ]
     driver = bench.start("driver", "--name", f"scale-driver-{tag}", "--max-campaigns", str(campaigns))
+    bench.cpu.watch("driver", driver.pid)
     total = campaigns * trials
 
     def ended() -> bool:
@@ -418,6 +441,7 @@ def figures(
     return {
         **rates(finished, window),
         **machine_speed(bench.probe, finished, window),
+        "cpu": cpu_use(bench.cpu, finished, window),
         **(campaign_ends(times, window) if evenness else {}),
         "driver_peak_mb": round(peak_kb / 1024, 1),
         "command_s": bench.commands(*commands),
@@ -472,6 +496,7 @@ def run(
         say(f"  {_line(many)}")
     return {
         "workers": {"build": 1, "eval": 1},
+        "cores": os.cpu_count(),
         "builds_per_campaign": BUILDS,
         "window_trials": {"one_campaign": window, "many_campaigns": many_window},
         "one_campaign": single,
@@ -499,5 +524,15 @@ def _line(phase: dict[str, Any]) -> str:
     return (
         f"{phase['trials_per_s_first']} trials/s at the start, {phase['trials_per_s_last']} at the end "
         f"(ratio {phase['last_over_first']}); driver peak {phase['driver_peak_mb']} MB; "
-        f"commands {phase['command_s']} s; {phase['database_bytes_per_trial']} bytes/trial"
+        f"commands {phase['command_s']} s; {phase['database_bytes_per_trial']} bytes/trial" + _cpu_line(phase["cpu"])
+    )
+
+
+def _cpu_line(cpu: dict[str, Any]) -> str:
+    if not (cpu["first"] and cpu["last"]):
+        return ""
+    first, last = cpu["first"], cpu["last"]
+    return (
+        f"; fleet CPU {first['fleet_cpu_ms_per_trial']} -> {last['fleet_cpu_ms_per_trial']} ms/trial, "
+        f"idle cores {first['idle_cores']} -> {last['idle_cores']}"
     )

@@ -18,7 +18,7 @@ def private_postgres(stack: ExitStack) -> PostgresServer:
     return stack.enter_context(PostgresServer(pg_dir))
 
 
-def private_servers(stack: ExitStack, workdir: Path, env: dict[str, str]) -> None:
+def private_servers(stack: ExitStack, workdir: Path, env: dict[str, str]) -> dict[str, int]:
     """Point ``env`` at a private Redis and PostgreSQL for whichever of the two it names no URL of.
 
     Parameters
@@ -29,8 +29,15 @@ def private_servers(stack: ExitStack, workdir: Path, env: dict[str, str]) -> Non
         The run's directory: Redis keeps its files there.
     env:
         The run's environment, updated in place.
+
+    Returns the process id of each server started, by role (``broker``, ``database``): each runs in a
+    session of its own, so it is also the id of the server's process group.
     """
+    servers: dict[str, RedisServer | PostgresServer] = {}
     if not env.get("FLEET_BROKER_URL"):
-        env["FLEET_BROKER_URL"] = stack.enter_context(RedisServer(workdir / "redis")).url
+        servers["broker"] = stack.enter_context(RedisServer(workdir / "redis"))
+        env["FLEET_BROKER_URL"] = servers["broker"].url
     if not env.get("FLEET_DATABASE_URL"):
-        env["FLEET_DATABASE_URL"] = private_postgres(stack).url
+        servers["database"] = private_postgres(stack)
+        env["FLEET_DATABASE_URL"] = servers["database"].url
+    return {role: server.pid for role, server in servers.items() if server.pid is not None}

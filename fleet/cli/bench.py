@@ -223,6 +223,17 @@ def bench_scale(trials: int, campaigns: int, campaign_trials: int | None, profil
                 f"  machine    speed last / first {phase['machine_speed_last_over_first']} "
                 "(a fixed loop's CPU time, each second)"
             )
+        first, last = phase["cpu"]["first"], phase["cpu"]["last"]
+        if first and last:
+            roles = ", ".join(
+                f"{role} {ms:.2f} -> {last['cpu_ms_per_trial'].get(role, 0.0):.2f}"
+                for role, ms in first["cpu_ms_per_trial"].items()
+            )
+            click.echo(
+                f"  cpu        ms per trial, first -> last: {roles}; the fleet's "
+                f"{first['fleet_cpu_ms_per_trial']:.2f} -> {last['fleet_cpu_ms_per_trial']:.2f}; "
+                f"idle cores {first['idle_cores']} -> {last['idle_cores']} of {result['cores']}"
+            )
         if "campaign_end_s" in phase:
             ends, all_ran = phase["campaign_end_s"], phase["last_over_first_while_all_ran"]
             click.echo(

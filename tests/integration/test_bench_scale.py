@@ -44,6 +44,12 @@ def test_a_small_scale_run_gives_every_figure_of_both_phases() -> None:
         assert all(0 < seconds < 60 for seconds in phase["command_s"].values())
         # Each trial leaves a row, its measurement and index entries: a few hundred bytes to a few kB.
         assert 100 < phase["database_bytes_per_trial"] < 100_000
+        # Where the CPU went over each window, by role: every private server and fleet process was seen.
+        for window in (phase["cpu"]["first"], phase["cpu"]["last"]):
+            assert set(window["cpu_ms_per_trial"]) == {"worker", "driver", "database", "broker", "other"}
+            assert all(ms >= 0 for ms in window["cpu_ms_per_trial"].values())
+            assert window["fleet_cpu_ms_per_trial"] > 0
+            assert 0 <= window["idle_cores"] <= result["cores"]
     # How evenly the campaigns run at once went: each one's end, in order, within the phase.
     ends = many["campaign_end_s"]
     assert len(ends) == CAMPAIGNS and ends == sorted(ends) and ends[0] > 0
