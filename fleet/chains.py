@@ -102,12 +102,17 @@ class ChainDriver:
 
         A cancelled campaign stops at once; a paused one waits, and its chains go on from their last step.
         """
-        with self.steering:
-            return self._run()
+        self.drive()
+        return summarize(self.store, self.campaign)
 
-    def _run(self) -> list[Summary]:
+    def drive(self) -> None:
+        """:meth:`run` without the summary (``fleet driver`` shows none)."""
+        with self.steering:
+            self._drive()
+
+    def _drive(self) -> None:
         if self.steering.check() not in ("running", "paused"):
-            return summarize(self.store, self.campaign)
+            return
         self.submit_all()
         total = sum(c.steps for c in self.store.chains(self.campaign.id))
         maximize = load_workload_spec(self.campaign.workload).maximize
@@ -118,7 +123,7 @@ class ChainDriver:
             if self.steering.due():
                 status = self.steering.check()
                 if status not in ("running", "paused"):
-                    return summarize(self.store, self.campaign)
+                    return
                 if paused and status == "running":
                     # The workers dropped the steps sent during the pause: send each chain's step again.
                     running = [c for c in self.store.chains(self.campaign.id) if c.state == "running"]
@@ -138,7 +143,6 @@ class ChainDriver:
                 self.send_steps(self.store.stale_chains(self.requeue_seconds, self.campaign.id))
             time.sleep(self.poll_seconds)
         self.store.set_campaign_status(self.campaign.id, "done")
-        return summarize(self.store, self.campaign)
 
 
 def _as_result(chain: Any) -> TrialResult | None:

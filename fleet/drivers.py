@@ -133,7 +133,7 @@ class DriverService:
             self.echo(
                 f"{self.name}: took campaign {campaign.name!r} (id {campaign.id}, priority {campaign.priority:g})"
             )
-            run.run()
+            run.drive()
         except (CampaignBusy, LeaseLost) as error:
             self.echo(f"{self.name}: let go of {campaign.name!r}: {error}")
             return
