@@ -194,7 +194,9 @@ def bench_scale(trials: int, campaigns: int, campaign_trials: int | None, profil
     For each: trials/s over the first and the last 10,000 trials (goal: the last at least 0.9 of the first), the
     driver process's peak memory (goal: under 300 MB), the seconds of `fleet status`, `fleet trials --state
     errored` and `fleet report` on the finished work (goal: under 2 s each, beside the same commands on a
-    100-trial campaign), and the database's bytes per trial. One build and one evaluation worker process.
+    100-trial campaign), the database's bytes per trial, and where the CPU went over the first and the last
+    10,000 (milliseconds per trial of the worker, the driver, the database and the broker; the idle cores).
+    One build and one evaluation worker process.
     Uses FLEET_DATABASE_URL and FLEET_BROKER_URL when set, else a private PostgreSQL and Redis started for the run.
     """
     from fleet.bench.scale import run
