@@ -48,7 +48,7 @@ def _machine() -> tuple[float, float]:
 
 
 class CpuMeter:
-    """CPU seconds of watched process groups by role, and the machine's idle cores, sampled each second.
+    """CPU seconds of watched process groups by role, and the machine's idle cores, sampled in a thread.
 
     Parameters
     ----------
