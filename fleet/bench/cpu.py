@@ -4,8 +4,9 @@ A rate that falls between two windows of a run has three causes that look alike 
 fleet's cost per trial grew, the fleet waited (a queue ran dry, campaigns ended unevenly), or the machine
 ran slower. CPU milliseconds per trial, by role, over each window tell the first from the others, and the
 idle cores tell the second. Each ``fleet`` command a benchmark starts and each private server runs in a
-session of its own, so a role is a process group; what runs elsewhere (a server the environment named)
-is not measured here: a fact about a machine is taken on that machine.
+session of its own, so a role is a process group and the processes it starts (``fleet worker`` starts its
+Celery workers in sessions of their own); what runs elsewhere (a server the environment named) is not
+measured here: a fact about a machine is taken on that machine.
 """
 
 from __future__ import annotations
