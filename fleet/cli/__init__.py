@@ -10,8 +10,8 @@ import logging
 
 import click
 
-from fleet.cli import bench, campaigns, fleet, operations, steering, trials
-from fleet.cli._sections import SectionedGroup
+from fleet.cli import bench, campaigns, fleet, interop, operations, steering, trials
+from fleet.cli._sections import SectionedGroup, old_name
 from fleet.cli.miopen import register as register_tuna
 from fleet.cli.tvm import run_model_command, tune_model_command, tvm_group
 from fleet.errors import FleetError
@@ -27,6 +27,9 @@ def cli(verbose: bool) -> None:
 
     With no FLEET_DATABASE_URL and FLEET_BROKER_URL set, Fleet runs embedded under ./.fleet/ and starts
     its own worker processes.
+
+    MIOpen's commands are under `fleet miopen`, TVM's under `fleet tvm`. Their old names (query, jobs, golden,
+    import-db, export find-db|perf-db|kernel-db, tune-model, run-model) still work for one release, and say the new one.
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
 
@@ -37,15 +40,17 @@ def _assemble(group: SectionedGroup) -> None:
         group.add_to_section("Campaigns", command)
     for command in (campaigns.status, *trials.COMMANDS, campaigns.best, campaigns.report, campaigns.export):
         group.add_to_section("Campaigns", command)
+    group.add_to_section("Campaigns", campaigns.validate)
     for command in fleet.COMMANDS:
         group.add_to_section("Fleet", command)
     for command in steering.OPERATIONS:
         group.add_to_section("Fleet", command)
-    before = set(group.commands)
     register_tuna(group, campaigns.export, bench.bench)
-    group.file_new_commands("MIOpen", before)
-    for command in (tune_model_command, run_model_command, tvm_group):
-        group.add_to_section("TVM", command)
+    group.add_to_section("MIOpen", group.commands.pop("miopen"))
+    group.add_to_section("TVM", tvm_group)
+    for command in (tune_model_command, run_model_command):
+        group.add_command(old_name(command, f"fleet {command.name}", f"fleet tvm {command.name}"))
+    interop.register(group, campaigns.export)
     for command in operations.COMMANDS:
         group.add_to_section("Operations", command)
     for command in bench.COMMANDS:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from fleet.errors import BrokerError, FleetError, printable
+from fleet.errors import BrokerError, FleetError, NotFound, printable
 from fleet.settings import get_settings, redact
 
 T = TypeVar("T")
@@ -29,21 +29,47 @@ def log_database() -> None:
     log.info("database: %s", database_url())
 
 
-def open_store(check: bool = True) -> Any:
+def open_store(check: bool = True, read_only: bool = False) -> Any:
     """The store ``FLEET_DATABASE_URL`` names, checked to answer at the latest revision unless ``check`` is false.
 
     Every command that reads the database opens it here, so ``fleet -v`` names the database for all of them.
+
+    Parameters
+    ----------
+    check:
+        Check that the database answers and is at the latest revision (and migrate an embedded one).
+    read_only:
+        The command only reads: a SQLite database that does not exist is not created (which would answer "no
+        campaigns" from a new, empty file) but named in one line, :class:`NotFound`.
     """
     from fleet.store import Store
 
     settings = get_settings()
     log_database()
+    if read_only:
+        missing_database(settings.database_url)
     store = Store(settings.database_url)
     if check:
         if settings.embedded_database:
             store.upgrade()
         store.check()
     return store
+
+
+def missing_database(url: str) -> None:
+    """Raise :class:`NotFound` when ``url`` names a SQLite file that does not exist; say where Fleet looked."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or Path(parsed.database).is_file():
+        return
+    where = Path(parsed.database)
+    hint = (
+        "no campaign ran here: run from the folder holding .fleet/, or set FLEET_HOME"
+        if get_settings().embedded_database
+        else "check FLEET_DATABASE_URL"
+    )
+    raise NotFound(f"no Fleet database at {where}: {hint}")
 
 
 def check_broker() -> None:

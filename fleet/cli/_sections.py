@@ -66,3 +66,32 @@ class SectionedGroup(WholeHelpGroup):
             spacing = 2 + width - max(len(name) for name, _ in rows)
             with formatter.section(title):
                 formatter.write_dl(rows, col_spacing=spacing)
+
+
+def old_name(command: click.Command, old: str, new: str) -> click.Command:
+    """A hidden copy of ``command`` under its old top-level name, kept for one release: using it says the new one.
+
+    Parameters
+    ----------
+    command:
+        The command as it now is, in its group.
+    old, new:
+        Its old and new spellings, e.g. ``fleet query`` and ``fleet miopen query``: named in the copy's help and
+        on stderr when it runs.
+    """
+    import copy
+    import functools
+
+    alias = copy.copy(command)
+    alias.hidden = True
+    alias.help = f"Old name of `{new}`, kept for one release.\n\n{command.help or ''}"
+    alias.short_help = None
+    callback = command.callback
+
+    @functools.wraps(callback)  # type: ignore[arg-type]
+    def noted(*args: object, **kwargs: object) -> object:
+        click.echo(f"fleet: note: `{old}` is now `{new}`; the old name goes in the next release", err=True)
+        return callback(*args, **kwargs)  # type: ignore[misc]
+
+    alias.callback = noted
+    return alias

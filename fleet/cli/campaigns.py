@@ -34,6 +34,18 @@ def find_campaign(store: Any, ref: str) -> Any:
         raise NotFound(f"{error} in {database_url()}") from None
 
 
+def note_missing_extras(strategy: dict[str, Any]) -> None:
+    """Say so when ``auto`` runs without its Optuna technique: it works, but searches less well."""
+    from fleet.extras import install_line, installed
+
+    chosen = strategy.get("options") or {}
+    if strategy.get("name") == "auto" and "techniques" not in chosen and not installed("optuna"):
+        click.echo(
+            f"fleet: note: strategy auto runs without its Optuna technique: {install_line('optuna')} adds it",
+            err=True,
+        )
+
+
 # -- tune, resume ------------------------------------------------------------------------------------------
 
 
@@ -68,6 +80,7 @@ def tune(
     campaign_spec = load_spec(spec, name=name, target=target, budget=budget)
     if remeasure:
         campaign_spec.options["remeasure"] = True
+    note_missing_extras(campaign_spec.strategy)
     store = open_store()
     check_broker()
     campaign = submit(store, campaign_spec)
@@ -80,14 +93,27 @@ def tune(
 @click.option("--local/--no-local", default=None, help="Start local workers (default: when running embedded).")
 @click.option("--eval-procs", type=click.IntRange(1), default=1, show_default=True, help="Local evaluation workers.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def resume(campaign: str, window: int | None, local: bool | None, eval_procs: int, as_json: bool) -> None:
+@click.option("--force", is_flag=True, help="Resume a cancelled campaign too: its cancelled trials run again.")
+def resume(campaign: str, window: int | None, local: bool | None, eval_procs: int, as_json: bool, force: bool) -> None:
     """Go on with CAMPAIGN (name or id) after a pause, or drive it here after its driver stopped.
 
     Nothing measured is measured again. A paused campaign that `fleet submit` handed to the fleet's drivers
-    goes on there; any other is driven by this command until it ends, unless a live driver holds it.
+    goes on there; any other is driven by this command until it ends, unless a live driver holds it. A
+    cancelled campaign stays cancelled unless --force is given.
     """
-    store = open_store()
+    store = open_store(read_only=True)
     found = find_campaign(store, campaign)
+    if found.status == "cancelled":
+        if not force:
+            raise FleetError(
+                f"campaign {found.name!r} was cancelled: `fleet resume --force {found.name}` runs its cancelled "
+                "trials again"
+            )
+        found, reopened = store.reopen_campaign(found.id)
+        click.echo(f"resuming cancelled campaign {found.name} (--force): {reopened} trials run again", err=True)
+        drivers = store.workers(role="driver", within=3 * get_settings().heartbeat_seconds + 5)
+        if found.submitted and drivers:
+            return  # the fleet's drivers take it up again
     if found.status == "paused":
         found = store.resume_campaign(found.id)
         click.echo(f"resumed campaign {found.name}", err=as_json)
@@ -145,10 +171,8 @@ def _print_next(campaign: Any, summaries: list[Any]) -> None:
     """Where the results are, and the commands that read them again."""
     name = shlex.quote(campaign.name)
     commands = [(f"fleet report {name}", "an HTML report: convergence, knob effects, best configurations")]
-    for problem in [s.problem_id for s in summaries if s.best is not None][:1]:
-        commands.append(
-            (f"fleet best {problem} --target {campaign.target}", f"the best configuration of problem {problem}")
-        )
+    if any(s.best is not None for s in summaries):
+        commands.append((f"fleet best {name}", "the best configuration of each problem, one line each"))
     commands.append((f"fleet trials {name}", "every trial, its state and reason"))
     width = max(len(command) for command, _ in commands)
     click.echo(f"\nresults in {database_url()}; see them again with:")
@@ -221,6 +245,22 @@ def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: b
 # -- status, best ----------------------------------------------------------------------------------------
 
 
+def _failed(store: Any, campaign: Any) -> str | None:
+    """Why a campaign that ended is a failure (a problem with no valid measurement), on one line; else None."""
+    from fleet.campaign import summarize
+
+    summaries = summarize(store, campaign)
+    empty = [s for s in summaries if s.best is None]
+    if not empty:
+        return None
+    some = "" if len(empty) == len(summaries) else f" for {len(empty)} of its {len(summaries)} problems"
+    reasons = failure_reasons(store, campaign.id)
+    if not reasons:
+        return f"no valid measurement{some}: none of its trials finished"
+    top = reasons[0]
+    return f"no valid measurement{some}: {top.reason} (x{top.count}, e.g. fleet trial {top.trial_id})"
+
+
 @click.command()
 @click.argument("campaign", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -228,7 +268,7 @@ def status(campaign: str | None, as_json: bool) -> None:
     """Show campaigns and their trials, or one CAMPAIGN in detail, and the workers listening."""
     from fleet.campaign import summarize
 
-    store = open_store()
+    store = open_store(read_only=True)
     settings = get_settings()
     live = store.workers(within=3 * settings.heartbeat_seconds + 5)
     campaigns = [find_campaign(store, campaign)] if campaign else store.campaigns()
@@ -251,6 +291,10 @@ def status(campaign: str | None, as_json: bool) -> None:
         }
         if c.reason:
             entry["reason"] = c.reason
+        if c.status == "done":
+            failed = _failed(store, c)
+            if failed is not None:
+                entry["status"], entry["reason"] = "failed", failed
         if waiting and not any(w.role == "eval" for w in live if w.target == c.target):
             entry["warning"] = f"no worker is listening on eval.{c.target}: {waiting} trials wait"
         if campaign:
@@ -304,7 +348,7 @@ def status(campaign: str | None, as_json: bool) -> None:
         click.echo("no campaigns")
     for entry in report:
         counts = "  ".join(f"{state} {n}" for state, n in sorted(entry["trials"].items())) or "no trials"
-        click.echo(f"{entry['id']:>4}  {entry['name']:<24} {entry['target']:<14} {entry['status']:<8} {counts}")
+        click.echo(f"{entry['id']:>4}  {entry['name']:<24} {entry['target']:<14} {entry['status']:<9} {counts}")
         if entry["driver"]:
             click.echo(f"      driven by {entry['driver']}, priority {entry['priority']:g}")
         if "reason" in entry:
@@ -333,23 +377,44 @@ def status(campaign: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("problem")
+@click.argument("campaign", required=False)
+@click.option("--kind", help="Instead of a campaign: the problem of this kind (--param picks one of several).")
+@click.option("--problem", "problem_id", type=click.IntRange(1), help="Instead of a campaign: the problem of this id.")
 @click.option(
     "--target",
     "-t",
-    help="The target, e.g. sm_90, gfx90a:104, cpu-x86_64 (default: the one target PROBLEM has results on).",
+    help="With --kind or --problem: the target, e.g. sm_90, cpu-x86_64 (default: the one it has results on).",
 )
-@click.option("--param", "params", multiple=True, metavar="K=V", help="Pick the problem of that kind with K=V.")
+@click.option("--param", "params", multiple=True, metavar="K=V", help="With --kind: the problem with K=V.")
 @click.option("-n", "limit", type=click.IntRange(1), default=1, show_default=True, help="How many to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def best(problem: str, target: str | None, params: tuple[str, ...], limit: int, as_json: bool) -> None:
-    """The best known configuration of PROBLEM (an id, or a kind) on a target."""
+def best(
+    campaign: str | None,
+    kind: str | None,
+    problem_id: int | None,
+    target: str | None,
+    params: tuple[str, ...],
+    limit: int,
+    as_json: bool,
+) -> None:
+    """The best configuration CAMPAIGN found, one line per problem; --kind or --problem: the best known of a
+    problem, whichever campaign measured it."""
     from fleet.campaign import check_target
 
+    if sum(given is not None for given in (campaign, kind, problem_id)) != 1:
+        raise click.UsageError("give a CAMPAIGN, or a problem with --kind KIND or --problem ID")
+    if campaign is not None:
+        if params or target or limit != 1:
+            raise click.UsageError("--param, --target and -n go with --kind or --problem, not with a CAMPAIGN")
+        _best_of_campaign(campaign, as_json)
+        return
+    if params and kind is None:
+        raise click.UsageError("--param goes with --kind")
+    problem = str(problem_id) if kind is None else kind
     if target is not None:
         check_target(target)
-    store = open_store()
-    found = _find_problem(store, problem, params)
+    store = open_store(read_only=True)
+    found = _find_problem(store, problem, params, by_id=kind is None)
     if target is None:
         target = _only_target(store, found)
     rows = store.best(found.id, target, limit)
@@ -410,8 +475,46 @@ def _only_target(store: Any, problem: Any) -> str:
     return targets[0]
 
 
-def _find_problem(store: Any, ref: str, params: tuple[str, ...]) -> Any:
-    if ref.isdigit() and not params:
+def _best_of_campaign(name: str, as_json: bool) -> None:
+    """One line per problem of campaign ``name``: its best run (the one its searcher accepts), or why none."""
+    from fleet.campaign import summarize
+    from fleet.spec.workloads import load_workload_spec
+
+    store = open_store(read_only=True)
+    campaign = find_campaign(store, name)
+    unit = load_workload_spec(campaign.workload).objective_name
+    rows = []
+    for summary in summarize(store, campaign):
+        problem = store.problem(summary.problem_id)
+        found = summary.best
+        rows.append(
+            {
+                "problem": problem.id,
+                "kind": problem.kind,
+                "params": problem.params,
+                "target": campaign.target,
+                "config": None if found is None else found.config,
+                unit: None if found is None else found.objective,
+                "trial": None if found is None else found.trial_id,
+                "speedup": summary.speedup,
+            }
+        )
+    if as_json:
+        click.echo(json.dumps({"campaign": campaign.name, "problems": rows}, indent=2))
+        return
+    for row in rows:
+        head = f"{row['kind']} {format_config(row['params'])}".rstrip()
+        if row["config"] is None:
+            click.echo(f"{head}: no valid measurement (fleet trials {shlex.quote(campaign.name)} says why)")
+            continue
+        speedup = "" if row["speedup"] is None else f", {row['speedup']:.2f}x the baseline"
+        click.echo(f"{head}: {unit} {row[unit]:.4g}  {format_config(row['config'])}  (trial {row['trial']}{speedup})")
+    if rows and all(row["config"] is None for row in rows):
+        raise click.exceptions.Exit(1)
+
+
+def _find_problem(store: Any, ref: str, params: tuple[str, ...], by_id: bool = False) -> Any:
+    if by_id:
         return store.problem(int(ref))
     wanted: dict[str, Any] = {}
     for item in params:
@@ -427,7 +530,7 @@ def _find_problem(store: Any, ref: str, params: tuple[str, ...]) -> Any:
         raise NotFound(f"no problem {ref!r}" + (f" with {wanted}" if wanted else "") + f" in {database_url()}")
     if len(problems) > 1:
         choices = "; ".join(f"{p.id}: {format_config(p.params)}" for p in problems[:5])
-        raise FleetError(f"{len(problems)} problems of kind {ref!r}; give an id or --param K=V ({choices})")
+        raise FleetError(f"{len(problems)} problems of kind {ref!r}; give --problem ID or --param K=V ({choices})")
     return problems[0]
 
 
@@ -448,7 +551,7 @@ def report(campaign: str, output: Path) -> None:
     """Write a self-contained HTML report of CAMPAIGN (name or id): convergence, knob effects, best configs."""
     from fleet.report import render
 
-    store = open_store()
+    store = open_store(read_only=True)
     try:
         found = find_campaign(store, campaign)
         page = render(store, found)
@@ -461,10 +564,10 @@ def report(campaign: str, output: Path) -> None:
 
 @click.group(cls=WholeHelpGroup)
 def export() -> None:
-    """Export what campaigns did."""
+    """Export what campaigns did, for other tools (`fleet trials CAMPAIGN --csv` is the full table)."""
 
 
-@export.command("steps")
+@export.command("steps", hidden=True)
 @click.argument("campaign")
 @click.option(
     "-o",
@@ -474,11 +577,73 @@ def export() -> None:
     help=f"The CSV file to write; {OUTPUT_HELP}",
 )
 def export_steps(campaign: str, output: Path) -> None:
-    """Every trial of CAMPAIGN (every step of its annealing chains) with its execution statistics, as CSV."""
+    """Old name of `fleet trials CAMPAIGN --csv -o FILE`, kept for one release."""
+    click.echo(
+        "fleet: note: `fleet export steps` is now `fleet trials CAMPAIGN --csv`; the old name goes in the next release",
+        err=True,
+    )
     from fleet.export import steps_csv
 
-    store = open_store()
+    store = open_store(read_only=True)
     found = find_campaign(store, campaign)
     rows = write_output(output, lambda out: steps_csv(store, found, out))
     message = f"{rows} steps of campaign {found.name} written to {'standard output' if is_stdout(output) else output}"
     click.echo(message, err=is_stdout(output))
+
+
+# -- validate --------------------------------------------------------------------------------------------
+
+COUNT_UP_TO = 200_000
+"""Configurations ``fleet validate`` checks one by one against the constraints; a larger space is sampled."""
+SAMPLE = 2048
+"""Configurations ``fleet validate`` samples of a larger space."""
+
+
+@click.command("validate")
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--target", help="Target to check for (default: the spec's, else this machine's CPU).")
+def validate(spec: Path, target: str | None) -> None:
+    """Check the spec SPEC and print what `fleet tune` would run: problems, knobs, space, strategy, budget.
+
+    Nothing is written and no database is opened; an invalid spec is one line on stderr and exit 1.
+    """
+    from fleet.campaign import load_spec
+    from fleet.spec.workloads import load_workload_spec
+
+    campaign = load_spec(spec, target=target)
+    workload = load_workload_spec(campaign.workload)
+    space = campaign.space
+    goal = "max" if workload.maximize else "min"
+    click.echo(f"{spec}: valid")
+    click.echo(f"  campaign  {campaign.name} on {campaign.target}")
+    click.echo(f"  workload  {campaign.workload.get('kind')}, objective {workload.objective_name} ({goal})")
+    for problem in campaign.problems:
+        click.echo(f"  problem   {problem.kind} {format_config(problem.params)}".rstrip())
+    for knob in space.knobs:
+        values = ", ".join(format_config({"": v})[1:] for v in knob.values[:8])
+        more = f", ... ({len(knob.values)} values)" if len(knob.values) > 8 else ""
+        click.echo(f"  knob      {knob.name} ({'build' if knob.build else 'run'}): {values}{more}")
+    click.echo(f"  space     {_space_line(space)}")
+    strategy = campaign.strategy
+    budget = strategy.get("budget")
+    per = "every valid configuration" if budget is None else f"{budget} trials"
+    click.echo(f"  strategy  {strategy.get('name')}, {per} per problem")
+    if campaign.baseline is not None:
+        click.echo(f"  baseline  {format_config(campaign.baseline)}, measured once per problem besides")
+    count = len(campaign.problems)
+    total = "?" if budget is None else str(budget * count)
+    baselines = f" (+ {count} baseline{'s' if count > 1 else ''})" if campaign.baseline is not None else ""
+    click.echo(f"  trials    {total} in all{baselines}")
+
+
+def _space_line(space: Any) -> str:
+    """The space's size, and how many configurations its constraints leave (counted, or estimated from a sample)."""
+    size = space.size
+    if not space.constraints and space.predicate is None:
+        return f"{size} configurations"
+    if size <= COUNT_UP_TO:
+        valid = sum(space.is_valid(space.decode(i)) for i in range(size))
+        return f"{size} configurations, {valid} of them valid under the constraints"
+    sample = space.sample(SAMPLE)
+    share = sum(space.is_valid(c) for c in sample) / len(sample)
+    return f"{size} configurations, about {share:.0%} of them valid under the constraints (from {len(sample)})"

@@ -1,4 +1,5 @@
-"""The Tuna workflow's commands: ``fleet import``, ``query``, ``jobs``, ``import-db``, ``golden``, ``export ...``."""
+"""The Tuna workflow's commands, in the group ``fleet miopen``: ``import``, ``query``, ``jobs``, ``import-db``,
+``golden`` and ``export find-db|perf-db|kernel-db``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import click
 
 from fleet.cli._common import check_broker, open_store
+from fleet.cli._sections import WholeHelpGroup, old_name
 from fleet.errors import NotFound, SpecError
 
 
@@ -229,7 +231,7 @@ def jobs_add(
     selection = selection_of(select_text, _pop_flags(flags))
     problem_ids = _selected(store, tags, selection)
     if not problem_ids:
-        raise NotFound("no problem matches the selection: import some with `fleet import FILE -t TAG`")
+        raise NotFound("no problem matches the selection: import some with `fleet miopen import FILE -t TAG`")
     if not no_send:
         check_broker()
     added = add_jobs(store, reason, target, problem_ids, steps or ("find",))
@@ -468,12 +470,30 @@ def golden_list(target: str | None, as_json: bool) -> None:
         )
 
 
+@click.group("miopen", cls=WholeHelpGroup)
+def miopen_group() -> None:
+    """MIOpen's Tuna workflow: driver lines as problems, jobs, golden sets, find-db / perf-db / kernel-db in and out."""
+
+
+@miopen_group.group("export", cls=WholeHelpGroup)
+def miopen_export() -> None:
+    """Write MIOpen's databases from the measured results: find-db, perf-db and kernel-db."""
+
+
 def register(main: click.Group, export: click.Group, bench: click.Group) -> None:
-    """Add the Tuna workflow's commands to ``fleet``'s groups."""
+    """Add ``fleet miopen`` and its old top-level names (hidden, for one release) to ``fleet``'s groups.
+
+    The old top-level ``import`` is not among them: ``fleet import`` belongs to the interchange formats, and
+    falls back to :data:`import_command` for a MIOpenDriver file.
+    """
     from fleet.bench.miopen import bench_command
 
     for command in (import_command, query_command, jobs_group, import_db_command, golden_group):
-        main.add_command(command)
+        miopen_group.add_command(command)
     for command in export_commands:
-        export.add_command(command)
+        miopen_export.add_command(command)
+        export.add_command(old_name(command, f"fleet export {command.name}", f"fleet miopen export {command.name}"))
+    main.add_command(miopen_group)
+    for command in (query_command, jobs_group, import_db_command, golden_group):
+        main.add_command(old_name(command, f"fleet {command.name}", f"fleet miopen {command.name}"))
     bench.add_command(bench_command, "miopen")

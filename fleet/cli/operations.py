@@ -15,6 +15,7 @@ import click
 
 from fleet.cli._common import format_config, format_value, log_database, open_store
 from fleet.errors import ConfigurationError, FleetError, NotFound, SpecError
+from fleet.extras import require
 from fleet.ops.call import (
     KINDS,
     add_chain,
@@ -51,6 +52,7 @@ def exec_command(
     """
     if hosts and available:
         raise click.UsageError("give --hosts or --available, not both")
+    require("fabric", "fleet exec")
     if not hosts:
         log_database()  # the machines table is read
     names = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else fleet_hosts(available=available)
@@ -220,7 +222,7 @@ def logs_command(worker: str | None, trial: int | None, follow_: bool, lines: in
         raise NotFound(f"no worker logs under {directory}")
     pattern = None
     if trial is not None:
-        store = open_store()
+        store = open_store(read_only=True)
         ran = trial_workers(store, trial)
         store.close()
         pattern = trial_pattern(trial)
@@ -263,6 +265,7 @@ def flower_command(port: int, address: str, extra: tuple[str, ...]) -> None:
     """
     if not is_loopback(address) and not os.environ.get("FLOWER_BASIC_AUTH"):
         raise ConfigurationError(f"Flower on {address} would be open to anyone: set FLOWER_BASIC_AUTH=user:password")
+    require("flower", "fleet flower")  # else Celery itself would say "No such command 'flower'"
     argv = flower_argv(port, address, extra)
     sys.stdout.flush()
     os.execv(argv[0], argv)
@@ -273,9 +276,10 @@ def flower_command(port: int, address: str, extra: tuple[str, ...]) -> None:
 @click.option("--address", default="127.0.0.1", show_default=True, help="Address to serve on.")
 def metrics_command(port: int | None, address: str) -> None:
     """Queue health and live workers as Prometheus metrics: printed once, or served at /metrics."""
+    require("prometheus_client", "fleet metrics")
     from prometheus_client import generate_latest
 
-    reg = registry(open_store())
+    reg = registry(open_store(read_only=True))
     if port is None:
         sys.stdout.write(generate_latest(reg).decode())
         return

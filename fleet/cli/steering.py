@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from fleet.cli._common import database_url, open_store
-from fleet.cli.campaigns import find_campaign
+from fleet.cli.campaigns import find_campaign, note_missing_extras
 from fleet.settings import get_settings
 
 
@@ -34,6 +34,7 @@ def submit(
     campaign_spec = load_spec(spec, name=name, target=target, budget=budget)
     if remeasure:
         campaign_spec.options["remeasure"] = True
+    note_missing_extras(campaign_spec.strategy)
     handle = api.submit(campaign_spec, open_store(), priority=priority)
     campaign = handle.campaign()
     click.echo(
@@ -52,7 +53,7 @@ def submit(
 @click.argument("campaign")
 def cancel(campaign: str) -> None:
     """Cancel CAMPAIGN: no new trial starts, running builds and measurements are killed, queued work is dropped."""
-    store = open_store()
+    store = open_store(read_only=True)
     found = find_campaign(store, campaign)
     counts = store.cancel_campaign(found.id)
     stopped = ", ".join(f"{n} {state}" for state, n in counts.items()) or "none unfinished"
@@ -63,7 +64,7 @@ def cancel(campaign: str) -> None:
 @click.argument("campaign")
 def pause(campaign: str) -> None:
     """Hold CAMPAIGN: no new trial starts; running ones finish. `fleet resume` goes on."""
-    store = open_store()
+    store = open_store(read_only=True)
     found = store.pause_campaign(find_campaign(store, campaign).id)
     click.echo(f"paused campaign {found.name}; running trials finish; `fleet resume {found.name}` goes on")
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
 
-from fleet.cli._common import database_url, format_config, open_store
+from fleet.cli._common import database_url, format_config, is_stdout, open_store, write_output
 from fleet.cli.campaigns import find_campaign
 from fleet.diagnose import first_line
 from fleet.errors import FleetError, NotFound
@@ -30,15 +31,38 @@ def _objective(value: float | None) -> str:
     help="Only trials in STATE (errored, invalid, evaluated, new, ...); give it again for several.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: every trial with its whole reason.")
-def trials(campaign: str, states: tuple[str, ...], as_json: bool) -> None:
+@click.option(
+    "--csv",
+    "as_csv",
+    is_flag=True,
+    help="Print the full table as CSV: every trial (every step of annealing chains), a column per knob, samples, "
+    "times, worker, node, toolchain, device.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
+    default=Path("-"),
+    help="With --csv: the file to write (default: standard output).",
+)
+def trials(campaign: str, states: tuple[str, ...], as_json: bool, as_csv: bool, output: Path) -> None:
     """A table of CAMPAIGN's trials: id, problem, state, objective, attempts, worker, configuration, reason."""
     from fleet.store import TRIAL_STATES
 
     unknown = [s for s in states if s not in TRIAL_STATES]
     if unknown:
         raise FleetError(f"unknown trial state {unknown[0]!r}: one of {', '.join(TRIAL_STATES)}")
-    store = open_store()
+    if as_csv and (as_json or states):
+        raise click.UsageError("--csv is the full table: without --json or --state")
+    store = open_store(read_only=True)
     found = find_campaign(store, campaign)
+    if as_csv:
+        from fleet.export import steps_csv
+
+        rows = write_output(output, lambda out: steps_csv(store, found, out))
+        if not is_stdout(output):
+            click.echo(f"{rows} trials of campaign {found.name} written to {output}")
+        return
     rows = store.trial_rows(found.id, states or None)
     if as_json:
         out = [
@@ -121,6 +145,7 @@ def trial_dict(detail: Any) -> dict[str, Any]:
         "target": t.target,
         "config": t.config,
         "baseline": t.baseline,
+        "history": t.history,
         "state": t.state,
         "reason": t.reason if t.reason is not None or detail.source is None else detail.source.reason,
         "reused_from": t.source_trial_id,
@@ -156,7 +181,7 @@ def trial(trial_id: str, as_json: bool) -> None:
     """Everything about trial ID: its state and reason, samples, output, build log, artifact, worker and timings."""
     if not trial_id.isdigit():  # one line, as for an unknown id, not Click's usage text
         raise NotFound(f"no trial {trial_id!r}: a trial id is a number, as `fleet trials CAMPAIGN` lists them")
-    store = open_store()
+    store = open_store(read_only=True)
     try:
         detail = store.trial_detail(int(trial_id))
     except NotFound as error:
@@ -179,6 +204,12 @@ def _trial_lines(out: dict[str, Any]) -> list[str]:
         f"  config    {format_config(out['config'])}" + (" (baseline)" if out["baseline"] else ""),
         f"  state     {out['state']}",
     ]
+    if out.get("history"):
+        h = out["history"]
+        lines.append(
+            f"  history   proposed from history: rank {h.get('rank')} of what related problems found best "
+            f"(score {h.get('score')}; from {'; '.join(h.get('sources') or []) or '-'})"
+        )
     if out["reason"]:
         lines.append(f"  reason    {out['reason']}")
     if out["reused_from"] is not None:

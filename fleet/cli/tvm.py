@@ -1,4 +1,4 @@
-"""The TVM commands: ``fleet tune-model``, ``fleet run-model`` and ``fleet tvm ...`` (records, models, spaces)."""
+"""The TVM commands, in the group ``fleet tvm``: ``tune-model``, ``run-model``, records, models and spaces."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from fleet.cli._sections import WholeHelpGroup
 from fleet.errors import FleetError
 
 
@@ -130,12 +131,16 @@ def run_model_command(model_name: str, target: str | None, batch: int, repeats: 
         f"{totals['numpy_s'] / totals['tuned_s']:>8.2f}x"
     )
     if not all(r["tuned"] for r in rows):
-        click.echo("* no best configuration on this target: the default schedule ran (tune-model tunes it)")
+        click.echo("* no best configuration on this target: the default schedule ran (fleet tvm tune-model tunes it)")
 
 
-@click.group("tvm")
+@click.group("tvm", cls=WholeHelpGroup)
 def tvm_group() -> None:
-    """TVM operators: models, spaces, and the records of measured configurations."""
+    """TVM operators and models: tune and run them, their spaces, and the records of measured configurations."""
+
+
+tvm_group.add_command(tune_model_command)
+tvm_group.add_command(run_model_command)
 
 
 @tvm_group.command("export-records")

@@ -12,6 +12,7 @@ import warnings
 from typing import Any
 
 from fleet.errors import SpecError
+from fleet.extras import install_line
 from fleet.search.points import Grid, History, Point, Technique, TechniqueSearcher
 from fleet.space import Space
 
@@ -24,7 +25,7 @@ def load_optuna() -> Any:
     try:
         import optuna
     except ImportError:
-        raise SpecError("optuna is not installed (pip install fleet-tune[search])") from None
+        raise SpecError(f"strategy 'optuna' needs Optuna, which is not installed: {install_line('optuna')}") from None
     return optuna
 
 

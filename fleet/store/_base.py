@@ -98,6 +98,25 @@ def _sqlite_begin(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def driver_url(parsed: Any, url: str) -> tuple[Any, str]:
+    """``parsed`` and ``url`` with a plain ``postgresql://`` (or ``postgres://``) given the driver Fleet installs.
+
+    SQLAlchemy 2.1 reads a plain ``postgresql://`` as psycopg 3, which Fleet neither installs nor uses: its hot
+    path runs on psycopg2's cursor (``fleet.store._prepared``). A URL that names its driver is kept as it is.
+
+    Parameters
+    ----------
+    parsed:
+        ``url`` as ``sqlalchemy.engine.make_url`` read it.
+    url:
+        The URL as the user gave it.
+    """
+    if parsed.drivername not in ("postgresql", "postgres"):
+        return parsed, url
+    parsed = parsed.set(drivername="postgresql+psycopg2")
+    return parsed, parsed.render_as_string(hide_password=False)
+
+
 class StoreBase:
     """The connections and helpers that each concern of :class:`fleet.store.Store` builds on (see its parameters)."""
 
@@ -109,6 +128,7 @@ class StoreBase:
             parsed = make_url(url)
         except ArgumentError:
             raise StoreError(f"{url!r} is not a database URL") from None
+        parsed, url = driver_url(parsed, url)
         self.url = url
         self.display_url = parsed.render_as_string(hide_password=True)
         self.dialect = parsed.get_backend_name()

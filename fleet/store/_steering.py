@@ -226,6 +226,31 @@ class SteeringStore(StoreBase):
         return campaign
 
     @patient
+    def reopen_campaign(self, ref: str | int) -> tuple[Campaign, int]:
+        """Let a cancelled campaign go on (``fleet resume --force``): it runs again, and the trials its cancel
+        ended are new again, to be sent once more; returns the campaign and how many trials were reopened."""
+        campaign = self._steerable(ref, "reopen", ("cancelled",))
+        with self.session() as session:
+            changed = session.execute(
+                update(Campaign)
+                .where(Campaign.id == campaign.id, Campaign.status == "cancelled")
+                .values(status="running", finished_at=None, reason=None)
+            ).rowcount
+            if not changed:
+                raise SteeringError(f"campaign {campaign.id} changed state meanwhile; look at `fleet status`")
+            session.execute(
+                update(Chain)
+                .where(Chain.campaign_id == campaign.id, Chain.state == "cancelled")
+                .values(state="running")
+            )
+            reopened = session.execute(
+                update(Trial)
+                .where(Trial.campaign_id == campaign.id, Trial.state == "cancelled")
+                .values(state="new", reason=None, worker=None, lease_expires_at=None, finished_at=None)
+            ).rowcount
+        return self.campaign(campaign.id), reopened  # type: ignore[attr-defined]
+
+    @patient
     def fail_campaign(self, campaign_id: int, reason: str) -> None:
         """End a campaign a driver cannot go on with, keeping why."""
         with self.session() as session:

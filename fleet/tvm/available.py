@@ -11,7 +11,7 @@ class TvmMissing(FleetError):
     """TVM is not installed where it is needed."""
 
 
-MISSING_MESSAGE = "TVM is not installed here: install Fleet's tvm extra (pip install 'fleet-tune[tvm]')"
+MISSING_MESSAGE = "TVM is not installed here: pip install 'fleet-tune[tvm]'"
 
 
 def require_tvm() -> ModuleType:

@@ -54,7 +54,7 @@ def test_tune_builds_each_key_once_and_reports_the_best(fleet: Fleet) -> None:
         samples = session.scalars(select(Measurement.samples)).all()
         assert all(len(s) == 3 for s in samples)  # the warm-up run is not kept
 
-    best = fleet.cli("best", "kernel", "--target", fleet.target, "--json", check=True)
+    best = fleet.cli("best", "--kind", "kernel", "--target", fleet.target, "--json", check=True)
     assert json.loads(best.stdout)["config"] == {"size": 4, "scale": 10}
 
     status = fleet.cli("status", "kernel", check=True)
@@ -84,9 +84,9 @@ def test_export_steps_writes_every_trial_with_its_statistics(fleet: Fleet) -> No
     fleet.cli("tune", str(spec), check=True)
     out = fleet.home / "steps.csv"
 
-    done = fleet.cli("export", "steps", "kernel", "-o", str(out), check=True)
+    done = fleet.cli("trials", "kernel", "--csv", "-o", str(out), check=True)
 
-    assert "8 steps of campaign kernel" in done.stdout
+    assert "8 trials of campaign kernel" in done.stdout
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 8
     assert {"size", "scale", "objective", "samples", "best_so_far", "build_seconds", "worker"} <= set(rows[0])
@@ -97,7 +97,7 @@ def test_export_steps_writes_every_trial_with_its_statistics(fleet: Fleet) -> No
         assert 0 < float(r["compile_seconds"] or 0) + float(r["eval_seconds"]) <= float(r["step_seconds"])
     assert sum(bool(r["compile_seconds"]) for r in rows) >= len({r["size"] for r in rows})
     assert max(float(r["best_so_far"]) for r in rows) == 40.0
-    missing = fleet.cli("export", "steps", "nope", "-o", str(fleet.home / "x.csv"))
+    missing = fleet.cli("trials", "nope", "--csv", "-o", str(fleet.home / "x.csv"))
     assert missing.returncode == 1 and "no campaign 'nope'" in missing.stderr
     assert not (fleet.home / "x.csv").exists()
 

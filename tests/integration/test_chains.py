@@ -47,7 +47,7 @@ def test_chains_run_to_their_end_and_export_their_steps(fleet: Fleet) -> None:
         assert chain.best_objective == max(s.objective for s in mine)
     assert json.loads(done.stdout)["problems"][0]["best"]["score"] == max(s.objective or 0 for s in recorded)
     out = fleet.home / "steps.csv"
-    fleet.cli("export", "steps", "chains", "-o", str(out), check=True)
+    fleet.cli("trials", "chains", "--csv", "-o", str(out), check=True)
     rows = list(csv.DictReader(out.open()))
     assert [(r["chain"], r["step"]) for r in rows] == [(str(c), str(s)) for c in (0, 1) for s in range(6)]
     assert all(r["accepted"] in ("True", "False") and r["temperature"] for r in rows)

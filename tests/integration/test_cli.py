@@ -83,7 +83,7 @@ def test_a_file_that_is_not_json_or_not_there(fleet: Fleet) -> None:
 def test_unknown_target_on_the_command_line(fleet: Fleet) -> None:
     path = write_spec(fleet.home, good_spec(fleet))
     assert_one_line_error(fleet.cli("tune", str(path), "--target", "sm90"), "unknown target 'sm90'")
-    assert_one_line_error(fleet.cli("best", "whoami", "--target", "gfx"), "unknown target 'gfx'")
+    assert_one_line_error(fleet.cli("best", "--kind", "whoami", "--target", "gfx"), "unknown target 'gfx'")
     assert_one_line_error(fleet.cli("worker", "--target", "tpu-v5"), "unknown target 'tpu-v5'")
     assert_nothing_written(fleet)
 
@@ -109,7 +109,7 @@ def test_settings_that_cannot_be_used(fleet: Fleet) -> None:
 
 
 def test_best_of_an_unknown_problem(fleet: Fleet) -> None:
-    assert_one_line_error(fleet.cli("best", "nothing", "--target", "cpu-x86_64"), "no problem 'nothing'")
+    assert_one_line_error(fleet.cli("best", "--kind", "nothing", "--target", "cpu-x86_64"), "no problem 'nothing'")
 
 
 @pytest.mark.parametrize(
@@ -193,24 +193,26 @@ def test_what_a_newcomer_runs_after_a_first_campaign(fleet: Fleet) -> None:
     assert done.stderr.splitlines()[-1].startswith("kernel: 8/8 trials, ")
     again = fleet.cli("tune", str(path), check=True)  # the same spec again: found, nothing measured, and said
     assert again.stderr.splitlines()[-1].startswith("nothing new measured: every trial of campaign 'kernel'")
-    best = fleet.cli("best", "kernel", "--json", check=True)  # results on one target: no --target to give
+    best = fleet.cli("best", "--kind", "kernel", "--json", check=True)  # results on one target: no --target to give
     assert json.loads(best.stdout)["config"] == {"size": 4, "scale": 10}
-    steps = fleet.cli("export", "steps", "kernel", "-o", "-", check=True)
+    steps = fleet.cli("trials", "kernel", "--csv", "-o", "-", check=True)
     assert steps.stdout.splitlines()[0].startswith("problem,chain,step,trial,")
     assert len(steps.stdout.splitlines()) == 9
     assert steps.stderr == "8 steps of campaign kernel written to standard output\n"
     assert not (fleet.home / "-").exists()
     database = redact(fleet.env["FLEET_DATABASE_URL"])
     assert fleet.cli("status", check=True).stdout.startswith(f"database: {database}\n")
-    assert f"fleet.cli: database: {database}\n" in fleet.cli("-v", "best", "kernel", check=True).stderr
+    assert f"fleet.cli: database: {database}\n" in fleet.cli("-v", "best", "--kind", "kernel", check=True).stderr
     first = fleet.target
     fleet.target = f"cpu-t{uuid.uuid4().hex[:8]}"
     fleet.start_worker(env={"FLEET_NODE_NAME": "second"})  # a node of its own: eval-cpu0@second
     fleet.cli("tune", str(path), "--target", fleet.target, "--name", "kernel-again", check=True)
 
     both = ", ".join(sorted([first, fleet.target]))
-    assert_one_line_error(fleet.cli("best", "kernel"), f"has results on 2 targets ({both}); give one with --target")
-    assert_one_line_error(fleet.cli("best", "nothing"), f"no problem 'nothing' in {database}")
+    assert_one_line_error(
+        fleet.cli("best", "--kind", "kernel"), f"has results on 2 targets ({both}); give one with --target"
+    )
+    assert_one_line_error(fleet.cli("best", "--kind", "nothing"), f"no problem 'nothing' in {database}")
 
 
 def test_up_needs_no_local_when_embedded(fleet: Fleet, tmp_path: Path) -> None:

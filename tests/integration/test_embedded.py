@@ -46,7 +46,7 @@ def test_tune_with_no_server_installed(fleet: Fleet, broker: str) -> None:
     assert "speedup   4.00x over the baseline" in done.stdout
     assert "8/8" in done.stderr  # the progress bar counts trials
     assert (fleet.home / ".fleet" / "fleet.db").exists()
-    best = fleet_cli(fleet.home, env, "best", "kernel", "--target", spec_target(), "--json")
+    best = fleet_cli(fleet.home, env, "best", "--kind", "kernel", "--target", spec_target(), "--json")
     assert best.returncode == 0, best.stderr
     assert json.loads(best.stdout)["score"] == 40.0
     # What the run started, it stopped: no private Redis answers on the socket any more.

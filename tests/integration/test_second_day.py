@@ -1,0 +1,94 @@
+"""A user's second day, embedded: `fleet best CAMPAIGN`, `fleet trials --csv`, a failed campaign in `fleet status`,
+and `fleet resume` of a cancelled campaign (refused, or run again with --force)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write_spec
+from tests.integration.test_trials_cli import Home, whoami_spec
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    # Not pytest's own: its base folder is mode 0700, which a workload run as another account cannot enter.
+    folder = Path(tempfile.mkdtemp(prefix="fleet-second-day-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+PRINT = "import json, sys; print(json.dumps({'score': float(sys.argv[1])}))"
+
+
+def inline(spec: dict) -> dict:
+    """``spec`` with its program given on the command line: no source file to copy into the workload's folder."""
+    spec["workload"] = {**spec["workload"], "run": [sys.executable, "-c", PRINT, "{x}"]}
+    spec["workload"].pop("sources", None)
+    return spec
+
+
+def two_problems(home: Home, name: str) -> dict:
+    spec = inline(whoami_spec(home.path, name, {"json": "score"}))
+    spec["problems"] = [{"kind": "whoami", "params": {"size": 1}}, {"kind": "whoami", "params": {"size": 2}}]
+    return spec
+
+
+def test_best_of_a_campaign_is_one_line_per_problem_and_trials_csv_is_the_full_table(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    home = Home(tmp_path)
+    spec = write_spec(tmp_path, two_problems(home, "two"))
+    assert home.cli("tune", str(spec)).returncode == 0
+    done = home.cli("best", "two")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["whoami size=1", "whoami size=2"]
+    assert all(" x=" in line and "(trial " in line for line in lines)
+    assert home.cli("best", "--kind", "whoami").returncode == 1  # two problems of that kind: --param picks one
+    one = json.loads(home.cli("best", "--kind", "whoami", "--param", "size=2", "--json").stdout)
+    assert one["params"] == {"size": 2}
+    table = home.cli("trials", "two", "--csv")
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    assert len(rows) == 4 and {"trial", "state", "objective", "x", "worker"} <= set(rows[0])
+
+
+def test_a_campaign_with_no_valid_measurement_shows_as_failed_with_its_reason(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    home = Home(tmp_path)
+    spec = write_spec(tmp_path, inline(whoami_spec(tmp_path, "wrong", {"regex": r"time: ([0-9.]+)"})))
+    assert home.cli("tune", str(spec)).returncode == 1
+    listing = home.cli("status").stdout
+    row = next(line for line in listing.splitlines() if " wrong " in line)
+    assert row.split()[3] == "failed", listing
+    assert "failed: no valid measurement: no objective in the run's output" in listing
+    entry = json.loads(home.cli("status", "wrong", "--json").stdout)["campaigns"][0]
+    assert entry["status"] == "failed" and entry["reason"].startswith("no valid measurement")
+
+
+def test_resume_of_a_cancelled_campaign_refuses_or_with_force_runs_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    home = Home(tmp_path)
+    spec = write_spec(tmp_path, two_problems(home, "stopped"))
+    assert home.cli("submit", str(spec)).returncode == 0
+    assert home.cli("cancel", "stopped").returncode == 0
+    listing = home.cli("status").stdout
+    assert any(line.split()[3:4] == ["cancelled"] for line in listing.splitlines()), listing  # its own column
+    refused = home.cli("resume", "stopped")
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        "fleet: error: campaign 'stopped' was cancelled: `fleet resume --force stopped` runs its cancelled trials again"
+    ]
+    forced = home.cli("resume", "--force", "stopped", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert "resuming cancelled campaign stopped (--force)" in forced.stderr
+    assert "nothing new measured" not in forced.stderr
+    result = json.loads(forced.stdout)
+    assert [p["trials"] for p in result["problems"]] == [{"evaluated": 2}, {"evaluated": 2}]
