@@ -35,6 +35,11 @@ class WorkloadError(FleetError):
     """A build or a run that failed; the message becomes the trial's reason."""
 
 
+class NodeFault(FleetError):
+    """A fault of the node, not of the configuration: a full disk, an unwritable cache, a sandbox that cannot
+    start. The trial goes back to the queue for another worker, and the node says it is unhealthy."""
+
+
 class BrokerError(FleetError):
     """The broker cannot be reached."""
 

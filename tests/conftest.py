@@ -26,6 +26,31 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 
 
+def _traversable(path: Path) -> None:
+    """Let the workload account pass through ``path`` and the folders above it (execute bit only, no listing)."""
+    for folder in (path, *path.parents):
+        mode = folder.stat().st_mode
+        if not mode & 0o001:
+            folder.chmod(mode | 0o011)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _workloads_reach_their_tools() -> None:
+    """Workloads run as ``nobody`` when the tests run as root (the sandbox never runs one as root), as on a real
+    node where the service account's tools sit in folders others may pass through. Here the interpreter, the
+    repository and pytest's folders sit under root-only ones (``/root``, pytest's 0700 folders): the workloads get
+    the execute bit on the way to them, and files keep their own modes."""
+    if os.geteuid() == 0:
+        _traversable(Path(os.path.realpath(sys.executable)).parent)
+        _traversable(ROOT)
+
+
+@pytest.fixture(autouse=True)
+def _tmp_path_reachable(request: pytest.FixtureRequest) -> None:
+    if os.geteuid() == 0 and "tmp_path" in request.fixturenames:
+        _traversable(request.getfixturevalue("tmp_path"))
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     with RedisServer(tmp_path_factory.mktemp("redis")) as server:

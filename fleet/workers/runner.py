@@ -1,9 +1,10 @@
-"""The sandboxed runner: one command, as a list of arguments, in a scratch directory, with a time limit.
+"""The runner: one command, as a list of arguments, in a scratch directory, with a time limit, in the sandbox.
 
-The command gets its own session so that a timeout kills everything it started, and a minimal
-environment so that a worker's secrets (database and broker URLs) never reach user code. The worker's
-own processes are non-dumpable (:func:`conceal`), so a command running as the same user cannot read them
-from ``/proc/PID/environ`` either; a worker that runs as root runs commands as ``FLEET_WORKLOAD_USER``.
+Every command a spec brings runs here, and so in :mod:`fleet.workers.sandbox` (bubblewrap): its own PID,
+mount and network namespaces, a workload account, the fleet's state hidden, killed whole when it ends. The
+command gets a minimal environment so that a worker's secrets never reach user code; the worker's own
+processes are non-dumpable (:func:`conceal`) besides. With ``FLEET_SANDBOX=none`` the command runs in a session
+of its own, killed by process group, as ``FLEET_WORKLOAD_USER`` when the worker is root.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet.errors import ConfigurationError
+from fleet.workers import sandbox
+from fleet.workers.sandbox import SandboxUnavailable
 
 TAIL_BYTES = 4096
 _PASSED_ENV = (
@@ -105,8 +107,9 @@ def run(
     env: Mapping[str, str] | None = None,
     tick: Callable[[], bool] | None = None,
     tick_seconds: float = 5.0,
+    network: bool = False,
 ) -> Completed:
-    """Run ``argv`` in ``cwd`` and wait for it, at most ``timeout`` seconds.
+    """Run ``argv`` in ``cwd`` in the sandbox and wait for it, at most ``timeout`` seconds.
 
     Parameters
     ----------
@@ -115,6 +118,13 @@ def run(
     tick:
         Called every ``tick_seconds`` while the command runs (the worker renews its lease there);
         returning False kills the command, because the worker no longer owns the work.
+    network:
+        Leave the command the node's network (its spec asked for it).
+
+    Raises
+    ------
+    SandboxUnavailable
+        When the sandbox cannot start: the node's fault, not the command's.
     """
     argv = [str(a) for a in argv]
     start = time.monotonic()
@@ -122,7 +132,21 @@ def run(
     if not _found(argv[0], cwd, env):
         # Said here as Popen says it: under setpriv the guard shell would say it in its own words.
         return Completed(argv, 127, "", f"cannot run {argv[0]}: No such file or directory", 0.0)
-    command, options = _launch(argv, _as_account(cwd, env))
+    boxed = sandbox.mode() == "bwrap"
+    if boxed:
+        sandbox.require()
+        tmp = cwd.with_name(cwd.name + ".tmp")
+        tmp.mkdir(exist_ok=True)
+        _give(cwd, sandbox.account())
+        _give(tmp, sandbox.account())
+        env.update(HOME=str(cwd), TMPDIR=str(tmp))
+        info_read, info_write = os.pipe()
+        gpu = bool(sandbox.gpu_nodes(env))
+        command, options = _launch(sandbox.wrap(argv, cwd=cwd, env=env, network=network, tmp=tmp), None, gpu)
+        command = _info_fd(command, info_write)
+        options["pass_fds"] = (info_write,)
+    else:
+        command, options = _launch(argv, _as_account(cwd, env))
     # Output goes to files, not pipes: a chatty command cannot fill a pipe and hang while we wait.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
@@ -137,7 +161,12 @@ def run(
                 **options,
             )
         except OSError as error:
+            if boxed:
+                os.close(info_read)
+                os.close(info_write)
             return Completed(argv, 127, "", f"cannot run {argv[0]}: {error.strerror}", 0.0)
+        if boxed:
+            os.close(info_write)
         timed_out = False
         try:
             with _Exit(proc) as exited:
@@ -157,6 +186,10 @@ def run(
         seconds = time.monotonic() - start
         out.seek(0)
         err.seek(0)
+        if boxed:
+            shutil.rmtree(tmp, ignore_errors=True)
+            _check_started(info_read, err, timed_out)
+            err.seek(0)
         return Completed(
             argv,
             None if timed_out else proc.returncode,
@@ -186,45 +219,54 @@ def conceal() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(4, 0)  # 4 = PR_SET_DUMPABLE
 
 
-@functools.cache
 def workload_account() -> pwd.struct_passwd | None:
-    """The account commands run as: ``FLEET_WORKLOAD_USER``'s, or None for the worker's own.
+    """The account commands run as (see :func:`fleet.workers.sandbox.account`), or None for the worker's own."""
+    return sandbox.account()
 
-    Raises
-    ------
-    ConfigurationError
-        When it names no account on this node, or the worker cannot switch to it (it is not root).
-    """
-    name = os.environ.get("FLEET_WORKLOAD_USER")
-    if not name:
-        return None
-    try:
-        account = pwd.getpwnam(name)
-    except KeyError:
-        raise ConfigurationError(f"FLEET_WORKLOAD_USER={name!r}: no such user on this node") from None
-    if account.pw_uid != os.getuid() and os.geteuid() != 0:
-        raise ConfigurationError(
-            f"FLEET_WORKLOAD_USER={name!r}: only a worker that runs as root can run commands as it"
-        )
-    return account
+
+def _give(cwd: Path, account: pwd.struct_passwd | None) -> None:
+    """Hand ``cwd`` and what it holds to ``account``, which works in it; nothing for the worker's own."""
+    if account is None:
+        return
+    for root, dirs, files in os.walk(cwd):
+        for name in [root, *(os.path.join(root, entry) for entry in dirs + files)]:
+            os.lchown(name, account.pw_uid, account.pw_gid)
 
 
 def _as_account(cwd: Path, env: dict[str, str]) -> pwd.struct_passwd | None:
     """The account to run the command as, which is given ``cwd`` to work in; None for the worker's own."""
     account = workload_account()
-    if account is None or account.pw_uid == os.getuid():
-        return None
-    for root, dirs, files in os.walk(cwd):
-        for name in [root, *(os.path.join(root, entry) for entry in dirs + files)]:
-            os.lchown(name, account.pw_uid, account.pw_gid)
-    env.setdefault("HOME", str(cwd))  # the worker's own home is not the workload's to write in
+    _give(cwd, account)
+    if account is not None:
+        env.setdefault("HOME", str(cwd))  # the worker's own home is not the workload's to write in
     return account
 
 
+def _info_fd(command: list[str], fd: int) -> list[str]:
+    """``command`` with bubblewrap told to write its child's pid to ``fd`` once the sandbox is up."""
+    at = next(i for i, arg in enumerate(command) if os.path.basename(arg) == "bwrap")
+    return [*command[: at + 1], "--info-fd", str(fd), *command[at + 1 :]]
+
+
+def _check_started(info: int, err: Any, timed_out: bool) -> None:
+    """Raise :class:`SandboxUnavailable` when bubblewrap never started the command (its info pipe stayed empty)."""
+    with os.fdopen(info, "rb") as pipe:
+        started = bool(pipe.read())
+    if started or timed_out:
+        return
+    said = [line for line in err.read().decode(errors="replace").splitlines() if line.startswith("bwrap:")]
+    if said:
+        raise SandboxUnavailable(f"the sandbox could not start: {said[-1]}")
+
+
 # Run by setpriv once the parent-death signal is armed: a worker that died before that cannot send it, so
-# the command must not start. $1 is the worker's pid; the rest is the command, exec'd as it is (same pid),
-# with the environment it was given: the shell would add PWD to it.
-_GUARD = '[ "$PPID" = "$1" ] || exit 137; shift; unset PWD; exec "$@"'
+# the command must not start. $1 is the worker's pid; $2-$5 the limits (memory option and kB, processes, file
+# size in 512-byte blocks), set here because a shell builtin costs nothing where prlimit would be one more exec;
+# the rest is the command, exec'd as it is (same pid), with the environment it was given: the shell would add PWD.
+_GUARD = (
+    '[ "$PPID" = "$1" ] || exit 137; ulimit "$2" "$3" && ulimit -p "$4" && ulimit -f "$5" && ulimit -c 0 '
+    '|| exit 126; shift 5; unset PWD; exec "$@"'
+)
 
 
 @functools.cache
@@ -237,7 +279,7 @@ def _setpriv() -> str | None:
     return path if probe.returncode == 0 else None
 
 
-def _launch(argv: list[str], account: pwd.struct_passwd | None) -> tuple[list[str], dict[str, Any]]:
+def _launch(argv: list[str], account: pwd.struct_passwd | None, gpu: bool = False) -> tuple[list[str], dict[str, Any]]:
     """The argument list and Popen options that start ``argv`` as ``account``, dying with this process.
 
     Through ``setpriv`` and a guard shell where there is one: both cost about a millisecond to start,
@@ -255,7 +297,12 @@ def _launch(argv: list[str], account: pwd.struct_passwd | None) -> tuple[list[st
     if account is not None:
         switch = [f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", f"--groups={','.join(map(str, groups))}"]
     # setpriv switches accounts before it arms the signal: a switch clears it (see prctl(2)).
-    return [setpriv, *switch, "--pdeathsig", "KILL", "--", "sh", "-c", _GUARD, "fleet-run", str(os.getpid()), *argv], {}
+    limits = sandbox.Limits.from_env(os.environ)
+    # A GPU driver maps far more address space than it uses: there the data segment is what is limited.
+    memory = ["-d" if gpu else "-v", str(limits.memory // 1024)]
+    guard = ["sh", "-c", _GUARD, "fleet-run", str(os.getpid()), *memory, str(limits.processes)]
+    guard.append(str(limits.file_size // 512))
+    return [setpriv, *switch, "--pdeathsig", "KILL", "--", *guard, *argv], {}
 
 
 def _die_with(parent: int) -> Callable[[], None] | None:

@@ -22,7 +22,7 @@ import pytest
 
 from fleet.bundle import pack, read_files, unpack
 from fleet.errors import SpecError
-from fleet.workers import runner
+from fleet.workers import runner, sandbox
 from fleet.workers.runner import TAIL_BYTES, run, sandbox_env
 from fleet.workers.workloads import WORKLOADS, Job, load_workload
 from fleet.workers.workloads.command import CommandWorkload, fill, names_in
@@ -121,13 +121,37 @@ def alive(pid: int) -> bool:
     return fields[0] not in ("Z", "X")
 
 
-def wait_gone(pid: int, seconds: float = 5.0) -> bool:
+def _until(condition: Any, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not alive(pid):
+        if condition():
             return True
         time.sleep(0.05)
     return False
+
+
+def wait_gone(pid: int, seconds: float = 5.0) -> bool:
+    return _until(lambda: not alive(pid), seconds)
+
+
+def running(marker: str) -> list[int]:
+    """The live processes whose command line is ``marker`` (its words): a command in the sandbox has a pid of its
+    own namespace, so the test finds it by what it runs (``sleep 61.25``), as seen from outside."""
+    wanted = marker.split()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                words = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+            except OSError:
+                continue
+            if words == wanted and alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def wait_all_gone(marker: str, seconds: float = 5.0) -> bool:
+    return _until(lambda: not running(marker), seconds)
 
 
 # --- fill and names_in -----------------------------------------------------------------------------
@@ -373,15 +397,14 @@ def test_evaluate_nan_objective_is_not_a_valid_measurement(tmp_path: Path, artif
 
 def test_evaluate_timeout_is_errored_promptly_and_kills_grandchildren(tmp_path: Path) -> None:
     # The run starts a background sleep and waits for it: killing only the direct child would leave it.
-    w = CommandWorkload(definition(run=["sh", "-c", "sleep 60 & echo $! > grandchild.pid; wait"], run_timeout=1))
+    w = CommandWorkload(definition(run=["sh", "-c", "sleep 60.125 & wait"], run_timeout=1))
     scratch = tmp_path / "scratch"
     start = time.monotonic()
     measured = w.evaluate(job(scratch, {}), pack({"k": b""}))
     assert time.monotonic() - start < 15
     assert measured.state == "errored"
     assert "timed out" in (measured.reason or "")
-    grandchild = int((scratch / "grandchild.pid").read_text())
-    assert wait_gone(grandchild), f"grandchild sleep {grandchild} survived the timeout"
+    assert wait_all_gone("sleep 60.125"), "the grandchild sleep survived the timeout"
 
 
 def test_evaluate_passes_job_env_to_the_run(tmp_path: Path) -> None:
@@ -433,7 +456,11 @@ def test_runner_environment_keeps_secrets_out_but_passes_gpu_pinning(
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     done = run(["env"], cwd=tmp_path, timeout=30, env={"HIP_VISIBLE_DEVICES": "1"})
     assert done.ok
-    assert set(done.stdout.splitlines()) == {f"{k}={v}" for k, v in sandbox_env({"HIP_VISIBLE_DEVICES": "1"}).items()}
+    expected = sandbox_env({"HIP_VISIBLE_DEVICES": "1"})
+    if sandbox.mode() == "bwrap":
+        # The sandbox's own: a home and a /tmp of the workload's, and where bubblewrap started it.
+        expected |= {"HOME": str(tmp_path), "TMPDIR": f"{tmp_path}.tmp", "PWD": str(tmp_path)}
+    assert set(done.stdout.splitlines()) == {f"{k}={v}" for k, v in expected.items()}
     env = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     assert "hunter2" not in done.stdout
     assert not any(name.startswith("FLEET_") for name in env)
@@ -475,10 +502,12 @@ def test_runner_missing_program_is_status_127(tmp_path: Path, launcher: str) -> 
 
 
 def test_runner_command_keeps_its_pid_session_and_environment(tmp_path: Path, launcher: str) -> None:
-    # The guard shell execs the command: the pid Popen gave is the command's, leading its own session.
+    # The guard shell execs the command: the pid Popen gave is the command's, leading its own session. In the
+    # sandbox, the command is the first child of bubblewrap's init (pid 1), which leads the sandbox's session.
     done = run(["sh", "-c", 'echo $$ $(ps -o sid= -p $$) "$FOO"'], cwd=tmp_path, timeout=30, env={"FOO": "a b"})
     pid, sid, foo = done.stdout.split(maxsplit=2)
-    assert done.ok and pid == sid and foo == "a b\n"
+    assert done.ok and foo == "a b\n"
+    assert (pid, sid) == ("2", "1") if sandbox.mode() == "bwrap" else pid == sid
 
 
 def test_runner_guard_does_not_start_the_command_once_the_worker_is_gone(tmp_path: Path) -> None:
@@ -508,11 +537,11 @@ def test_runner_chatty_output_does_not_hang_and_tails_are_bounded(tmp_path: Path
 
 def test_runner_timeout_kills_the_process_group(tmp_path: Path, launcher: str) -> None:
     start = time.monotonic()
-    done = run(["sh", "-c", "sleep 60 & echo $! > child.pid; sleep 60"], cwd=tmp_path, timeout=0.5)
+    done = run(["sh", "-c", "sleep 60.25 & sleep 60"], cwd=tmp_path, timeout=0.5)
     assert time.monotonic() - start < 10
     assert done.timed_out and done.returncode is None and not done.ok
     assert done.failure("the run").startswith("the run timed out after")
-    assert wait_gone(int((tmp_path / "child.pid").read_text()))
+    assert wait_all_gone("sleep 60.25")
 
 
 def test_runner_tick_returning_false_stops_the_command_early(tmp_path: Path) -> None:
@@ -566,13 +595,12 @@ def test_runner_failure_with_empty_stderr_names_only_the_status(tmp_path: Path) 
 
 def test_runner_kills_what_the_command_left_behind_after_a_normal_exit(tmp_path: Path, launcher: str) -> None:
     # A benchmark that daemonizes a helper would keep the GPU busy during the next trial's measurement.
-    done = run(["sh", "-c", "sleep 60 > /dev/null 2>&1 & echo $! > child.pid"], cwd=tmp_path, timeout=30)
+    done = run(["sh", "-c", "sleep 60.375 > /dev/null 2>&1 &"], cwd=tmp_path, timeout=30)
     assert done.ok
-    child = int((tmp_path / "child.pid").read_text())
     try:
-        assert wait_gone(child, seconds=1)
+        assert wait_all_gone("sleep 60.375", seconds=1)
     finally:
-        if alive(child):
+        for child in running("sleep 60.375"):
             os.kill(child, 9)  # the sleep this test started
 
 
@@ -582,8 +610,8 @@ def test_runner_kills_the_command_when_the_wait_ends_in_an_error(tmp_path: Path,
         raise ConnectionError("the database does not answer")
 
     with pytest.raises(ConnectionError):
-        run(["sh", "-c", "echo $$ > run.pid; sleep 60"], cwd=tmp_path, timeout=120, tick=tick, tick_seconds=0.2)
-    assert wait_gone(int((tmp_path / "run.pid").read_text()))
+        run(["sleep", "60.5"], cwd=tmp_path, timeout=120, tick=tick, tick_seconds=0.2)
+    assert wait_all_gone("sleep 60.5")
 
 
 @pytest.mark.parametrize("account", ["own", "nobody"])
@@ -601,24 +629,25 @@ def test_runner_command_dies_with_a_worker_killed_by_sigkill(tmp_path: Path, lau
             "-c",
             "import pathlib, sys; from fleet.workers import runner; "
             + ("runner._setpriv = lambda: None; " if launcher == "preexec_fn" else "")
-            + "runner.run(['sh', '-c', 'echo $$ $(id -u) > run.pid; sleep 60'], cwd=pathlib.Path(sys.argv[1]), "
+            + "runner.run(['sh', '-c', 'id -u > run.uid; exec sleep 60.625'], cwd=pathlib.Path(sys.argv[1]), "
             "timeout=120)",
             str(tmp_path),
         ],
         env=env,
     )
-    pid_file = tmp_path / "run.pid"
     deadline = time.monotonic() + 30
-    while not (pid_file.exists() and pid_file.read_text().endswith("\n")) and time.monotonic() < deadline:
+    while not running("sleep 60.625") and time.monotonic() < deadline:
         time.sleep(0.05)
-    command, uid = map(int, pid_file.read_text().split())
+    uid = int((tmp_path / "run.uid").read_text())
     worker.kill()
     worker.wait()
     try:
-        assert uid == (pwd.getpwnam("nobody").pw_uid if account == "nobody" else os.getuid())
-        assert wait_gone(command, seconds=5)
+        # A root worker's sandbox never runs a workload as root: with no FLEET_WORKLOAD_USER, it runs as nobody.
+        boxed_root = os.geteuid() == 0 and sandbox.mode() == "bwrap"
+        assert uid == (pwd.getpwnam("nobody").pw_uid if account == "nobody" or boxed_root else os.getuid())
+        assert wait_all_gone("sleep 60.625", seconds=5)
     finally:
-        if alive(command):
+        for command in running("sleep 60.625"):
             os.kill(command, 9)
 
 

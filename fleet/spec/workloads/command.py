@@ -8,18 +8,20 @@ Definition (JSON)::
      "artifacts": ["k"],
      "run": ["./k", "{n}"],
      "objective": {"name": "gflops", "goal": "max", "json": "gflops"},   # or "regex": "GFLOPS: (\\S+)"
-     "repeats": 3, "warmup": 1, "build_timeout": 120, "run_timeout": 60}
+     "repeats": 3, "warmup": 1, "build_timeout": 120, "run_timeout": 60,
+     "network": false}                                                  # true: the commands keep the network
 
 ``{name}`` in an argument is replaced by the knob or problem parameter ``name`` (``{{`` for a brace);
 booleans become ``1``/``0``. An ``{"if": KNOB, "then": [...], "else": [...]}`` item adds arguments when the
-knob is true. The result is always a list of arguments; no shell ever sees it.
+knob is true. The result is always a list of arguments; no shell ever sees it. Both commands, and the
+toolchain probe, run in the worker's sandbox (:mod:`fleet.workers.sandbox`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,7 +42,16 @@ _KEYS = {
     "run_timeout",
     "toolchain",
     "env",
+    "network",
 }
+# Shells whose script names the compiler: the default toolchain probe looks for it there.
+_SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
+# Programs whose ``--version`` names a toolchain, looked for in a shell build's script.
+_COMPILERS = {
+    "cc", "gcc", "g++", "c++", "clang", "clang++", "nvcc", "hipcc", "icx", "icpx", "gfortran", "rustc",
+    "go", "javac", "make", "cmake", "ninja", "python", "python3", "amdclang", "amdclang++", "nvc", "nvc++",
+}  # fmt: skip
+ARTIFACT_NAME_LIMIT = 255
 
 
 def _render(value: Any) -> str:
@@ -138,6 +149,10 @@ class CommandSpec(WorkloadSpec):
         artifacts = d.get("artifacts", [])
         if not isinstance(artifacts, list) or not all(isinstance(a, str) for a in artifacts):
             raise SpecError("workload 'artifacts' must be a list of file names the build produces")
+        for name in artifacts:
+            _check_artifact_name(name)
+        if not isinstance(d.get("network", False), bool):
+            raise SpecError("workload 'network' must be true or false")
 
     @property
     def objective_name(self) -> str:
@@ -154,22 +169,32 @@ class CommandSpec(WorkloadSpec):
                     )
 
     def toolchain_argv(self) -> list[str] | None:
-        """The command whose first line of output names the toolchain: ``toolchain``, or the build's ``--version``."""
-        argv = self.definition.get("toolchain") or (
-            [self.definition["build"][0], "--version"] if self.definition.get("build") else None
-        )
-        return list(argv) if argv else None
+        """The command whose first line of output names the toolchain.
+
+        ``toolchain`` when the spec gives one; else the build's program with ``--version``; for a build that is a
+        shell script (``["sh", "-c", "gcc ..."]``), the first compiler the script names, or none (a shell's
+        ``--version`` names the shell, and ``sh`` has none).
+        """
+        if self.definition.get("toolchain"):
+            return list(self.definition["toolchain"])
+        build = self.definition.get("build")
+        if not build or not isinstance(build[0], str):
+            return None
+        if os.path.basename(build[0]) not in _SHELLS:
+            return [build[0], "--version"]
+        words = re.split(r"[\s;&|()`]+", " ".join(a for a in build[1:] if isinstance(a, str)))
+        named = next((w for w in words if os.path.basename(w) in _COMPILERS), None)
+        return [named, "--version"] if named else None
 
     def toolchain_key(self) -> str:
         return json.dumps([self.kind, self.toolchain_argv()])
 
-    def toolchain(self) -> str:
-        argv = self.toolchain_argv()
-        if not argv:
-            return ""
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise SpecError(f"cannot run the toolchain command {argv}: {error}") from None
-        first = (done.stdout or done.stderr).strip().splitlines()
-        return first[0] if first else ""
+
+def _check_artifact_name(name: str) -> None:
+    """Refuse an artifact name that could name a file outside the build's scratch directory."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or ".." in parts or "\0" in name or len(name) > ARTIFACT_NAME_LIMIT:
+        raise SpecError(
+            f"workload artifact {name[:80]!r} must be a relative name inside the build's directory "
+            f"(no leading '/', no '..', at most {ARTIFACT_NAME_LIMIT} characters)"
+        )

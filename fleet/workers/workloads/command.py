@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from fleet.bundle import pack, unpack
+from fleet.errors import SpecError
 from fleet.spec.workloads.command import CommandSpec, fill, names_in
 from fleet.workers.runner import Completed, run
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
@@ -25,10 +30,27 @@ class CommandWorkload(CommandSpec, Workload):
         if self.definition.get("bundle"):
             unpack(job.fetch(self.definition["bundle"]), job.scratch)
 
+    @property
+    def network(self) -> bool:
+        return bool(self.definition.get("network", False))
+
+    def toolchain(self) -> str:
+        """The first line the toolchain probe prints, run in the sandbox like the build it describes."""
+        argv = self.toolchain_argv()
+        if not argv:
+            return ""
+        with tempfile.TemporaryDirectory(prefix="fleet-probe-") as folder:
+            done = run(argv, cwd=Path(folder), timeout=30, network=self.network)
+        if done.returncode == 127 or done.timed_out:
+            why = "timed out after 30 s" if done.timed_out else done.stderr_tail.strip().rpartition(": ")[2]
+            raise SpecError(f"cannot run the toolchain command {argv}: {why}")
+        first = (done.stdout or done.stderr).strip().splitlines()
+        return first[0] if first else ""
+
     def build(self, job: Job) -> Built:
         self._sources(job)
         if not self.definition.get("build"):
-            return Built(pack({p.name: p.read_bytes() for p in job.scratch.iterdir() if p.is_file()}))
+            return Built(pack(_artifacts(job.scratch, None)))
         values = {**job.problem, **job.config}
         done = run(
             fill(self.definition["build"], values),
@@ -37,15 +59,16 @@ class CommandWorkload(CommandSpec, Workload):
             timeout=float(self.definition.get("build_timeout", 300)),
             tick=job.tick,
             tick_seconds=job.tick_seconds,
+            network=self.network,
         )
         log = (done.stdout_tail + done.stderr_tail)[-4096:]
         if not done.ok:
             return Built(None, done.failure("the build"), log, done.seconds)
-        missing = [a for a in self.definition.get("artifacts", []) if not (job.scratch / a).is_file()]
-        if missing:
-            return Built(None, f"the build did not produce {missing[0]!r}", log, done.seconds)
-        names = self.definition.get("artifacts") or [p.name for p in job.scratch.iterdir() if p.is_file()]
-        return Built(pack({name: (job.scratch / name).read_bytes() for name in names}), None, log, done.seconds)
+        try:
+            files = _artifacts(job.scratch, self.definition.get("artifacts") or None)
+        except ArtifactError as error:
+            return Built(None, str(error), log, done.seconds)
+        return Built(pack(files), None, log, done.seconds)
 
     def evaluate(self, job: Job, artifact: bytes) -> Measured:
         unpack(artifact, job.scratch)
@@ -57,7 +80,13 @@ class CommandWorkload(CommandSpec, Workload):
         last: Completed | None = None
         for index in range(int(self.definition.get("warmup", 0)) + int(self.definition.get("repeats", 1))):
             last = run(
-                argv, cwd=job.scratch, timeout=timeout, env=job.env, tick=job.tick, tick_seconds=job.tick_seconds
+                argv,
+                cwd=job.scratch,
+                timeout=timeout,
+                env=job.env,
+                tick=job.tick,
+                tick_seconds=job.tick_seconds,
+                network=self.network,
             )
             if not last.ok:
                 return Measured(
@@ -107,3 +136,48 @@ class CommandWorkload(CommandSpec, Workload):
             if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
                 return float(value), record
         return None
+
+
+class ArtifactError(Exception):
+    """The build left an artifact that is missing, or is not a regular file of its own directory."""
+
+
+def _artifacts(scratch: Path, names: list[str] | None) -> dict[str, bytes]:
+    """The artifact files the build left in ``scratch``, read without following a link.
+
+    A build runs as the workload's account and may leave ``k -> /proc/self/environ`` or ``r -> /root/secret``:
+    the worker, which reads the files, must read only what the build wrote. So each name is opened component by
+    component with ``O_NOFOLLOW`` from ``scratch``, and must be a regular file with one link. With no names,
+    every regular file at the top of ``scratch`` (links left out).
+    """
+    if names is None:
+        names = sorted(e.name for e in os.scandir(scratch) if e.is_file(follow_symlinks=False))
+    return {name: _read_inside(scratch, name) for name in names}
+
+
+def _read_inside(scratch: Path, name: str) -> bytes:
+    parts = name.split("/")
+    if name.startswith("/") or ".." in parts:
+        raise ArtifactError(f"the artifact {name!r} is not inside the build's directory")
+    folder = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+            except OSError:
+                raise ArtifactError(f"the build did not produce {name!r} (or a folder of its name is a link)") from None
+            os.close(folder)
+            folder = inner
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+        except FileNotFoundError:
+            raise ArtifactError(f"the build did not produce {name!r}") from None
+        except OSError:
+            raise ArtifactError(f"the build left {name!r} as a link: artifacts are regular files") from None
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise ArtifactError(f"the build left {name!r} as something else than a regular file of its own")
+        return file.read()
