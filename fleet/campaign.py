@@ -429,13 +429,9 @@ class Driver:
             run = Run(result.config, result.objective, result.valid, result.metrics, result.reason)
             self.feeds[index].inbox.extend([run] * times)
             current = self.best.get(result.problem_id)
-            if (
-                result.valid
-                and result.objective is not None
-                and (
-                    current is None
-                    or (result.objective > current.objective if self.maximize else result.objective < current.objective)  # type: ignore[operator]
-                )
+            if self.searchers[index].accepts(run) and (
+                current is None
+                or (result.objective > current.objective if self.maximize else result.objective < current.objective)  # type: ignore[operator]
             ):
                 self.best[result.problem_id] = result
         return finished
@@ -545,15 +541,56 @@ class Driver:
 
 
 def summarize(store: Store, campaign: Campaign) -> list[Summary]:
-    """Per problem of ``campaign``: its best trial, its baseline trial, and trial counts by state."""
+    """Per problem of ``campaign``: its best trial, its baseline trial, and trial counts by state.
+
+    The best is a run that the campaign's searcher accepts: with a predicate (MLPerf's ``Step``, ``Bisect`` or
+    ``Composer``), a valid run that the predicate fails is not the best, however fast it was.
+    """
     maximize = load_workload_spec(campaign.workload).maximize
     run_knobs = Space.from_dict(campaign.space).run_knobs
     tallies = store.tally(campaign.id, maximize)
+    judged = _judged_bests(store, campaign, maximize)
     summaries = []
     for problem in store.campaign_problems(campaign.id):
         tally = tallies.get(problem.id)
         best = tally.best if tally else None
+        if judged is not None:
+            best = judged.get(problem.id)
         # The baseline run with the same run-time knob values as the best: a like-for-like speedup.
         baseline = None if best is None else store.same_run_baseline(campaign.id, problem.id, best.config, run_knobs)
         summaries.append(Summary(problem.id, best, baseline, tally.counts if tally else {}, maximize))
     return summaries
+
+
+JUDGING = ("step", "bisect", "composer")
+"""Strategies whose searchers may hold a predicate on runs (a space file's ``META_search_callback`` may too)."""
+
+
+def _judged_bests(store: Store, campaign: Campaign, maximize: bool) -> dict[int, TrialResult] | None:
+    """Per problem, the best run that its searcher accepts; None when the searchers test nothing but validity
+    (the database's best is then the answer, without reading every result)."""
+    if campaign.strategy.get("name") not in JUDGING and not campaign.options.get("space_file"):
+        return None
+    try:
+        space, factory = campaign_space(campaign)
+        problems = store.campaign_problems(campaign.id)
+        searchers = {
+            p.id: new_searcher(campaign.strategy, space, maximize=maximize, index=i, factory=factory)
+            for i, p in enumerate(problems)
+        }
+    except FleetError:
+        return None  # a space file that changed or went away: the database's best is all there is
+    if not any(searcher.tests() for searcher in searchers.values()):
+        return None
+    bests: dict[int, TrialResult] = {}
+    for result in store.results(campaign_id=campaign.id):
+        searcher = searchers.get(result.problem_id)
+        run = Run(result.config, result.objective, result.valid, result.metrics, result.reason)
+        if searcher is None or not searcher.accepts(run):
+            continue
+        current = bests.get(result.problem_id)
+        # The workload's goal, not the searcher's: a space file's searcher is built without it.
+        objective, best = result.objective, None if current is None else current.objective
+        if best is None or (objective > best if maximize else objective < best):  # type: ignore[operator]
+            bests[result.problem_id] = result
+    return bests
