@@ -110,6 +110,23 @@ class Searcher(ABC):
         """Yield partial configurations under the same protocol; whole ones unless the searcher owns a few knobs."""
         return self.generate()
 
+    def tests(self) -> list[Predicate]:
+        """The predicates a run must pass to count, besides being valid: a :class:`Step`'s or :class:`Bisect`'s
+        own (MLPerf's ``r.stats["result_validity"] == "VALID"``); none for a searcher that has none."""
+        predicate = getattr(self, "predicate", None)
+        return [predicate] if callable(predicate) else []
+
+    def accepts(self, run: Run) -> bool:
+        """Whether ``run`` counts as a result of this search: valid, with an objective, and passing every one of
+        :meth:`tests`, so that a campaign's best is never a run its searcher's predicate failed. A predicate
+        that raises on a run (it reads a metric the run does not have) fails it."""
+        if not run.valid or run.objective is None:
+            return False
+        try:
+            return all(passes(test, run) for test in self.tests())
+        except Exception:  # the user's predicate: what it raises on one run says only that the run fails
+            return False
+
     def better(self, a: float, b: float) -> bool:
         """Whether objective ``a`` beats ``b``."""
         return a > b if self.maximize else a < b

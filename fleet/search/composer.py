@@ -92,6 +92,10 @@ class Composer(Searcher):
             raise SpecError(f"strategy 'composer': item {index} is not a searcher: {item!r}")
         return item, getattr(item, "predicate", None)
 
+    def tests(self) -> list[Predicate]:
+        """Every searcher's predicate: a run the Composer's best may be passes them all."""
+        return [p for p in self.predicates if p is not None]
+
     def bind(self, space: Space) -> Searcher:
         super().bind(space)
         for searcher in self.searchers:

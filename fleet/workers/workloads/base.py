@@ -70,14 +70,25 @@ class Measured:
     def from_samples(
         cls, samples: list[float], metrics: list[dict[str, Any]], *, valid: bool = True, **tails: str
     ) -> Measured:
-        """Median of the samples as the objective; each extra metric's median alongside."""
+        """Median of the samples as the objective; each extra metric's median alongside.
+
+        What the program printed that is not a number reaches the searchers' predicates too (MLPerf's
+        ``"result_validity": "VALID"``): a bool is true only when every repeat said so, and a string is kept
+        when every repeat printed the same one, else the list of what each repeat printed (which no test of one
+        value passes). Lists, objects and nulls are left out, as before.
+        """
         merged: dict[str, Any] = {}
-        for name in {k for m in metrics for k in m}:
-            values = [
-                m[name] for m in metrics if isinstance(m.get(name), int | float) and not isinstance(m[name], bool)
-            ]
-            if values:
-                merged[name] = statistics.median(values)
+        for name in sorted({k for m in metrics for k in m}):
+            given = [m[name] for m in metrics if isinstance(m.get(name), int | float | str)]
+            if not given:
+                continue
+            numbers = [v for v in given if isinstance(v, int | float) and not isinstance(v, bool)]
+            if numbers:
+                merged[name] = statistics.median(numbers)
+            elif all(isinstance(v, bool) for v in given):
+                merged[name] = all(given)
+            else:
+                merged[name] = given[0] if all(v == given[0] for v in given) else given
         return cls(
             state="evaluated" if valid else "invalid",
             objective=statistics.median(samples),
