@@ -8,14 +8,18 @@ STAMP  := $(VENV)/.installed
 .PHONY: run test unit lint bench bench-tvm install services clean
 
 # The base package alone: what `make run` needs, so that the first trial starts within a minute.
+# editable_mode=compat puts the clone on sys.path, so that `import fleet` finds the package wherever Python runs:
+# setuptools' default editable finder comes after the path search, which would take a clone named fleet/ in the
+# current directory for a namespace package.
+EDITABLE := --config-settings editable_mode=compat
 $(BASE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e .
+	$(BIN)/pip install --quiet --disable-pip-version-check $(EDITABLE) -e .
 	touch $(BASE)
 
 # Everything the tests and benchmarks use: TVM, Optuna, Fabric, Flower, hypothesis, ruff.
 $(STAMP): $(BASE) pyproject.toml
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check $(EDITABLE) -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
