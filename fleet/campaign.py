@@ -14,7 +14,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from fleet.errors import FleetError, SpecError
 from fleet.pace import MAX_BATCH, SLOT_DEPTH, Pace
 from fleet.search import Run, Searcher
 from fleet.search.feed import Feed
-from fleet.space import Config, Space
+from fleet.space import Config, Space, digest
 from fleet.space_files import load_space_file
 from fleet.spec import (  # noqa: F401 - the spec's names, re-exported for callers that predate fleet.spec
     CampaignSpec,
@@ -320,6 +320,19 @@ class Driver:
         self.unsent: list[Requeue] = []
         self.broker_warned = -1e9
         self.pace = Pace()
+        # The budget counts the campaign's trials, not this driver's proposals: a driver that takes a campaign
+        # over (a failover, ``fleet resume``) has a searcher that may propose other configurations than the
+        # first one's did, and each new one would be a trial past the budget (40 became 44).
+        budget = campaign.strategy.get("budget")
+        self.budget: int | None = None if budget is None else int(budget)
+        self.tried: list[set[str]] = [set() for _ in self.problems]
+        self.searched = [0] * len(self.problems)
+        if self.budget is not None:
+            position = {problem_id: index for index, problem_id in enumerate(self.problems)}
+            for problem_id, key, baseline in store.tried_configs(campaign.id):
+                if problem_id in position:
+                    self.tried[position[problem_id]].add(key)
+                    self.searched[position[problem_id]] += not baseline
 
     def _strategy(self, store: Store, problem: Any) -> dict[str, Any]:
         """The campaign's strategy; ``auto`` starts from the best configurations of similar problems."""
@@ -415,10 +428,37 @@ class Driver:
                     break
                 config = feed.ask()
                 if config is not None:
-                    proposals.append((index, self.space.check(config), False))
+                    config = self.space.check(config)
+                    if not self._within_budget(index, config):
+                        feed.done = True  # the campaign's trials of this problem are its budget already
+                        continue
+                    proposals.append((index, config, False))
                     asking = True
         if proposals:
             self._submit(proposals)
+
+    def _within_budget(self, index: int, config: Config) -> bool:
+        """Whether proposing ``config`` for problem ``index`` keeps the campaign within its budget: it is a trial
+        the campaign has already, or one more that the budget allows."""
+        if self.budget is None:
+            return True
+        key = digest(config)
+        if key in self.tried[index]:
+            return True
+        if self.searched[index] >= self.budget:
+            return False
+        self.tried[index].add(key)
+        self.searched[index] += 1
+        return True
+
+    def _adopt_orphans(self) -> bool:
+        """Wait for the trials an earlier driver sent that this one's searchers did not propose again (their
+        results go to no searcher); False when there are none."""
+        position = {problem_id: index for index, problem_id in enumerate(self.problems)}
+        orphans = [(t, p) for t, p in self.store.unfinished_trials(self.campaign.id) if t not in self.in_flight]
+        for trial_id, problem_id in orphans:
+            self.in_flight[trial_id] = (position.get(problem_id, 0), 0)
+        return bool(orphans)
 
     def _collect(self) -> list[TrialResult]:
         # The oldest in flight finish first; asking about all of a large window every poll costs too much.
@@ -479,7 +519,7 @@ class Driver:
         A cancelled campaign stops at once and returns what it found so far; a paused one waits.
         """
         self.drive()
-        return summarize(self.store, self.campaign)
+        return summarize(self.store, self.campaign, self.searchers)
 
     def drive(self) -> None:
         """Drive the campaign to its end, or until it is cancelled or let go: :meth:`run` without the summary,
@@ -502,7 +542,8 @@ class Driver:
                 return
             # Until the first trials say how long trials take, a few go out, one per message.
             self._fill(min(self.window, self.pace.probe) if self.pace.probing else None)
-            if not self.in_flight and not self.unsent and all(feed.done or feed.blocked for feed in self.feeds):
+            ended = not self.in_flight and not self.unsent and all(feed.done or feed.blocked for feed in self.feeds)
+            if ended and (self.paused or not self._adopt_orphans()):
                 break
             finished = self._collect()
             now = time.monotonic()
@@ -540,16 +581,23 @@ class Driver:
         return (max if self.maximize else min)(bests, key=lambda r: r.objective)  # type: ignore[arg-type,return-value]
 
 
-def summarize(store: Store, campaign: Campaign) -> list[Summary]:
+def summarize(store: Store, campaign: Campaign, searchers: Sequence[Searcher] | None = None) -> list[Summary]:
     """Per problem of ``campaign``: its best trial, its baseline trial, and trial counts by state.
 
     The best is a run that the campaign's searcher accepts: with a predicate (MLPerf's ``Step``, ``Bisect`` or
     ``Composer``), a valid run that the predicate fails is not the best, however fast it was.
+
+    Parameters
+    ----------
+    searchers:
+        The searchers that drove it, one per problem in order (a driver's); by default they are made again from
+        the campaign, which cannot be done for a space file's own searcher where no user code runs: its best
+        is then the database's best valid run.
     """
     maximize = load_workload_spec(campaign.workload).maximize
     run_knobs = Space.from_dict(campaign.space).run_knobs
     tallies = store.tally(campaign.id, maximize)
-    judged = _judged_bests(store, campaign, maximize)
+    judged = _judged_bests(store, campaign, maximize, searchers)
     summaries = []
     for problem in store.campaign_problems(campaign.id):
         tally = tallies.get(problem.id)
@@ -566,20 +614,25 @@ JUDGING = ("step", "bisect", "composer")
 """Strategies whose searchers may hold a predicate on runs (a space file's ``META_search_callback`` may too)."""
 
 
-def _judged_bests(store: Store, campaign: Campaign, maximize: bool) -> dict[int, TrialResult] | None:
+def _judged_bests(
+    store: Store, campaign: Campaign, maximize: bool, given: Sequence[Searcher] | None = None
+) -> dict[int, TrialResult] | None:
     """Per problem, the best run that its searcher accepts; None when the searchers test nothing but validity
     (the database's best is then the answer, without reading every result)."""
-    if campaign.strategy.get("name") not in JUDGING and not campaign.options.get("space_file"):
+    problems = store.campaign_problems(campaign.id)
+    if given is not None:
+        searchers = {p.id: searcher for p, searcher in zip(problems, given, strict=False)}
+    elif campaign.strategy.get("name") not in JUDGING and not campaign.options.get("space_file"):
         return None
-    try:
-        space, factory = campaign_space(campaign)
-        problems = store.campaign_problems(campaign.id)
-        searchers = {
-            p.id: new_searcher(campaign.strategy, space, maximize=maximize, index=i, factory=factory)
-            for i, p in enumerate(problems)
-        }
-    except FleetError:
-        return None  # a space file that changed or went away: the database's best is all there is
+    else:
+        try:
+            space, factory = campaign_space(campaign)
+            searchers = {
+                p.id: new_searcher(campaign.strategy, space, maximize=maximize, index=i, factory=factory)
+                for i, p in enumerate(problems)
+            }
+        except FleetError:
+            return None  # a space file that changed, or whose searcher is code that runs only where it was submitted
     if not any(searcher.tests() for searcher in searchers.values()):
         return None
     bests: dict[int, TrialResult] = {}

@@ -105,7 +105,12 @@ class ChainStore(StoreBase):
         )
         if better:
             values |= {"best_config": config, "best_objective": objective}
+        last = values.get("state") == "done"
         with self.transaction() as connection:
+            if last:
+                # The campaign's row first, locked, so that of two chains ending at once the later sees the
+                # earlier ended (both in READ COMMITTED would see the other still running, and neither end it).
+                connection.execute(select(Campaign.id).where(Campaign.id == chain.campaign_id).with_for_update())
             moved = connection.execute(
                 update(Chain)
                 .where(Chain.id == chain.id, Chain.step == chain.step, Chain.state == "running")
@@ -126,7 +131,21 @@ class ChainStore(StoreBase):
                         created_at=now,
                     )
                 )
+            if moved and last:
+                self._end_if_chains_ended(connection, chain.campaign_id, now)
         return bool(moved)
+
+    @staticmethod
+    def _end_if_chains_ended(connection: Any, campaign_id: int, now: Any) -> None:
+        """A running campaign whose chains have all ended is done, with no driver watching: a detached
+        campaign's chains drive themselves to their end, and its end is theirs (a paused or cancelled one
+        stays as it is)."""
+        running = select(Chain.id).where(Chain.campaign_id == campaign_id, Chain.state == "running").exists()
+        connection.execute(
+            update(Campaign)
+            .where(Campaign.id == campaign_id, Campaign.status == "running", ~running)
+            .values(status="done", finished_at=now)
+        )
 
     @patient
     def chain_steps(self, campaign_id: int) -> list[tuple[Chain, ChainStep]]:

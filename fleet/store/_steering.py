@@ -278,6 +278,28 @@ class SteeringStore(StoreBase):
             raise SteeringError(f"cannot {action} campaign {campaign.name!r}: {hint}")
         return campaign
 
+    # -- a driver that takes over -------------------------------------------------------------------------
+
+    @patient
+    def tried_configs(self, campaign_id: int) -> list[tuple[int, str, bool]]:
+        """(problem id, configuration key, baseline) of each trial of a campaign: what a driver that takes the
+        campaign over counts against its budget, whatever its own searcher proposes again."""
+        with self.transaction() as connection:
+            rows = connection.execute(
+                select(Trial.problem_id, Trial.config_key, Trial.baseline).where(Trial.campaign_id == campaign_id)
+            ).all()
+        return [(r.problem_id, r.config_key, bool(r.baseline)) for r in rows]
+
+    @patient
+    def unfinished_trials(self, campaign_id: int) -> list[tuple[int, int]]:
+        """(trial id, problem id) of a campaign's trials that have not ended: those an earlier driver sent and
+        its successor's searcher did not propose again, which the campaign waits for before it is done."""
+        with self.transaction() as connection:
+            rows = connection.execute(
+                select(Trial.id, Trial.problem_id).where(Trial.campaign_id == campaign_id, Trial.state.in_(UNFINISHED))
+            ).all()
+        return [(r.id, r.problem_id) for r in rows]
+
     # -- records ----------------------------------------------------------------------------------------
 
     @patient

@@ -7,6 +7,7 @@ import json
 
 from sqlalchemy import func, select
 
+from fleet.api import CampaignHandle
 from fleet.store import ChainStep, Measurement
 from tests.conftest import Fleet, write_spec
 from tests.integration.test_campaign import kernel_spec
@@ -72,3 +73,7 @@ def test_chains_need_no_driver_and_come_back_after_their_messages_are_lost(fleet
         measured = session.scalar(select(func.count()).select_from(Measurement))
         distinct = session.scalar(select(func.count(func.distinct(ChainStep.trial_id))))
     assert measured == distinct  # a configuration two chains visited is measured once
+    # Their end is the campaign's, with no driver and no `fleet resume`: its last step ends it.
+    assert fleet.store.campaign("chains").status == "done"
+    [summary] = CampaignHandle(fleet.store, campaign.id).wait(timeout=10, drive=False)
+    assert summary.best is not None

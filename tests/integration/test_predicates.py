@@ -75,5 +75,6 @@ def test_bisect_finds_the_largest_valid_rate_and_the_best_passes_the_predicate(f
         assert problem["best"]["qps"] == 37
         assert problem["best"]["metrics"]["result_validity"] == "VALID"
         assert sum(problem["trials"].values()) < 20  # a search of 100 values by sections, not a walk
-        status = json.loads(fleet.cli("status", f"server-{form}", "--json", check=True).stdout)
-        assert [b["config"] for b in status["campaigns"][0]["best"]] == [{"qps": 37}]
+        if form != "python":  # a space file's searcher is the submitter's code, which `fleet status` does not run
+            status = json.loads(fleet.cli("status", f"server-{form}", "--json", check=True).stdout)
+            assert [b["config"] for b in status["campaigns"][0]["best"]] == [{"qps": 37}]
