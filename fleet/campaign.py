@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import FleetError, SpecError
+from fleet.history import campaign_history
 from fleet.pace import MAX_BATCH, SLOT_DEPTH, Pace
 from fleet.search import Run, Searcher
 from fleet.search.feed import Feed
@@ -335,14 +336,15 @@ class Driver:
                     self.searched[position[problem_id]] += not baseline
 
     def _strategy(self, store: Store, problem: Any) -> dict[str, Any]:
-        """The campaign's strategy; ``auto`` starts from the best configurations of similar problems."""
+        """The campaign's strategy; ``auto`` starts from what related problems found best (fleet.history)."""
         strategy = self.campaign.strategy
         options = dict(strategy.get("options") or {})
-        if strategy.get("name") != "auto" or "seed_configs" in options:
+        if strategy.get("name") != "auto" or "history" in options:
             return strategy
-        known = store.known_good(problem.kind, self.campaign.target, exclude=problem.id)
-        options["seed_configs"] = [c for c in known if set(c) == set(self.space.names) and self.space.is_valid(c)]
-        return {**strategy, "options": options}
+        history = campaign_history(store, self.campaign, problem, self.space, self.maximize)
+        if history is None:
+            return strategy
+        return {**strategy, "options": {**options, "history": history}}
 
     def total(self) -> int | None:
         """How many trials the campaign will have, when that is cheap to know."""
@@ -360,7 +362,10 @@ class Driver:
             problem_id = self.problems[index]
             build_key, measure_key = trial_keys(self.campaign, problem_id, config, self.space)
             self.seq += 1
-            trials.append(NewTrial(problem_id, config, build_key, measure_key, self.seq, baseline))
+            # A proposal the searcher took from history says so (``auto``'s origin()); a baseline never does.
+            origin = getattr(self.searchers[index], "origin", None)
+            history = origin(config) if origin is not None and not baseline else None
+            trials.append(NewTrial(problem_id, config, build_key, measure_key, self.seq, baseline, history))
         remeasure = bool(self.campaign.options.get("remeasure"))
         created = self.store.add_trials(self.campaign.id, self.campaign.target, trials, remeasure=remeasure)
         send = []

@@ -1061,6 +1061,22 @@ def baseline_table(data: Data, rows: Sequence[Row]) -> str:
     return "".join(out)
 
 
+def history_note(data: Data, trials: Sequence[tuple[int, int, dict[str, Any], float | None]]) -> str:
+    """One line on the trials proposed from history (what related problems found best), if any."""
+    if not trials:
+        return ""
+    sources = sorted({name for _, _, said, _ in trials for name in said.get("sources") or []})
+    measured = [(objective, trial_id) for trial_id, _, _, objective in trials if objective is not None]
+    text = f"{len(trials)} trial{'s' if len(trials) != 1 else ''} proposed from history"
+    if measured:
+        objective, trial_id = (max if data.maximize else min)(measured)
+        text += f"; the best of them: {fmt(objective)} {data.objective_name} (trial {trial_id})"
+    if sources:
+        shown = "; ".join(sources[:5]) + (f"; and {len(sources) - 5} more" if len(sources) > 5 else "")
+        text += f". From: {shown}"
+    return f'<p class="history">{esc(text)}.</p>'
+
+
 def _glance(data: Data, rows: Sequence[Row]) -> str:
     """The headline of one problem: its best, the speedup, when it was found."""
     best = data.best_of(r for r in rows if not r.baseline) or data.best_of(rows)
@@ -1389,6 +1405,7 @@ def _page(store: Store, campaign: Campaign) -> str:
             + (f" ({len(data.rows)} trials, none measured)." if data.rows else " (no trials).")
             + "</p>"
         )
+    from_history = store.history_trials(c.id)
     for index, problem in enumerate(data.problems):
         key, problem_id = str(problem.id), problem.id
         rows = [r for r in data.rows if r.problem_id == problem_id]
@@ -1397,7 +1414,7 @@ def _page(store: Store, campaign: Campaign) -> str:
         heading = f"Problem {problem.id}: {title}" if len(data.problems) > 1 else f"Problem: {title}"
         body.append(
             f'<section class="problem" id="problem-{esc(key)}" data-index="{index}"><h2>{esc(heading)}</h2>'
-            f"{_glance(data, rows)}"
+            f"{_glance(data, rows)}{history_note(data, [h for h in from_history if h[1] == problem_id])}"
             f'<h3 class="convergence">Convergence</h3>{convergence(data, rows, key)}'
             f'<h3 class="best">Best configurations</h3>{best_table(data, rows)}{baseline_table(data, rows)}'
             f'<h3 class="knobs">Effect of each knob</h3>{knob_section(data, rows, best, key)}'

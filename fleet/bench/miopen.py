@@ -87,19 +87,15 @@ def _commit() -> str | None:
 
 def run(problems: int = 120_000, lookups: int = 1000, files: bool = True) -> dict[str, Any]:
     """Import the shipped files and a ``problems``-key find-db into PostgreSQL, time key lookups; return the figures."""
-    import os
 
-    from fleet.bench.servers import private_postgres
+    from fleet.bench.servers import postgres_url
     from fleet.store import Store
     from fleet.tuna.databases import import_db
     from fleet.tuna.problems import problems_by_key
 
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-bench-miopen-")))
-        url = os.environ.get("FLEET_DATABASE_URL", "")
-        if not url.startswith("postgresql"):
-            url = private_postgres(stack).create_database(f"bench{uuid.uuid4().hex[:8]}")
-        store = Store(url)
+        store = Store(postgres_url(stack))
         stack.callback(store.close)
         store.upgrade()
         with store.transaction() as connection:

@@ -354,7 +354,14 @@ class Variant:
         return cls(label, strategy, tuple(options.items()))
 
 
-def run_once(path: Path, strategy: str | Variant, repeat: int, base: Baseline, with_trace: bool = False) -> Outcome:
+def run_once(
+    path: Path,
+    strategy: str | Variant,
+    repeat: int,
+    base: Baseline,
+    with_trace: bool = False,
+    history: Mapping[str, Any] | None = None,
+) -> Outcome:
     """Run ``strategy`` with seed ``repeat`` on the recorded space at ``path`` and score it.
 
     Parameters
@@ -369,6 +376,9 @@ def run_once(path: Path, strategy: str | Variant, repeat: int, base: Baseline, w
         The space's baseline, with the slots and horizon to use.
     with_trace:
         Return every evaluation as JSON lines.
+    history:
+        What a variant whose ``history`` option is True gets instead: the space's transferred configurations
+        (see :mod:`fleet.bench.transfer`); None for none (the variant then runs without history).
     """
     recorded = load_recorded(path)
     variant = strategy if isinstance(strategy, Variant) else Variant(strategy, strategy)
@@ -382,7 +392,10 @@ def run_once(path: Path, strategy: str | Variant, repeat: int, base: Baseline, w
         return reached and evaluation.clock_s >= base.budget_s
 
     try:
-        searcher = make_searcher(variant.strategy, recorded.space, seed=repeat, options=dict(variant.options))
+        options = dict(variant.options)
+        if options.get("history") is True:
+            options["history"] = history
+        searcher = make_searcher(variant.strategy, recorded.space, seed=repeat, options=options)
         trace = simulate(recorded, searcher, slots=base.slots, horizon_s=base.horizon_s, stop=enough)
     except Exception as error:  # one broken strategy must not sink the others' results
         return Outcome(recorded.name, strategy, repeat, None, None, 0, error=f"{type(error).__name__}: {error}")
@@ -456,6 +469,7 @@ def run(
     jobs: int = 1,
     trace: IO[str] | None = None,
     progress: bool = True,
+    histories: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Baseline]]:
     """Score ``strategies`` (default: :func:`default_strategies`) on each recorded space.
 
@@ -477,6 +491,8 @@ def run(
         Where to write every evaluation as a JSON line, if anywhere.
     progress:
         Show a progress bar on stderr.
+    histories:
+        Per space name, the history that variants with ``history=True`` get (see :func:`run_once`).
     """
     from tqdm import tqdm
 
@@ -497,11 +513,12 @@ def run(
         bar.set_postfix_str(f"{outcome.space} {outcome.strategy}", refresh=False)
         bar.update()
 
+    known = dict(histories or {})
     jobs = max(1, min(jobs, len(plans)))
     with tqdm(total=len(plans), desc="bench search", unit="run", file=sys.stderr, disable=not progress) as bar:
         if jobs == 1:
             for path, name, variant, repeat in plans:
-                done(run_once(path, variant, repeat, bases[name], trace is not None), bar)
+                done(run_once(path, variant, repeat, bases[name], trace is not None, known.get(name)), bar)
         else:
             # Spawned, not forked: the parent may hold threads (tqdm's monitor) whose locks a fork would copy.
             # The slowest runs (model-based searchers on the spaces with the longest horizon) go first, so that
@@ -510,7 +527,7 @@ def run(
             ordered = sorted(plans, key=lambda plan: -bases[plan[1]].draws_to_cutoff)
             with ProcessPoolExecutor(jobs, mp_context=context) as pool:
                 futures = [
-                    pool.submit(run_once, path, variant, repeat, bases[name], trace is not None)
+                    pool.submit(run_once, path, variant, repeat, bases[name], trace is not None, known.get(name))
                     for path, name, variant, repeat in ordered
                 ]
                 for future in as_completed(futures):
@@ -727,6 +744,13 @@ def _spaces(values: Sequence[str]) -> list[Path]:
     show_default=True,
     help="Run on to this many times random search's expected time to within 5% of the optimum.",
 )
+@click.option(
+    "--history",
+    "history",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A folder of recorded spaces: score auto with history (each space's history is the other spaces of its "
+    "kernel there, never itself nor its GPU) beside auto without history and random search, same seeds.",
+)
 @click.option("--jobs", type=click.IntRange(1), help="Processes to run in (default: one per CPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {strategy, score, evals_to_5pct, ...}.")
 @click.option(
@@ -742,6 +766,7 @@ def search_command(
     cv: bool,
     slots: int,
     horizon: float,
+    history: Path | None,
     jobs: int | None,
     as_json: bool,
     trace_path: Path | None,
@@ -753,13 +778,16 @@ def search_command(
     reach optimum + 5% of (median - optimum), F the best the strategy found by t and B random search's
     expected best. 0 is as good as random search, 1 is the optimum.
     """
-    if not spaces and not cv:
+    if not spaces and not cv and history is None:
         raise SpecError("bench search needs --space (a recorded space, or 'all')")
     paths = _spaces(spaces or ("all",))
     for name in strategies:
         if name not in STRATEGIES:
             raise SpecError(f"unknown strategy {name!r} (known: {', '.join(sorted(STRATEGIES))})")
     jobs = jobs or os.cpu_count() or 1
+    if history is not None:
+        _history_command(paths, history, repeats or CV_REPEATS, slots, horizon, jobs, as_json)
+        return
     if cv:
         if len(paths) < 2:
             raise SpecError("--cv leaves one space out: it needs at least two spaces")
@@ -825,4 +853,25 @@ def _cross_validate_command(
         click.echo(line)
     in_sample = ", ".join(f"{label} {value:.3f}" for label, value in summary["in_sample"].items())
     click.echo(f"in sample (every space, for reference): {in_sample}")
+    click.echo(f"took {summary['wall_s']:.0f} s with {jobs} process{'es' if jobs > 1 else ''}")
+
+
+def _history_command(
+    paths: Sequence[Path], history: Path, repeats: int, slots: int, horizon: float, jobs: int, as_json: bool
+) -> None:
+    from fleet.bench.transfer import run_history, table
+
+    result = run_history(paths, history, repeats=repeats, slots=slots, horizon=horizon, jobs=jobs)
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+        return
+    summary = result[-1]
+    click.echo(
+        f"auto with history, leave one space out: {summary['spaces']} spaces ({summary['with_related']} with a "
+        f"related space), {repeats} repeats, {slots} slot{'s' if slots > 1 else ''}"
+    )
+    for line in table(result):
+        click.echo(line)
+    below = ", ".join(summary["below_auto"]) or "none"
+    click.echo(f"below auto without history by more than its standard error: {below}")
     click.echo(f"took {summary['wall_s']:.0f} s with {jobs} process{'es' if jobs > 1 else ''}")

@@ -41,3 +41,15 @@ def private_servers(stack: ExitStack, workdir: Path, env: dict[str, str]) -> dic
         servers["database"] = private_postgres(stack)
         env["FLEET_DATABASE_URL"] = servers["database"].url
     return {role: server.pid for role, server in servers.items() if server.pid is not None}
+
+
+def postgres_url(stack: ExitStack) -> str:
+    """``FLEET_DATABASE_URL`` when it names PostgreSQL, else a new database on a private server (see
+    :func:`private_postgres`)."""
+    import os
+    import uuid
+
+    url = os.environ.get("FLEET_DATABASE_URL", "")
+    if not url.startswith("postgresql"):
+        url = private_postgres(stack).create_database(f"bench{uuid.uuid4().hex[:8]}")
+    return url

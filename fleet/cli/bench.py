@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from fleet.bench.history import bench_history_command
 from fleet.bench.search import search_command
 from fleet.bench.tvm import tvm_bench_command
 from fleet.cli._sections import WholeHelpGroup
@@ -278,6 +279,7 @@ def bench_pipeline(quick: bool, as_json: bool) -> None:
 
 
 bench.add_command(search_command, "search")
+bench.add_command(bench_history_command, "history")
 bench.add_command(tvm_bench_command, "tvm")
 
 COMMANDS = (bench,)

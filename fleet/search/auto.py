@@ -19,6 +19,7 @@ from fleet.errors import SpecError
 from fleet.search.anneal import Annealing
 from fleet.search.design import Designing
 from fleet.search.genetic import Evolving
+from fleet.search.history import Transferred, first_count, from_options
 from fleet.search.local import Climbing
 from fleet.search.points import Grid, History, Point, Technique, TechniqueSearcher
 from fleet.search.random_search import Sampling
@@ -35,6 +36,12 @@ MODEL_MEMORY = 200
 
 INIT = 20
 """Points of the first design (a Latin hypercube): chosen out of sample by ``fleet bench search --cv``."""
+
+HISTORY_INIT = 1.0
+"""With history, the first design is this fraction of ``init``."""
+
+REFINE = True
+"""With history, a climber from the best of everything (history's first trials included) joins the bandit."""
 
 CREDITS = ("time", "count")
 """How a technique's credit is counted: new bests per second its proposals cost, or per proposal (OpenTuner)."""
@@ -95,6 +102,12 @@ class Auto(TechniqueSearcher):
     seed_configs:
         Configurations to measure first, e.g. the best known for similar problems; those not in the space, or
         that the space rules out, are skipped.
+    history:
+        What related problems found best (:func:`fleet.search.history.to_options`, which the campaign driver
+        fills from the store): its ``first`` best configurations are measured first (by default as many as the
+        sources' leaders make, see :func:`fleet.search.history.first_count`), the rest are a technique of the
+        bandit of their own (``transfer``), and the design shrinks to ``init`` x :data:`HISTORY_INIT`. Empty or
+        absent: today's behaviour.
     init:
         Points of the first design (0 for none).
     credit:
@@ -111,6 +124,7 @@ class Auto(TechniqueSearcher):
         *,
         techniques: Sequence[str] | None = None,
         seed_configs: Sequence[Mapping[str, Any]] | None = None,
+        history: Mapping[str, Any] | None = None,
         init: int = INIT,
         credit: str = "time",
         exploration: float = EXPLORATION,
@@ -144,21 +158,101 @@ class Auto(TechniqueSearcher):
         if isinstance(exploration, bool) or not isinstance(exploration, int | float) or exploration < 0:
             raise SpecError(f"strategy 'auto': exploration must be a number >= 0, not {exploration!r}")
         self.init, self.credit, self.exploration = init, credit, float(exploration)
+        self.history, first = from_options(history)
+        self.history_first = first_count(self.history) if first is None else first
+        # The points proposed because history recommended them, with what it said (see :meth:`origin`).
+        self.from_history: dict[tuple[Any, ...], Transferred] = {}
+
+    def origin(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What history said of ``config`` when this searcher proposed it from history, else None."""
+        try:
+            item = self.from_history.get(tuple(config[name] for name in self.space.names))
+        except (KeyError, TypeError):
+            return None
+        if item is None:
+            return None
+        rank = next(i for i, t in enumerate(self.history) if t is item)
+        return {"rank": rank + 1, "score": round(item.score, 4), "sources": list(item.sources)}
+
+    def _remember(self, grid: Grid, point: Point) -> None:
+        config = grid.decode(point)
+        item = self._by_key.get(tuple(config[name] for name in self.space.names))
+        if item is not None:
+            self.from_history[tuple(config[name] for name in self.space.names)] = item
+
+    @property
+    def _by_key(self) -> dict[tuple[Any, ...], Transferred]:
+        names = self.space.names
+        return {tuple(t.config.get(n) for n in names): t for t in self.history}
+
+    def _history_points(self, grid: Grid) -> list[Point]:
+        points = (grid.encode(item.config) for item in self.history)
+        return [p for p in points if p is not None and grid.is_valid(p)]
 
     def first_points(self, grid: Grid) -> list[Point]:
-        points = (grid.encode(config) for config in self.seed_configs)
-        return [p for p in points if p is not None]
+        points = [p for p in (grid.encode(config) for config in self.seed_configs) if p is not None]
+        first = self._history_points(grid)[: self.history_first]
+        for point in first:
+            self._remember(grid, point)
+        return points + first
 
     def technique(self, grid: Grid, history: History) -> Technique:
+        first = set(self.first_points(grid)[len(self.seed_configs) :]) if self.history else set()
+        # With history, the techniques see every run but those of the history first: a related problem's best
+        # may sit in a basin that is not the best here, and climbing or breeding from it would keep the search
+        # there. Measured first, they cost only their own time; after them the search is today's. One technique
+        # of its own, ``refine``, climbs from the best of everything, history's included: the prior knowledge.
+        blind = History(grid) if first else history
+        if first:
+            blind.seen, blind.pending = history.seen, history.pending
+        techniques = {
+            name: TECHNIQUES[name](grid, blind, random.Random(f"{self.seed}:{name}")) for name in self.techniques
+        }
+        rest = self._history_points(grid)[self.history_first :]
+        if rest:
+            techniques["transfer"] = Transferring(grid, blind, random.Random(0), rest, self)
+        init = round(self.init * HISTORY_INIT) if self.history else self.init
+        informed: dict[str, Technique] = {}
+        if first and REFINE:
+            informed["refine"] = Climbing(grid, history, random.Random(f"{self.seed}:refine"))
         return Bandit(
             grid,
-            history,
+            blind,
             random.Random(self.seed),
-            {name: TECHNIQUES[name](grid, history, random.Random(f"{self.seed}:{name}")) for name in self.techniques},
-            design=Designing(grid, history, random.Random(f"{self.seed}:design"), count=self.init),
+            techniques,
+            design=Designing(grid, blind, random.Random(f"{self.seed}:design"), count=init),
             exploration=self.exploration,
             by_time=self.credit == "time",
+            hidden=first,
+            informed=informed,
+            full=history,
         )
+
+
+class Transferring(Technique):
+    """The transferred configurations that were not measured first, in history's order: one of ``auto``'s
+    techniques when it has history, credited as the others are.
+
+    Parameters
+    ----------
+    points:
+        The points, best first.
+    owner:
+        The searcher, told of each point proposed (so that its trial says it came from history).
+    """
+
+    def __init__(self, grid: Grid, history: History, rng: random.Random, points: list[Point], owner: Auto) -> None:
+        super().__init__(grid, history, rng)
+        self.points = list(points)
+        self.owner = owner
+
+    def propose(self) -> Point | None:
+        while self.points:
+            point = self.points.pop(0)
+            if point not in self.history.seen:
+                self.owner._remember(self.grid, point)
+                return point
+        return None
 
 
 class Bandit(Technique):
@@ -189,9 +283,15 @@ class Bandit(Technique):
         window: int = WINDOW,
         exploration: float = EXPLORATION,
         by_time: bool = True,
+        hidden: set[Point] | None = None,
+        informed: Mapping[str, Technique] | None = None,
+        full: History | None = None,
     ) -> None:
         super().__init__(grid, history, rng)
-        self.techniques = dict(techniques)
+        self.hidden = hidden or set()
+        self.informed = dict(informed or {})
+        self.full = full if full is not None else history
+        self.techniques = {**dict(techniques), **self.informed}
         self.design = design
         self.exploration = exploration
         self.by_time = by_time
@@ -247,6 +347,13 @@ class Bandit(Technique):
         return None
 
     def observe(self, point: Point, value: float) -> None:
+        if self.full is not self.history:
+            # The techniques' own history leaves out the hidden runs; the searcher recorded every run in full.
+            if point in self.hidden:
+                for technique in self.informed.values():
+                    technique.observe(point, value)
+                return
+            self.history.record(point, value, self.full.costs.get(point))
         name = self.owner.pop(point, None)
         if name is not None:
             # History recorded the point first: it is the best now exactly when it beat every earlier one.

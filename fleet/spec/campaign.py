@@ -17,6 +17,7 @@ from typing import Any
 from fleet.bundle import pack, read_files
 from fleet.errors import SpecError, shown
 from fleet.search import Searcher, make_searcher
+from fleet.search.history import check_history
 from fleet.space import Config, Space, check_text, check_value
 from fleet.space_files import load_space_file
 from fleet.spec.limits import KIND_LENGTH, NAME_LENGTH, PATH_LENGTH, SPEC_BYTES, TAG_LENGTH, check_json, check_label
@@ -25,7 +26,8 @@ from fleet.spec.workloads import load_workload_spec
 
 # "$schema" lets an editor find fleet/spec/schema.json; the loader ignores it.
 _SPEC_KEYS = {
-    "$schema", "name", "target", "problems", "space", "strategy", "workload", "baseline", "options", "priority"
+    "$schema", "name", "target", "problems", "space", "strategy", "workload", "baseline", "options", "priority",
+    "history",
 }  # fmt: skip
 
 
@@ -94,6 +96,8 @@ class CampaignSpec:
             raise SpecError(f"strategy 'options' must be an object, not {shown(self.strategy['options'])}")
         if not isinstance(self.options, Mapping):
             raise SpecError(f"'options' must be an object, not {shown(self.options)}")
+        if "history" in self.options:  # the spec's "history" field (see fleet.history)
+            self.options["history"] = check_history(self.options["history"])
         check_json("the spec", self._stored())
         workload = load_workload_spec(self.workload)
         for problem in self.problems:
@@ -247,6 +251,8 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
     if not isinstance(options, Mapping):
         raise SpecError("'options' must be an object")
     options = dict(options)
+    if "history" in data:
+        options["history"] = data["history"]
     space, factory = _space(data.get("space"), base, options)
     return CampaignSpec(
         name=name or data.get("name") or "",

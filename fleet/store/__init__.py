@@ -1,6 +1,7 @@
 """The store: problems, campaigns, trials, artifacts, measurements, machines and workers."""
 
 from fleet.store._connect import connect
+from fleet.store._history import HistorySource
 from fleet.store._hotpath import INLINE_BYTES
 from fleet.store._models import (
     CAMPAIGN_STATES,
@@ -31,6 +32,7 @@ __all__ = [
     "Campaign",
     "Chain",
     "ChainStep",
+    "HistorySource",
     "Machine",
     "Measurement",
     "NewTrial",

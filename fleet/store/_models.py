@@ -191,13 +191,19 @@ class Trial(Base):
     # No compile time for a trial handed to another's build: that build's trial has it.
     compile_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     eval_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Set when the searcher proposed it from history (fleet.search.history): its rank there, its score and the
+    # sources that ranked it; shown by ``fleet trial`` and the report.
+    history: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql"), nullable=True
+    )
 
 
 class Measurement(Base):
     """The samples of one evaluation, its objective and extra metrics, and where it ran."""
 
     __tablename__ = "measurements"
-    __table_args__ = (Index("ix_measurements_problem_target", "problem_id", "target"),)
+    # With the objective: a problem and target's best measurements are its first rows (fleet.store._history).
+    __table_args__ = (Index("ix_measurements_problem_target_objective", "problem_id", "target", "objective"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), unique=True)

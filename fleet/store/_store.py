@@ -19,12 +19,13 @@ that finds the database down is run again, with backoff, until it answers or ``p
 
 from fleet.store._builds import BuildStore
 from fleet.store._chains import ChainStore
+from fleet.store._history import HistoryStore
 from fleet.store._problems import ProblemStore
 from fleet.store._steering import SteeringStore
 from fleet.store._workers import WorkerStore
 
 
-class Store(ProblemStore, SteeringStore, BuildStore, ChainStore, WorkerStore):
+class Store(ProblemStore, SteeringStore, BuildStore, ChainStore, WorkerStore, HistoryStore):
     """Fleet's database.
 
     Parameters

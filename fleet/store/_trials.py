@@ -103,6 +103,7 @@ class TrialStore(StoreBase):
                     "measure_key": new.measure_key,
                     "seq": new.seq,
                     "baseline": new.baseline,
+                    "history": new.history,
                     "remeasure": remeasure,
                     "state": "new",
                     "attempts": 0,

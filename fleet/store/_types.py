@@ -16,6 +16,7 @@ class NewTrial:
     measure_key: str
     seq: int = 0
     baseline: bool = False
+    history: dict[str, Any] | None = None  # what history said of it, when the searcher proposed it from there
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
-"""The default strategy starts from the best configurations known for similar problems."""
+"""The default strategy starts from the best configurations known for similar problems (see also test_history.py)."""
 
 from __future__ import annotations
 
 from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
 from fleet.space import Knob, Space
 from fleet.store import NewTrial, Store
+from tests.integration.test_history import record_run
 
 
 def test_auto_is_seeded_with_the_best_of_other_problems_of_the_kind(store: Store) -> None:
@@ -18,20 +19,7 @@ def test_auto_is_seeded_with_the_best_of_other_problems_of_the_kind(store: Store
     problem = store.campaign_problems(first.id)[0].id
     good = {"tile": 32, "unroll": 4}
     [(trial, _)] = store.add_trials(first.id, "sm_90", [NewTrial(problem, good, "b", "m")])
-    assert store.claim(trial, "compile", "w", 60, 3) and store.mark_compiled(trial, "w")
-    assert store.claim(trial, "evaluate", "w", 60, 3)
-    store.record(
-        trial,
-        "w",
-        measurement={
-            "objective_name": "ms",
-            "maximize": False,
-            "objective": 1.5,
-            "valid": True,
-            "samples": [1.5],
-            "metrics": {},
-        },
-    )
+    record_run(store, trial, 1.5)
     second = submit(
         store,
         CampaignSpec(
@@ -46,5 +34,7 @@ def test_auto_is_seeded_with_the_best_of_other_problems_of_the_kind(store: Store
 
     driver = Driver(store, second, lambda work, batch: 0)
 
-    assert driver.searchers[0].seed_configs == [good]  # type: ignore[attr-defined]
+    # It comes as history (fleet.history): the first proposal, and said to be from there.
+    assert driver.searchers[0].history[0].config == good  # type: ignore[attr-defined]
     assert next(driver.searchers[0].generate()) == good
+    assert driver.searchers[0].origin(good)["rank"] == 1  # type: ignore[attr-defined]

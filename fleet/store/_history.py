@@ -1,0 +1,183 @@
+"""The store's history: the best measurements of problems related to a campaign's, wherever they were taken.
+
+Related means the same problem kind, on any target, any problem parameters, any toolchain; imported
+measurements (MIOpen databases, Kernel Tuner cache files) count as any other, since they are stored as trials
+of campaigns too. One query returns each source's (problem and target's) best runs: on PostgreSQL a lateral
+join reads the first rows of each source from ``ix_measurements_problem_target_objective`` (problem, target,
+objective), so its cost grows with the sources and not with the measurements.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import and_, func, select, true
+
+from fleet.store._base import StoreBase, patient
+from fleet.store._models import Campaign, CampaignProblem, Measurement, Problem, ProblemTag, Trial
+
+PER_SOURCE = 10
+"""Best runs returned per source (see :data:`fleet.search.history.TOP`)."""
+
+
+@dataclass
+class HistorySource:
+    """The best measurements of one related problem on one target.
+
+    Parameters
+    ----------
+    problem_id, kind, params:
+        The problem.
+    target:
+        Where it was measured.
+    toolchains:
+        The toolchains of those measurements ("" for one that recorded none).
+    runs:
+        (configuration, objective), best first.
+    """
+
+    problem_id: int
+    kind: str
+    params: dict[str, Any]
+    target: str
+    toolchains: list[str] = field(default_factory=list)
+    runs: list[tuple[dict[str, Any], float]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """Provenance in a few words: ``problem 3 {"n": 512} on sm_80 (nvcc 12.4)``."""
+        tools = ", ".join(t for t in self.toolchains if t)
+        params = json.dumps(self.params, sort_keys=True, separators=(", ", ": "))
+        return f"problem {self.problem_id} {params} on {self.target}" + (f" ({tools})" if tools else "")
+
+
+class HistoryStore(StoreBase):
+    """What related problems measured: where a new campaign's search may start."""
+
+    @patient
+    def history(
+        self,
+        kind: str,
+        *,
+        maximize: bool = False,
+        exclude_campaign: int | None = None,
+        targets: Sequence[str] | None = None,
+        tags: Sequence[str] | None = None,
+        per_source: int = PER_SOURCE,
+    ) -> list[HistorySource]:
+        """The best valid measurements of every problem of ``kind`` on every target, per problem and target.
+
+        Parameters
+        ----------
+        kind:
+            The problem kind.
+        maximize:
+            The campaign's direction: only measurements of the same direction count, best first.
+        exclude_campaign:
+            A campaign whose own trials are not history (the campaign asking, when it is resumed).
+        targets:
+            Only these targets (None: every one).
+        tags:
+            Only problems with one of these tags (None: every one).
+        per_source:
+            Best runs per problem and target.
+        """
+        sources = (
+            select(CampaignProblem.problem_id, Campaign.target)
+            .join(Campaign, Campaign.id == CampaignProblem.campaign_id)
+            .join(Problem, Problem.id == CampaignProblem.problem_id)
+            .where(Problem.kind == kind)
+            .distinct()
+        )
+        if targets is not None:
+            sources = sources.where(Campaign.target.in_(list(targets)))
+        if tags is not None:
+            tagged = select(ProblemTag.problem_id).where(ProblemTag.tag.in_(list(tags)))
+            sources = sources.where(CampaignProblem.problem_id.in_(tagged))
+        chosen = [
+            Measurement.valid.is_(True),
+            Measurement.objective.is_not(None),
+            Measurement.maximize.is_(maximize),
+        ]
+        if exclude_campaign is not None:
+            chosen.append(Trial.campaign_id != exclude_campaign)
+        order = Measurement.objective.desc() if maximize else Measurement.objective.asc()
+        columns = (Measurement.objective, Measurement.toolchain, Trial.config)
+        if self.dialect == "postgresql":
+            wanted = sources.subquery("sources")
+            best = (
+                select(*columns)
+                .join(Trial, Trial.id == Measurement.trial_id)
+                .where(Measurement.problem_id == wanted.c.problem_id, Measurement.target == wanted.c.target, *chosen)
+                .order_by(order)
+                .limit(per_source)
+                .lateral("best")
+            )
+            query = select(wanted.c.problem_id, wanted.c.target, best).select_from(wanted).join(best, true())
+        else:
+            # SQLite has no lateral join: number each source's rows instead (an embedded store is small).
+            wanted = sources.subquery("sources")
+            numbered = (
+                select(
+                    Measurement.problem_id,
+                    Measurement.target,
+                    *columns,
+                    func.row_number()
+                    .over(partition_by=(Measurement.problem_id, Measurement.target), order_by=order)
+                    .label("rank"),
+                )
+                .join(Trial, Trial.id == Measurement.trial_id)
+                .join(
+                    wanted,
+                    and_(wanted.c.problem_id == Measurement.problem_id, wanted.c.target == Measurement.target),
+                )
+                .where(*chosen)
+                .subquery("numbered")
+            )
+            query = select(
+                numbered.c.problem_id,
+                numbered.c.target,
+                numbered.c.objective,
+                numbered.c.toolchain,
+                numbered.c.config,
+            ).where(numbered.c.rank <= per_source)
+        with self.transaction() as connection:
+            rows = connection.execute(query).all()
+            problems = {
+                row.id: row
+                for row in connection.execute(
+                    select(Problem.id, Problem.kind, Problem.params).where(
+                        Problem.id.in_({row.problem_id for row in rows})
+                    )
+                )
+            }
+        found: dict[tuple[int, str], HistorySource] = {}
+        for row in rows:
+            problem = problems[row.problem_id]
+            source = found.get((row.problem_id, row.target))
+            if source is None:
+                source = found[row.problem_id, row.target] = HistorySource(
+                    row.problem_id, problem.kind, dict(problem.params), row.target
+                )
+            if row.toolchain not in source.toolchains:
+                source.toolchains.append(row.toolchain or "")
+            source.runs.append((dict(row.config), float(row.objective)))
+        for source in found.values():
+            source.runs.sort(key=lambda run: -run[1] if maximize else run[1])
+        return sorted(found.values(), key=lambda s: (s.problem_id, s.target))
+
+    @patient
+    def history_trials(self, campaign_id: int) -> list[tuple[int, int, dict[str, Any], float | None]]:
+        """The trials of a campaign proposed from history: (trial id, problem id, what history said, objective)."""
+        measured_in = func.coalesce(Trial.source_trial_id, Trial.id)
+        query = (
+            select(Trial.id, Trial.problem_id, Trial.history, Measurement.objective)
+            .outerjoin(Measurement, and_(Measurement.trial_id == measured_in, Measurement.valid.is_(True)))
+            .where(Trial.campaign_id == campaign_id, Trial.history.is_not(None))
+            .order_by(Trial.id)
+        )
+        with self.transaction() as connection:
+            return [(row[0], row[1], dict(row[2]), row[3]) for row in connection.execute(query)]

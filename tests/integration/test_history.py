@@ -1,0 +1,165 @@
+"""History on a real fleet (PostgreSQL, Redis, worker processes): a campaign of one kernel on one target seeds the
+same kernel's campaign on another target.
+
+The two targets replay two recorded spaces of one kernel (convolution_milo on an RTX A6000, then on an RTX A4000),
+over a part of their knobs' values so that the first campaign can measure all of it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import uuid
+
+from fleet.store import NewTrial, Store
+from tests.conftest import SHARED, Fleet, write_spec
+
+KNOBS = {
+    "block_size_x": [128, 256],
+    "block_size_y": [1, 2],
+    "tile_size_x": [1, 2, 4],
+    "tile_size_y": [2, 4],
+    "read_only": [0, 1],
+    "use_padding": [0],
+    "use_shmem": [0, 1],
+    "use_cmem": [1],
+    "filter_height": [15],
+    "filter_width": [15],
+}
+
+
+def recorded(name: str) -> dict[tuple, float]:
+    with gzip.open(SHARED / "tuning-spaces" / f"{name}.json.gz") as handle:
+        data = json.loads(handle.read())
+    keys = data["tune_params_keys"]
+    times = {}
+    for text, record in data["cache"].items():
+        config = dict(zip(keys, (int(v) for v in text.split(",")), strict=True))
+        if all(config[k] in values for k, values in KNOBS.items()) and isinstance(record["time"], int | float):
+            times[tuple(config[k] for k in KNOBS)] = float(record["time"])
+    return times
+
+
+def spec(name: str, target: str, space: str, strategy: dict, **extra: object) -> dict:
+    return {
+        "name": name,
+        "target": target,
+        "problems": [{"kind": "convolution_milo", "params": {"image": 4096}}],
+        "space": {"knobs": KNOBS},
+        "strategy": strategy,
+        "workload": {"kind": "replay", "space": f"{space}.json.gz"},
+        **extra,
+    }
+
+
+def trials_in_order(store: Store, name: str) -> list:
+    campaign = store.campaign(name)
+    return sorted(store.trials(campaign.id), key=lambda t: t.seq)
+
+
+def test_a_campaign_on_one_target_seeds_the_same_kernel_on_another(fleet: Fleet) -> None:
+    first_target, second_target = fleet.target, f"cpu-t{uuid.uuid4().hex[:8]}"
+    here = recorded("convolution_milo__A4000")
+    there = recorded("convolution_milo__A6000")
+    optimum = min(here.values())
+    worker = fleet.start_worker()
+    # The first campaign measures every configuration of the kernel on the first target.
+    path = write_spec(fleet.home, spec("a6000", first_target, "convolution_milo__A6000", {"name": "grid"}), "a.json")
+    fleet.cli("tune", str(path), "--json", check=True, timeout=300)
+    # The other target's workers have the same names (host and device): they start once these are gone.
+    fleet.stop(worker)
+    fleet.wait_for(lambda: not fleet.store.workers(within=2), what="the first target's workers to go")
+    fleet.target = second_target
+    fleet.start_worker(log="worker2.log")
+    auto = {"name": "auto", "budget": 16, "seed": 0}
+    path = write_spec(fleet.home, spec("a4000", second_target, "convolution_milo__A4000", auto), "b.json")
+    fleet.cli("tune", str(path), "--json", check=True, timeout=300)
+    path = write_spec(
+        fleet.home, spec("plain", second_target, "convolution_milo__A4000", auto, history=False), "c.json"
+    )
+    fleet.cli("tune", str(path), "--json", check=True, timeout=300)
+
+    seeded = trials_in_order(fleet.store, "a4000")
+    best_there = sorted(there, key=there.get)
+    from_history = [t for t in seeded if t.history]
+    first = next((i for i, t in enumerate(seeded) if not t.history), len(seeded))
+    # Its first trials are the first campaign's best, in order, each marked as from history with its source: one
+    # source, so its three best (fleet.search.history.LEADERS).
+    assert first == 3
+    assert [tuple(t.config[k] for k in KNOBS) for t in seeded[:first]] == best_there[:first]
+    assert seeded[0].history["rank"] == 1 and f"on {first_target}" in seeded[0].history["sources"][0]
+    plain = trials_in_order(fleet.store, "plain")
+    assert not any(t.history for t in plain)
+
+    def trials_to_optimum(trials: list) -> int:
+        for index, trial in enumerate(trials, 1):
+            if here.get(tuple(trial.config[k] for k in KNOBS)) == optimum:
+                return index
+        return len(trials) + 1
+
+    assert trials_to_optimum(seeded) <= first < trials_to_optimum(plain)
+    # fleet trial and the report say so.
+    shown = fleet.cli("trial", str(seeded[0].id), check=True).stdout
+    assert "proposed from history: rank 1" in shown and first_target in shown
+    report = fleet.cli("report", "a4000", "-o", str(fleet.home / "r.html"), check=True)
+    assert report.returncode == 0
+    page = (fleet.home / "r.html").read_text()
+    assert f"{len(from_history)} trials proposed from history" in page
+
+
+# -- the store's query, on both backends ---------------------------------------------------------------------------
+
+
+def measured(store: Store, campaign: str, target: str, kind: str, params: dict, results: list, tags: tuple = ()) -> int:
+    """A done campaign of one problem on ``target`` whose trials measured ``results`` ((config, objective, valid))."""
+    problem = store.add_problem(kind, params, tags)
+    created = store.create_campaign(
+        name=campaign,
+        target=target,
+        problem_ids=[problem],
+        space={"knobs": {"a": [1, 2, 3, 4, 5]}},
+        strategy={"name": "grid"},
+        workload={"kind": "noop"},
+        options={},
+        provenance={},
+    )
+    configs = [
+        NewTrial(problem, config, f"b{campaign}{i}", f"m{campaign}{i}") for i, (config, _, _) in enumerate(results)
+    ]
+    for (trial, _), (_, objective, valid) in zip(store.add_trials(created.id, target, configs), results, strict=True):
+        record_run(store, trial, objective, valid)
+    return created.id
+
+
+def record_run(store: Store, trial: int, objective: float, valid: bool = True) -> None:
+    """Compile, evaluate and record ``trial`` as a worker would, with ``objective`` in ms."""
+    assert store.claim(trial, "compile", "w", 60, 3) and store.mark_compiled(trial, "w")
+    assert store.claim(trial, "evaluate", "w", 60, 3)
+    measurement = {"objective_name": "ms", "maximize": False, "objective": objective, "valid": valid}
+    store.record(trial, "w", measurement={**measurement, "samples": [objective], "metrics": {}})
+
+
+def test_history_finds_each_related_problem_and_target_best_first(store: Store) -> None:
+    runs = [({"a": a}, float(10 - a), a != 5) for a in range(1, 6)]
+    mine = measured(store, "mine", "sm_90", "conv", {"n": 1}, runs)
+    measured(store, "other-gpu", "sm_80", "conv", {"n": 1}, [({"a": 2}, 3.0, True), ({"a": 1}, 2.0, True)])
+    measured(store, "other-size", "sm_90", "conv", {"n": 2}, [({"a": 3}, 7.0, True)], tags=("prod",))
+    measured(store, "other-kind", "sm_90", "gemm", {"n": 1}, [({"a": 1}, 1.0, True)])
+
+    found = store.history("conv", per_source=3)
+
+    assert [(s.params, s.target) for s in found] == [({"n": 1}, "sm_80"), ({"n": 1}, "sm_90"), ({"n": 2}, "sm_90")]
+    by_target = {(s.params["n"], s.target): s for s in found}
+    # Best first, three per source, the invalid one (a=5) never.
+    assert by_target[1, "sm_90"].runs == [({"a": 4}, 6.0), ({"a": 3}, 7.0), ({"a": 2}, 8.0)]
+    assert by_target[1, "sm_80"].runs == [({"a": 1}, 2.0), ({"a": 2}, 3.0)]
+    assert "on sm_80" in by_target[1, "sm_80"].name
+    # Narrowed, and never the asking campaign's own trials.
+    assert [s.target for s in store.history("conv", targets=["sm_80"])] == ["sm_80"]
+    assert [s.params for s in store.history("conv", tags=["prod"])] == [{"n": 2}]
+    assert [(s.params["n"], s.target) for s in store.history("conv", exclude_campaign=mine)] == [
+        (1, "sm_80"),
+        (2, "sm_90"),
+    ]
+    assert store.history("conv", maximize=True) == []
+    assert store.history("nothing") == []
