@@ -90,7 +90,11 @@ def no_valid_measurement(store: Any, campaign: Any, summaries: Sequence[Any]) ->
         reasons = failure_reasons(store, campaign.id, summary.problem_id)
         problems.append({"problem": problem.id, "kind": problem.kind, "reasons": [r.to_dict() for r in reasons]})
         lines.append(f"problem {problem.id} ({problem.kind}) on {campaign.target}: no valid measurement; its trials:")
-        lines.extend(describe(reasons) or ["  none of them finished"])
+        # No trial at all: the searcher proposed nothing, which a space whose constraints leave no configuration
+        # (one too large to look through when the spec was read) comes to.
+        empty = not getattr(summary, "counts", True)
+        none = "  it has no trials: its searcher found no configuration that passes the space's constraints"
+        lines.extend(describe(reasons) or [none if empty else "  none of them finished"])
     if not problems:
         return None
     some = "" if len(problems) == len(summaries) else f" for {len(problems)} of its {len(summaries)} problems"

@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,6 +236,52 @@ class Space:
                     break
             if spent > self.CHECK_STEPS:
                 return
+
+    EMPTY_SECONDS = 1.0
+    """How long :meth:`check_not_empty` looks for a valid configuration before it leaves the question open."""
+
+    def check_not_empty(self) -> None:
+        """Refuse a space whose constraints (or predicate) leave no configuration, in one line naming the ones to
+        blame: the campaign would otherwise run no trial and end with "no valid measurement".
+
+        It looks through the product in order until a configuration is valid, for at most
+        :data:`EMPTY_SECONDS`; a larger space whose valid configurations are that rare passes unchecked.
+        """
+        if not self.constraints and self.predicate is None:
+            return
+        deadline = time.monotonic() + self.EMPTY_SECONDS
+        ever_true = [False] * len(self.constraints)
+        predicate_true = False
+        for index, values in enumerate(itertools.product(*(k.values for k in self.knobs))):
+            if index % 64 == 63 and time.monotonic() > deadline:
+                return
+            config = {**self.base, **dict(zip(self.names, values, strict=True))}
+            passed = True
+            for position, constraint in enumerate(self.constraints):
+                try:
+                    truth = bool(constraint(config))
+                except Undefined:
+                    truth = False
+                ever_true[position] = ever_true[position] or truth
+                passed = passed and truth
+            if self.predicate is not None and (passed or not predicate_true):
+                verdict = bool(self.predicate(dict(config)))
+                predicate_true = predicate_true or verdict
+                passed = passed and verdict
+            if passed:
+                return
+        never = [shown(c.text) for c, true in zip(self.constraints, ever_true, strict=True) if not true]
+        if self.predicate is not None and not predicate_true:
+            never.append("META_is_config_valid")
+        count = f"all {self.size} configurations" if self.size > 1 else "its one configuration"
+        if len(never) == 1:
+            why = f"{never[0]} is false for {count}"
+        elif never:
+            why = f"{', '.join(never)} are false for {count}"
+        else:
+            texts = [shown(c.text) for c in self.constraints] + (["META_is_config_valid"] if self.predicate else [])
+            why = f"{' and '.join(texts)} are never true together in {count}"
+        raise SpecError(f"the space's constraints leave no configuration to try: {why}")
 
     def __iter__(self) -> Iterator[Config]:
         """Every valid configuration, build-time knobs varying slowest."""

@@ -124,6 +124,7 @@ class CampaignSpec:
                     raise SpecError(f"baseline names {key!r}, which is not a knob")
                 check_value(f"baseline {key!r}", value)
         self.space.check_constraints()
+        self.space.check_not_empty()
 
     def _stored(self) -> dict[str, Any]:
         """What the store keeps of the spec besides problems and names: it must all be JSON it can hold."""

@@ -61,6 +61,10 @@ def assert_nothing_written(fleet: Fleet) -> None:
         (lambda s: s["workload"].update(run=["./x", "{nope}"]), "uses {nope}, which is neither a knob"),
         (lambda s: s.update(problems=[]), "'problems' must be a non-empty list"),
         (lambda s: s.update(extra=1), "unknown field 'extra'"),
+        (
+            lambda s: s["space"].update(constraints=["x > 2"]),
+            "the space's constraints leave no configuration to try: 'x > 2' is false for all 2 configurations",
+        ),
     ],
 )
 def test_a_bad_spec_is_one_line_and_writes_nothing(fleet: Fleet, change: object, message: str) -> None:
