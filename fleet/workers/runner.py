@@ -84,12 +84,17 @@ class Completed:
         if self.timed_out:
             return f"{what} timed out after {self.seconds:.1f} s"
         if self.returncode is not None and self.returncode < 0:
-            return f"{what} was killed by signal {-self.returncode}"
+            return f"{what} was killed by signal {-self.returncode}{_signal_name(-self.returncode)}"
         lines = [line for line in self.stderr.splitlines() if line.strip()]
         # Compilers end with context (a caret line, a summary); the last line naming an error says more.
         errors = [line for line in lines if "error" in line.lower()]
         last = (errors or lines or [""])[-1]
         return f"{what} exited with status {self.returncode}" + (f": {last.strip()[:300]}" if last else "")
+
+
+def _signal_name(number: int) -> str:
+    """`` (SIGSEGV)`` for 11: what a reader of ``killed by signal 11`` needs; nothing for a signal with no name."""
+    return f" ({signal.Signals(number).name})" if number in {s.value for s in signal.Signals} else ""
 
 
 def sandbox_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -23,7 +23,7 @@ import pytest
 from fleet.bundle import pack, read_files, unpack
 from fleet.errors import SpecError
 from fleet.workers import runner, sandbox
-from fleet.workers.runner import TAIL_BYTES, run, sandbox_env
+from fleet.workers.runner import TAIL_BYTES, Completed, run, sandbox_env
 from fleet.workers.workloads import WORKLOADS, Job, load_workload
 from fleet.workers.workloads.command import CommandWorkload, fill, names_in
 
@@ -556,7 +556,12 @@ def test_runner_tick_returning_false_stops_the_command_early(tmp_path: Path) -> 
     assert time.monotonic() - start < 10
     assert len(calls) == 1
     assert not done.ok and not done.timed_out
-    assert done.failure("the run") == "the run was killed by signal 9"
+    assert done.failure("the run") == "the run was killed by signal 9 (SIGKILL)"
+
+
+def test_a_signal_that_killed_a_command_is_named() -> None:
+    assert Completed(["./k"], -11, "", "", 0.1).failure("the run") == "the run was killed by signal 11 (SIGSEGV)"
+    assert Completed(["./k"], -40, "", "", 0.1).failure("the run") == "the run was killed by signal 40"
 
 
 def test_runner_tick_returning_true_lets_the_command_finish(tmp_path: Path) -> None:
