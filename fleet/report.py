@@ -1,7 +1,8 @@
 """One self-contained HTML page of what a campaign found (``fleet report`` writes it).
 
-The page needs nothing at view time: no network, no JavaScript, no fonts. Its plots are inline SVG drawn
-here, so Fleet needs no plotting library. It shows, per problem of the campaign:
+The page needs nothing at view time: no network, no fonts. Its plots are inline SVG drawn here, so Fleet needs
+no plotting library; its one inline script (allowed by its hash, nothing else runs) sorts and filters the table
+of every trial, which reads as a plain table without it. It shows, per problem of the campaign:
 
 - the convergence of the search: the best objective so far against trials and against wall time since the
   campaign's first trial started, one line per series (the campaign's strategy, or each annealing chain when
@@ -11,13 +12,16 @@ here, so Fleet needs no plotting library. It shows, per problem of the campaign:
   ordered by how far apart their values' medians lie;
 - the best configurations, with the speedup over the baseline, extra metrics, samples and where they ran;
 
-and, for the whole campaign, trials by state, errors grouped by reason, the strategy, space, workload and
-provenance. Everything that comes from users (knob names and values, reasons, output) is escaped.
+and, for the whole campaign, trials by state, every trial (sortable, filterable), errors grouped by reason,
+the strategy, space, workload and provenance. Everything that comes from users (knob names and values, reasons,
+output) is escaped.
 """
 
 from __future__ import annotations
 
+import base64
 import gc
+import hashlib
 import html
 import json
 import math
@@ -692,13 +696,32 @@ def _duration(seconds: float | None) -> str:
 
 
 def _baseline_for(data: Data, rows: Sequence[Row], config: Mapping[str, Any]) -> Row | None:
-    """The valid baseline run with the same run-time knob values as ``config``: a like-for-like speedup."""
+    """The valid baseline run with the same run-time knob values as ``config``: a like-for-like speedup; else
+    (a baseline that pins a run-time knob to another value) the first valid baseline run, which is still the one
+    the user asked to be compared with."""
     run_knobs = [name for name, knob in data.knobs.items() if not knob["build"]]
     wanted = [_identity(config.get(n)) for n in run_knobs]
-    for row in rows:
-        if row.baseline and row.measured and [_identity(row.config.get(n)) for n in run_knobs] == wanted:
+    measured = [row for row in rows if row.baseline and row.measured]
+    for row in measured:
+        if [_identity(row.config.get(n)) for n in run_knobs] == wanted:
             return row
-    return None
+    return measured[0] if measured else None
+
+
+def no_baseline_note(rows: Sequence[Row]) -> str:
+    """Why a problem has no speedup: no baseline in its spec, or none of its baseline runs measured (and how each
+    ended); empty when a baseline was measured."""
+    baselines = [r for r in rows if r.baseline]
+    if any(r.measured for r in baselines):
+        return ""
+    if not baselines:
+        text = 'No speedup: the spec names no "baseline" configuration to compare with.'
+    else:
+        ended = "; ".join(
+            f"trial {r.trial_id} {r.state}" + (f" ({_clip(r.reason, 120)})" if r.reason else "") for r in baselines[:3]
+        )
+        text = f"No speedup: the baseline has no valid measurement: {ended}."
+    return f'<p class="no-baseline">{esc(text)}</p>'
 
 
 def speedup(data: Data, best: Row | None, baseline: Row | None) -> float | None:
@@ -1041,9 +1064,10 @@ def best_table(data: Data, rows: Sequence[Row]) -> str:
 def baseline_table(data: Data, rows: Sequence[Row]) -> str:
     baselines = [r for r in rows if r.baseline]
     if not baselines:
-        return ""
+        return no_baseline_note(rows)
     knob_names = list(data.knobs)
     out = [
+        no_baseline_note(rows),
         '<h4 class="baseline">Baseline</h4>',
         '<table class="baseline"><thead><tr>',
         *(f"<th>{esc(n)}</th>" for n in knob_names),
@@ -1139,6 +1163,128 @@ def states_section(data: Data) -> str:
     reused = sum(1 for r in data.rows if r.reused_from)
     note = f'<p class="hint">{reused} trials reused a measurement made before.</p>' if reused else ""
     return f'<div class="counts">{cells}</div>{note}'
+
+
+ALL_TRIALS = 20_000
+"""Rows of the table of every trial, at most: past it the page says so, and ``fleet trials --csv`` has them all."""
+
+
+def _sort_key(value: Any) -> str:
+    """A cell's ``data-v``: what the table's script sorts by (a number as a number, else the text)."""
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else str(value).lower()
+    if isinstance(value, int | float):
+        return repr(float(value)) if math.isfinite(value) else ""
+    return str(value)
+
+
+def all_trials_section(data: Data) -> str:
+    """Every trial in one table, which the page's script sorts (click a heading) and filters (type in the box).
+
+    Without the script (a viewer that runs none) it is the same table, in trial order.
+    """
+    if not data.rows:
+        return '<p class="empty">No trials yet.</p>'
+    problems = {p.id: f"{p.id} {p.kind}" for p in data.problems}
+    knob_names = list(data.knobs)
+    several = len(data.problems) > 1
+    head = ["trial", *(["problem"] if several else []), "state", data.objective_name, *knob_names]
+    head += ["reason", "ran on"]
+    numeric = {"trial", data.objective_name}
+    numeric |= {n for n in knob_names if all(isinstance(v, int | float) for v in data.knobs[n]["values"])}
+    out = [
+        '<div class="filter"><label>Filter <input type="search" id="trial-filter" '
+        'placeholder="state, value, reason, worker"></label> <span id="trial-count"></span></div>',
+        '<table class="all" id="all-trials"><thead><tr>',
+    ]
+    for index, name in enumerate(head):
+        kind = "num" if name in numeric else ""
+        out.append(f'<th class="{kind} sort" data-col="{index}" data-kind="{kind or "text"}">{esc(name)}</th>')
+    out.append("</tr></thead><tbody>")
+    for row in data.rows[:ALL_TRIALS]:
+        cells = [(row.trial_id, f"{row.trial_id}" + (" (baseline)" if row.baseline else ""))]
+        if several:
+            cells.append((problems.get(row.problem_id, str(row.problem_id)),) * 2)
+        cells.append((row.state, row.state))
+        objective = row.objective if row.state == "evaluated" else None
+        cells.append((objective, fmt(objective) if objective is not None else DASH))
+        cells += [(row.config.get(n), value_text(row.config.get(n, DASH))) for n in knob_names]
+        reason = _clip(row.reason.splitlines()[0], 100) if row.reason else ""
+        cells.append((reason, reason))
+        where = " · ".join(x for x in (row.node, row.gpu, row.worker) if x)
+        cells.append((where, where or DASH))
+        out.append(
+            f'<tr class="state-{esc(row.state)}">'
+            + "".join(f'<td data-v="{esc(_sort_key(v))}">{esc(text)}</td>' for v, text in cells)
+            + "</tr>"
+        )
+    out.append("</tbody></table>")
+    if len(data.rows) > ALL_TRIALS:
+        out.append(
+            f'<p class="hint">The first {ALL_TRIALS} of {len(data.rows)} trials; '
+            f"<code>fleet trials {esc(data.campaign.name)} --csv</code> writes them all.</p>"
+        )
+    return "".join(out)
+
+
+SCRIPT = r"""
+(function () {
+  var table = document.getElementById("all-trials");
+  if (!table) return;
+  var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+  var box = document.getElementById("trial-filter"), count = document.getElementById("trial-count");
+  var state = {col: -1, dir: 1, q: ""};
+  function cell(row, col) { return row.cells[col].getAttribute("data-v"); }
+  function apply() {
+    var heads = table.tHead.rows[0].cells;
+    if (state.col >= 0) {
+      var numeric = heads[state.col].getAttribute("data-kind") === "num";
+      rows.sort(function (a, b) {
+        var x = cell(a, state.col), y = cell(b, state.col);
+        if (x === "" || y === "") return (x === "") - (y === "");  /* blanks last, either way */
+        var order = numeric ? parseFloat(x) - parseFloat(y) : x.localeCompare(y);
+        return order * state.dir || parseInt(cell(a, 0)) - parseInt(cell(b, 0));
+      });
+    }
+    var words = state.q.toLowerCase().split(/\s+/).filter(Boolean), shown = 0;
+    rows.forEach(function (row) {
+      var text = row.textContent.toLowerCase();
+      var keep = words.every(function (w) { return text.indexOf(w) >= 0; });
+      row.hidden = !keep; shown += keep ? 1 : 0; body.appendChild(row);
+    });
+    for (var i = 0; i < heads.length; i++) {
+      heads[i].setAttribute("aria-sort", i === state.col ? (state.dir > 0 ? "ascending" : "descending") : "none");
+    }
+    count.textContent = shown + " of " + rows.length + " trials";
+  }
+  function save() {
+    var parts = [];
+    if (state.col >= 0) parts.push("sort=" + state.col + (state.dir < 0 ? "-" : ""));
+    if (state.q) parts.push("q=" + encodeURIComponent(state.q));
+    history.replaceState(null, "", parts.length ? "#" + parts.join("&") : location.pathname);
+  }
+  /* The view is in the address (#sort=3-&q=errored), so that a link shows the same rows. */
+  location.hash.replace(/^#/, "").split("&").forEach(function (part) {
+    var kv = part.split("="), value = decodeURIComponent(kv[1] || "");
+    if (kv[0] === "sort" && /^[0-9]+-?$/.test(value)) {
+      state.col = parseInt(value); state.dir = value.slice(-1) === "-" ? -1 : 1;
+    }
+    if (kv[0] === "q") state.q = value;
+  });
+  box.value = state.q;
+  table.tHead.addEventListener("click", function (event) {
+    var th = event.target.closest("th");
+    if (!th) return;
+    var col = parseInt(th.getAttribute("data-col"));
+    state.dir = col === state.col ? -state.dir : 1; state.col = col;
+    apply(); save();
+  });
+  box.addEventListener("input", function () { state.q = box.value; apply(); save(); });
+  apply();
+})();
+"""
+# The page's only script, allowed by its hash: the page runs nothing else, whatever a knob's value holds.
+SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
 
 
 def _error_groups(rows: Iterable[Row]) -> list[tuple[tuple[str, str], list[Row]]]:
@@ -1309,7 +1455,12 @@ table { border-collapse: collapse; }
 th, td { padding: 4px 8px; text-align: left; vertical-align: top; }
 thead th { border-bottom: 1px solid var(--line); color: var(--muted); font-weight: 600; font-size: 12.5px; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
-table.best, table.baseline, table.errors { width: 100%; background: #fff; }
+table.best, table.baseline, table.errors, table.all { width: 100%; background: #fff; }
+table.all th.sort { cursor: pointer; user-select: none; }
+table.all th[aria-sort="ascending"]::after { content: " \\25B2"; }
+table.all th[aria-sort="descending"]::after { content: " \\25BC"; }
+.filter { margin: 0 0 8px; } .filter input { font: inherit; padding: 2px 6px; width: 22em; }
+#trial-count { color: var(--muted); margin-left: 8px; }
 table.best tbody tr:nth-child(even), table.errors tbody tr:nth-child(even) { background: #f8fafc; }
 table.best tr.first td { background: #eef6ee; font-weight: 600; }
 table.best td.objective { font-weight: 600; }
@@ -1421,6 +1572,7 @@ def _page(store: Store, campaign: Campaign) -> str:
             "</section>"
         )
     body.append(f'<section id="trials"><h2>Trials by state</h2>{states_section(data)}</section>')
+    body.append(f'<section id="every-trial"><h2>Every trial</h2>{all_trials_section(data)}</section>')
     body.append(f'<section id="errors"><h2>Errors by reason</h2>{errors_section(data)}</section>')
     body.append(f'<section id="campaign"><h2>Campaign</h2>{campaign_section(data)}</section>')
     generated = utcnow().isoformat(sep=" ", timespec="seconds")
@@ -1430,7 +1582,7 @@ def _page(store: Store, campaign: Campaign) -> str:
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-        'img-src data:">'
+        f"img-src data:; script-src '{SCRIPT_HASH}'\">"
         f"<title>Fleet report: {esc(c.name)}</title><style>{STYLE}</style></head>"
-        f"<body><main>{''.join(body)}</main></body></html>\n"
+        f"<body><main>{''.join(body)}</main><script>{SCRIPT}</script></body></html>\n"
     )

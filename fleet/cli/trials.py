@@ -60,8 +60,8 @@ def trials(campaign: str, states: tuple[str, ...], as_json: bool, as_csv: bool, 
         from fleet.export import steps_csv
 
         rows = write_output(output, lambda out: steps_csv(store, found, out))
-        if not is_stdout(output):
-            click.echo(f"{rows} trials of campaign {found.name} written to {output}")
+        where = "standard output" if is_stdout(output) else output
+        click.echo(f"{rows} trials of campaign {found.name} written to {where}", err=is_stdout(output))
         return
     rows = store.trial_rows(found.id, states or None)
     if as_json:

@@ -202,7 +202,7 @@ def test_what_a_newcomer_runs_after_a_first_campaign(fleet: Fleet) -> None:
     steps = fleet.cli("trials", "kernel", "--csv", "-o", "-", check=True)
     assert steps.stdout.splitlines()[0].startswith("problem,chain,step,trial,")
     assert len(steps.stdout.splitlines()) == 9
-    assert steps.stderr == "8 steps of campaign kernel written to standard output\n"
+    assert steps.stderr == "8 trials of campaign kernel written to standard output\n"
     assert not (fleet.home / "-").exists()
     database = redact(fleet.env["FLEET_DATABASE_URL"])
     assert fleet.cli("status", check=True).stdout.startswith(f"database: {database}\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -14,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import chromium, headless_chromium
 from tests.conftest import write_spec
+from tests.integration.test_report import Page, table
 from tests.integration.test_trials_cli import Home, whoami_spec
 
 pytestmark = pytest.mark.integration
@@ -92,3 +95,47 @@ def test_resume_of_a_cancelled_campaign_refuses_or_with_force_runs_it(tmp_path) 
     assert "nothing new measured" not in forced.stderr
     result = json.loads(forced.stdout)
     assert [p["trials"] for p in result["problems"]] == [{"evaluated": 2}, {"evaluated": 2}]
+
+
+def test_the_report_holds_every_trial_and_the_speedup_over_a_baseline_that_pins_a_run_time_knob(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    home = Home(tmp_path)
+    spec = inline(whoami_spec(tmp_path, "pinned", {"json": "score", "goal": "max"}))
+    spec["space"] = {"knobs": {"x": {"values": [1, 2, 3, 4], "build": False}}}
+    spec["baseline"] = {"x": 0.5}  # pins the run-time knob to a value no searched trial has
+    assert home.cli("tune", str(write_spec(tmp_path, spec))).returncode == 0
+    summary = home.cli("tune", str(write_spec(tmp_path, spec)), "--json")  # measures nothing new: the stored result
+    problem = json.loads(summary.stdout)["problems"][0]
+    assert problem["baseline"]["config"] == {"x": 0.5} and problem["speedup"] == 8.0
+    out = tmp_path / "report.html"
+    assert home.cli("report", "pinned", "-o", str(out)).returncode == 0
+    page = Page(out.read_text())
+    every = table(page, "all")
+    assert len(every) == 5 and sum(r["trial"].endswith("(baseline)") for r in every) == 1
+    assert table(page, "best")[0]["speedup"] == "8.00\u00d7"
+    assert "No speedup" not in out.read_text()
+
+    # Sorting and filtering run in a real browser. The view in the address: by score (column 3), highest first,
+    # rows that hold the word "evaluated"; then by trial, the baseline only.
+    chromium()
+    url = out.resolve().as_uri() + "#sort=3-&q=evaluated"
+    done = headless_chromium(url, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000")
+    assert done.returncode == 0, done.stderr[-2000:]
+    shown = Page(done.stdout)
+    assert [r["score"] for r in table(shown, "all")] == ["4", "3", "2", "1", "0.5"]
+    assert 'aria-sort="descending"' in done.stdout and "5 of 5 trials" in done.stdout
+    filtered = headless_chromium(
+        out.resolve().as_uri() + "#sort=0&q=baseline", tmp_path / "profile2", "--dump-dom", "--virtual-time-budget=5000"
+    )
+    assert "1 of 5 trials" in filtered.stdout
+    assert len(re.findall(r"<tr [^>]*\bhidden", filtered.stdout)) == 4
+
+
+def test_a_report_says_why_it_has_no_speedup(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    home = Home(tmp_path)
+    spec = inline(whoami_spec(tmp_path, "broken-baseline", {"json": "score"}))
+    spec["baseline"] = {"x": "none"}  # float('none') fails: the baseline errors
+    home.cli("tune", str(write_spec(tmp_path, spec)))
+    out = tmp_path / "report.html"
+    assert home.cli("report", "broken-baseline", "-o", str(out)).returncode == 0
+    text = " ".join(Page(out.read_text()).text)
+    assert "No speedup: the baseline has no valid measurement: trial" in text and "errored" in text
