@@ -330,12 +330,28 @@ def render_units(node: Node, args: list[str], gpu_indices: list[int], timeout: i
     worker = [fleet, "worker", *args, "--stop-timeout", str(timeout)]
     units = {"fleet-build.service": unit("Fleet build worker", [*worker, "--role", "build"])}
     if gpu_indices:
+        # Each evaluation unit names its one GPU: the node's own --gpus, given in ``args``, would be a second.
+        own = [fleet, "worker", *_without_option(args, "--gpus"), "--stop-timeout", str(timeout)]
         units["fleet-eval@.service"] = unit(
-            "Fleet evaluation worker on GPU %i", [*worker, "--role", "eval", "--gpus", "%i"]
+            "Fleet evaluation worker on GPU %i", [*own, "--role", "eval", "--gpus", "%i"]
         )
     else:
         units["fleet-eval.service"] = unit("Fleet evaluation worker (CPU)", [*worker, "--role", "eval"])
     return units
+
+
+def _without_option(args: list[str], option: str) -> list[str]:
+    """``args`` without ``option`` and its value (``--gpus 0,1`` or ``--gpus=0,1``)."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            kept.append(arg)
+    return kept
 
 
 DRIVER_UNIT = "fleet-driver.service"

@@ -396,6 +396,31 @@ def test_systemd_units_verify(tmp_path: Path) -> None:
     assert set(cpu) == {"fleet-eval.service", "fleet-build.service"}
 
 
+def test_an_evaluation_unit_names_its_gpu_once_whatever_the_node_was_given(tmp_path: Path) -> None:
+    """`fab deploy --gpus 0,1`: the node's options hold --gpus; each evaluation unit passes only its own."""
+    fabfile = load_fabfile()
+    node = fabfile.Node(True, str(tmp_path / "opt"), str(tmp_path / "node.env"), "root")
+    (tmp_path / "opt" / "venv" / "bin").mkdir(parents=True)
+    shutil.copy(Path(sys.executable).parent / "fleet", tmp_path / "opt" / "venv" / "bin" / "fleet")
+    (tmp_path / "node.env").write_text("FLEET_HOME='/tmp'\n")
+    for given in (fabfile.worker_args("gfx90a:104", "0,1", None, None), ["--target", "gfx90a:104", "--gpus=0,1"]):
+        units = fabfile.render_units(node, given, [0, 1], 900)
+        [start] = [line for line in units["fleet-eval@.service"].splitlines() if line.startswith("ExecStart=")]
+        assert start.split().count("--gpus") == 1 and start.endswith("--role eval --gpus %i"), start
+        assert "--gpus=" not in start
+        (tmp_path / "fleet-eval@0.service").write_text(units["fleet-eval@.service"])
+        systemd_analyze = shutil.which("systemd-analyze")
+        assert systemd_analyze, "run scripts/install-services (Debian's systemd provides systemd-analyze)"
+        done = subprocess.run(
+            [systemd_analyze, "verify", str(tmp_path / "fleet-eval@0.service")],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr
+
+
 def test_driver_unit_verifies(tmp_path: Path) -> None:
     """The driver's unit: `fleet driver` as the node's unprivileged user with its environment file, stopped by
     SIGTERM within a minute, started with the workers' or alone."""
