@@ -144,7 +144,14 @@ def _drive(
     fleet = LocalFleet(settings, campaign.target, eval_procs=eval_procs) if local and not detach else nullcontext()
     with fleet:
         bar = ProgressBar(campaign.name, quiet=as_json)
-        run = driver(store, campaign, window=1 << 30 if detach else window, on_progress=bar.update, on_warning=bar.warn)
+        run = driver(
+            store,
+            campaign,
+            window=1 << 30 if detach else window,
+            on_progress=bar.update,
+            on_warning=bar.warn,
+            user_code=True,  # the user's own process: their space file's searcher may run here
+        )
         if detach:
             run.submit_all()
             click.echo(f"campaign {campaign.name} (id {campaign.id}): {len(run.in_flight)} trials sent")
@@ -238,6 +245,10 @@ def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: b
         click.echo(f"  {unit:<9} {row['best'][unit]:.4g}")
         if row["baseline"] is not None:
             click.echo(f"  baseline  {format_config(row['baseline']['config'])}: {row['baseline'][unit]:.4g} {unit}")
+        elif apart:  # a baseline was asked for, and none of its runs was measured: say why there is no speedup
+            ended = ", ".join(f"{n} {state}" for state, n in sorted(apart.items()) if n)
+            name = shlex.quote(campaign.name)
+            click.echo(f"  baseline  no valid measurement ({ended}): no speedup; fleet trials {name} says why")
         if row["speedup"] is not None:
             click.echo(f"  speedup   {row['speedup']:.2f}x over the baseline")
 
@@ -367,7 +378,10 @@ def status(campaign: str | None, as_json: bool) -> None:
                 f"      chain {ch['chain']} of problem {ch['problem']}: step {ch['step']}/{ch['steps']}, "
                 f"{ch['state']}, best {best}"
             )
-    click.echo(f"\nworkers listening: {len(workers)}")
+    # A driver is beside the workers in the list, not one of them: it takes campaigns, no trial.
+    drivers = sum(1 for w in workers if w["role"] == "driver")
+    counted = f"\nworkers listening: {len(workers) - drivers}"
+    click.echo(counted + (f"; drivers: {drivers}" if drivers else ""))
     for w in workers:
         drives = f"drives {', '.join(w['drives']) or 'nothing'}" if "drives" in w else ""
         click.echo(f"  {w['name']:<36} {w['role']:<6} {w['target']:<14} {w['gpu'] or drives}".rstrip())

@@ -134,7 +134,10 @@ def test_a_report_says_why_it_has_no_speedup(tmp_path) -> None:  # type: ignore[
     home = Home(tmp_path)
     spec = inline(whoami_spec(tmp_path, "broken-baseline", {"json": "score"}))
     spec["baseline"] = {"x": "none"}  # float('none') fails: the baseline errors
-    home.cli("tune", str(write_spec(tmp_path, spec)))
+    tuned = home.cli("tune", str(write_spec(tmp_path, spec)))
+    assert "  baseline  no valid measurement (1 errored): no speedup; fleet trials broken-baseline says why" in (
+        tuned.stdout.splitlines()
+    )
     out = tmp_path / "report.html"
     assert home.cli("report", "broken-baseline", "-o", str(out)).returncode == 0
     text = " ".join(Page(out.read_text()).text)
