@@ -144,14 +144,7 @@ def _drive(
     fleet = LocalFleet(settings, campaign.target, eval_procs=eval_procs) if local and not detach else nullcontext()
     with fleet:
         bar = ProgressBar(campaign.name, quiet=as_json)
-        run = driver(
-            store,
-            campaign,
-            window=1 << 30 if detach else window,
-            on_progress=bar.update,
-            on_warning=bar.warn,
-            user_code=True,  # the user's own process: their space file's searcher may run here
-        )
+        run = driver(store, campaign, window=1 << 30 if detach else window, on_progress=bar.update, on_warning=bar.warn)
         if detach:
             run.submit_all()
             click.echo(f"campaign {campaign.name} (id {campaign.id}): {len(run.in_flight)} trials sent")
@@ -378,10 +371,7 @@ def status(campaign: str | None, as_json: bool) -> None:
                 f"      chain {ch['chain']} of problem {ch['problem']}: step {ch['step']}/{ch['steps']}, "
                 f"{ch['state']}, best {best}"
             )
-    # A driver is beside the workers in the list, not one of them: it takes campaigns, no trial.
-    drivers = sum(1 for w in workers if w["role"] == "driver")
-    counted = f"\nworkers listening: {len(workers) - drivers}"
-    click.echo(counted + (f"; drivers: {drivers}" if drivers else ""))
+    click.echo(f"\nworkers listening: {len(workers)}")
     for w in workers:
         drives = f"drives {', '.join(w['drives']) or 'nothing'}" if "drives" in w else ""
         click.echo(f"  {w['name']:<36} {w['role']:<6} {w['target']:<14} {w['gpu'] or drives}".rstrip())
