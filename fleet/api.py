@@ -96,7 +96,8 @@ def run(
     local = settings.embedded if local is None else local
     try:
         with LocalFleet(settings, campaign.target) if local else nullcontext():
-            return driver(store, campaign, window=window, on_progress=on_progress, on_warning=on_warning).run()
+            run = driver(store, campaign, window=window, on_progress=on_progress, on_warning=on_warning, user_code=True)
+            return run.run()
     except CampaignBusy:
         # A driver on the fleet has it: waiting for it is what this call promises.
         return CampaignHandle(store, campaign.id).wait(drive=False)
@@ -131,6 +132,7 @@ def driver(
     on_warning: Callable[[str], None] | None = None,
     owner: str | None = None,
     force: bool | None = None,
+    user_code: bool = False,
 ) -> Driver | ChainDriver:
     """A driver for ``campaign`` with the environment's settings and a window that fits the fleet.
 
@@ -138,6 +140,8 @@ def driver(
     ----------
     owner:
         The name the driver holds the campaign's lease under (default: this process's).
+    user_code:
+        True in the submitting user's own process only: a Python space file's searcher may then run.
     force:
         Take the lease from a live driver; by default only for campaigns not submitted to the fleet's
         drivers, which their user drives (``fleet tune``, ``fleet resume``), the latest one winning.
@@ -175,6 +179,7 @@ def driver(
         heartbeat_seconds=settings.heartbeat_seconds,
         requeue_seconds=settings.requeue_seconds,
         steering=steering,
+        user_code=user_code,
     )
     within = 3 * settings.heartbeat_seconds + 5
     if window is not None:

@@ -25,7 +25,7 @@ from fleet.pace import MAX_BATCH, SLOT_DEPTH, Pace
 from fleet.search import Run, Searcher
 from fleet.search.feed import Feed
 from fleet.space import Config, Space, digest
-from fleet.space_files import load_space_file
+from fleet.space_files import VERDICT_LIMIT, load_space_file, predicate_from_verdicts
 from fleet.spec import (  # noqa: F401 - the spec's names, re-exported for callers that predate fleet.spec
     CampaignSpec,
     ProblemSpec,
@@ -40,15 +40,48 @@ from fleet.spec.workloads import load_workload_spec
 from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
 
 
-def campaign_space(campaign: Campaign) -> tuple[Space, Callable[[Space], Searcher] | None]:
-    """A stored campaign's space, with the predicate and searcher of its space file when it has one."""
+def campaign_space(campaign: Campaign, user_code: bool = False) -> tuple[Space, Callable[[Space], Searcher] | None]:
+    """A stored campaign's space, with the predicate and searcher of its space file when it has one.
+
+    Parameters
+    ----------
+    user_code:
+        True only in the submitting user's own process (``fleet tune``, ``fleet resume``): a Python space file is
+        run again there, for its searcher. Elsewhere (a ``fleet driver``, an operator's ``fleet status``) no user
+        code runs: the predicate comes from the verdicts stored at submit.
+    """
     source = campaign.options.get("space_file")
     if not source:
         return Space.from_dict(campaign.space), None
-    loaded = load_space_file(Path(source["path"]), source.get("base"))
-    if loaded.digest != source["digest"]:
-        raise SpecError(f"space file {source['path']} changed since campaign {campaign.name!r} started")
-    return loaded.space, loaded.searcher
+    path = Path(source["path"])
+    if user_code or path.suffix != ".py":
+        try:
+            loaded = load_space_file(path, source.get("base"), digest=source["digest"])
+        except SpecError as error:
+            raise SpecError(f"campaign {campaign.name!r}: {error}") from None
+        return loaded.space, loaded.searcher
+    factory = _no_user_searcher(campaign.name) if source.get("searcher") else None
+    space = Space.from_dict(campaign.space)
+    if "rejected" not in source:
+        return space, factory
+    if source["rejected"] is None:
+        raise SpecError(
+            f"campaign {campaign.name!r}: its space file's META_is_config_valid was not evaluated at submit (over "
+            f"{VERDICT_LIMIT} configurations): drive it with `fleet resume` in the submitter's own process"
+        )
+    return Space.from_dict(campaign.space, predicate_from_verdicts(space.names, source["rejected"])), factory
+
+
+def _no_user_searcher(name: str) -> Callable[[Space], Searcher]:
+    """What stands for a space file's own searcher where no user code runs: it refuses, in one line."""
+
+    def refuse(space: Space) -> Searcher:
+        raise SpecError(
+            f"campaign {name!r}: its space file's META_search_callback is the submitter's code, which no driver "
+            "runs: drive it with `fleet resume` in the submitter's own process"
+        )
+
+    return refuse
 
 
 def provenance(toolchain: str = "") -> dict[str, Any]:
@@ -266,6 +299,8 @@ class Driver:
         Called at each look at the campaign with the messages to keep in flight per evaluation slot of the
         target (:meth:`Pace.depth`); returns the campaign's share of them, which admits a message's worth of
         trials each (one trial, or for cheap trials :data:`MAX_BATCH`).
+    user_code:
+        True in the submitting user's own process only (see :func:`campaign_space`).
     """
 
     @property
@@ -288,6 +323,7 @@ class Driver:
         requeue_seconds: float = 300.0,
         steering: Steering | None = None,
         window_for: Callable[[float], int] | None = None,
+        user_code: bool = False,
     ) -> None:
         self.store = store
         self.campaign = campaign
@@ -302,7 +338,7 @@ class Driver:
         self.max_attempts = max_attempts
         self.heartbeat_seconds = heartbeat_seconds
         self.requeue_seconds = requeue_seconds
-        self.space, factory = campaign_space(campaign)
+        self.space, factory = campaign_space(campaign, user_code)
         self.maximize = load_workload_spec(campaign.workload).maximize
         # A TVM trial is built and measured on the evaluation worker in one task (see fleet.tasks.tvm).
         self.first_task = "tvm_measure" if campaign.workload.get("kind") == "tvm" else "compile"

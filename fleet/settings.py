@@ -10,6 +10,7 @@ of a project see the project's history.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -93,6 +94,8 @@ class Settings:
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         home = Path(env["FLEET_HOME"]).absolute() if env.get("FLEET_HOME") else find_home(Path.cwd())
+        for name in SECRETS:
+            env[name] = secret(env, name)
         database_url = env.get("FLEET_DATABASE_URL", "")
         broker_url = env.get("FLEET_BROKER_URL", "")
         if database_url and not (database_url.startswith(("postgresql", "sqlite")) and _readable(database_url)):
@@ -112,7 +115,7 @@ class Settings:
             home=home,
             database_url=database_url or f"sqlite:///{home / 'fleet.db'}",
             broker_url=broker_url,
-            embedded_database=not env.get("FLEET_DATABASE_URL"),
+            embedded_database=not database_url,
             embedded_broker=not env.get("FLEET_BROKER_URL"),
             lease_seconds=_number(env, "FLEET_LEASE_SECONDS", 60.0),
             max_attempts=int(_number(env, "FLEET_MAX_ATTEMPTS", 3)),
@@ -123,6 +126,61 @@ class Settings:
             driver_lease_seconds=_number(env, "FLEET_DRIVER_LEASE_SECONDS", 30.0),
             outage_seconds=_number(env, "FLEET_DB_OUTAGE_SECONDS", 60.0),
         )
+
+
+# The settings that hold passwords: each is read from its variable, else from the file its ``_FILE`` variable
+# names, else from systemd's credential of its name (``LoadCredential=fleet-database-url:...``).
+SECRETS = ("FLEET_DATABASE_URL", "FLEET_BROKER_URL")
+
+
+def secret(env: Mapping[str, str], name: str) -> str:
+    """The value of the secret setting ``name``: from the environment, its file, or systemd's credential.
+
+    Raises
+    ------
+    ConfigurationError
+        When the file named cannot be read.
+    """
+    if env.get(name):
+        return env[name]
+    path = env.get(f"{name}_FILE", "")
+    if not path and env.get("CREDENTIALS_DIRECTORY"):
+        credential = Path(env["CREDENTIALS_DIRECTORY"]) / name.lower().replace("_", "-")
+        path = str(credential) if credential.is_file() else ""
+    if not path:
+        return ""
+    try:
+        return Path(path).read_text().strip()
+    except OSError as error:
+        raise ConfigurationError(f"{name}_FILE={path!r}: cannot read it: {error.strerror}") from None
+
+
+def secrets_in_environment(env: Mapping[str, str] | None = None) -> list[str]:
+    """The secret settings given as plain variables: fine on a laptop, a warning on a shared node."""
+    env = os.environ if env is None else env
+    return [name for name in SECRETS if env.get(name)]
+
+
+def child_env(env: Mapping[str, str], folder: Path) -> dict[str, str]:
+    """``env`` for a Fleet child process, with its secrets as files instead of variables.
+
+    A secret given as a variable is written to a file only this account can read, in ``folder`` (created private),
+    and the child gets the ``_FILE`` variable: no Fleet process hands a password to a child through its
+    environment, where anything that reads ``/proc/PID/environ`` of the child would find it.
+    """
+    out = dict(env)
+    for name in SECRETS:
+        value = out.pop(name, "")
+        if not value:
+            continue
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
+        path = folder / name.lower()
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(value)
+        out[f"{name}_FILE"] = str(path)
+    return out
 
 
 # .env.example's passwords start with this: a stack started with them would be open to anyone who read it.

@@ -10,7 +10,11 @@ A campaign spec names one with ``"space": "grid.json"`` (or ``{"file": "grid.py"
   minimise rebuilds), ``META_is_config_valid(config)`` (called with the base overlaid with the knob values)
   and ``META_search_callback()`` (returns a searcher; it may take the space as its one argument).
 
-A Python space file is trusted code, run on the user's side only; workers receive the space as data.
+A Python space file is the user's code. It runs only in the submitting user's own process (``fleet tune``,
+``fleet submit``, ``fleet resume``), never in a driver, worker or an operator's command: at submit its knobs are
+stored as data and its ``META_is_config_valid`` as verdicts (the configurations it rejects, :func:`verdicts`),
+which is all a ``fleet driver`` reads. A file whose own searcher (``META_search_callback``) must drive the
+campaign can be driven only from the submitter's process.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import runpy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,15 +55,29 @@ class SpaceFile:
     digest: str
 
 
-def load_space_file(path: Path, base: Mapping[str, Any] | None = None) -> SpaceFile:
-    """Read a ``.json`` or ``.py`` space file; ``base`` overlays the file's own base configuration."""
+# A predicate is stored as the configurations it rejects; past this many configurations it is not evaluated.
+VERDICT_LIMIT = 200_000
+
+
+def load_space_file(path: Path, base: Mapping[str, Any] | None = None, digest: str | None = None) -> SpaceFile:
+    """Read a ``.json`` or ``.py`` space file; ``base`` overlays the file's own base configuration.
+
+    Parameters
+    ----------
+    digest:
+        The file's digest when the campaign started: a file that changed since is refused before any of its
+        code runs.
+    """
     try:
         data = path.read_bytes()
     except OSError as error:
         raise SpecError(f"space file {path}: {error.strerror}") from None
-    digest = hashlib.sha256(data).hexdigest()
+    found = hashlib.sha256(data).hexdigest()
+    if digest is not None and found != digest:
+        raise SpecError(f"space file {path} changed since its campaign started")
+    digest = found
     if path.suffix == ".py":
-        space, searcher = _python(path, dict(base or {}))
+        space, searcher = _python(path, data, dict(base or {}))
         return SpaceFile(space, searcher, digest)
     if path.suffix == ".json":
         return SpaceFile(_json(path, data, dict(base or {})), None, digest)
@@ -115,11 +132,14 @@ def _json(path: Path, data: bytes, base: dict[str, Any]) -> Space:
         raise SpecError(f"space file {path}: {error}") from None
 
 
-def _python(path: Path, base: dict[str, Any]) -> tuple[Space, Callable[[Space], Searcher] | None]:
+def _python(path: Path, data: bytes, base: dict[str, Any]) -> tuple[Space, Callable[[Space], Searcher] | None]:
+    # The bytes whose digest was taken are the ones run: the file may change between two reads.
+    module: dict[str, Any] = {"__name__": "fleet_space", "__file__": str(path)}
     try:
-        module = runpy.run_path(str(path), run_name="fleet_space")
+        exec(compile(data, str(path), "exec"), module)  # the submitting user's own code, in their own process
     except Exception as error:  # the user's code: any error it raises is the user's to see, in one line
         raise SpecError(f"space file {path}: {type(error).__name__}: {error}") from None
+    module = {name: value for name, value in module.items() if name not in ("__name__", "__file__", "__builtins__")}
     meta = {name: value for name, value in module.items() if name.startswith("META_")}
     for name, value in meta.items():
         if name not in META_FUNCTIONS:
@@ -169,3 +189,23 @@ def _searcher_factory(path: Path, callback: Callable[..., Any]) -> Callable[[Spa
         return searcher.bind(space)  # MLPerf's searchers are built without the space
 
     return make
+
+
+def verdicts(space: Space) -> dict[str, Any]:
+    """The space's predicate as data: the configurations it rejects among those its constraints allow.
+
+    Returns ``{"rejected": [[value, ...], ...]}`` (values in knob order), ``{}`` with no predicate, or
+    ``{"rejected": None}`` when the space is too large to evaluate (over :data:`VERDICT_LIMIT` configurations).
+    """
+    if space.predicate is None:
+        return {}
+    if space.size > VERDICT_LIMIT:
+        return {"rejected": None}
+    plain = Space(space.knobs, space.constraints, base=space.base)
+    return {"rejected": [[config[n] for n in space.names] for config in plain if not space.is_valid(config)]}
+
+
+def predicate_from_verdicts(names: list[str], rejected: list[list[Any]]) -> Callable[[dict[str, Any]], bool]:
+    """The predicate that :func:`verdicts` stored: true for every configuration it did not reject."""
+    refused = {tuple(values) for values in rejected}
+    return lambda config: tuple(config.get(name) for name in names) not in refused

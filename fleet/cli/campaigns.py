@@ -144,7 +144,14 @@ def _drive(
     fleet = LocalFleet(settings, campaign.target, eval_procs=eval_procs) if local and not detach else nullcontext()
     with fleet:
         bar = ProgressBar(campaign.name, quiet=as_json)
-        run = driver(store, campaign, window=1 << 30 if detach else window, on_progress=bar.update, on_warning=bar.warn)
+        run = driver(
+            store,
+            campaign,
+            window=1 << 30 if detach else window,
+            on_progress=bar.update,
+            on_warning=bar.warn,
+            user_code=True,  # the user's own process: their space file's searcher may run here
+        )
         if detach:
             run.submit_all()
             click.echo(f"campaign {campaign.name} (id {campaign.id}): {len(run.in_flight)} trials sent")

@@ -78,6 +78,7 @@ def worker(
             click.echo(f"{spec.name}  {spec.queue}  -c {spec.concurrency}  {pinning}".rstrip())
             click.echo(f"  {' '.join(command(spec, loglevel))}")
         return
+    _check_fleet_settings()
     open_store().close()  # the database answers and is at the latest revision, or one line says why
     _check_workload_account()
     from fleet.ops.logs import log_dir as default_log_dir
@@ -86,11 +87,28 @@ def worker(
     _serve(launcher, stop_timeout)
 
 
-def _check_workload_account() -> None:
-    """Refuse an unusable ``FLEET_WORKLOAD_USER``; warn when commands would run as root."""
-    from fleet.workers.runner import workload_account
+def _check_fleet_settings() -> None:
+    """Refuse a worker that would serve a fleet's broker from a database of its own."""
+    from fleet.errors import ConfigurationError
+    from fleet.settings import get_settings
 
-    if workload_account() is None and os.geteuid() == 0:
+    settings = get_settings()
+    if settings.embedded_database and not settings.embedded_broker:
+        raise ConfigurationError(
+            "FLEET_BROKER_URL names a fleet's broker but no FLEET_DATABASE_URL (or FLEET_DATABASE_URL_FILE) is set: "
+            "a worker needs the fleet's database, not one of its own"
+        )
+
+
+def _check_workload_account() -> None:
+    """Refuse a node where the sandbox cannot start, or an unusable ``FLEET_WORKLOAD_USER``; say what isolates
+    the workloads, on every start."""
+    from fleet.workers import sandbox
+
+    sandbox.require()
+    account = sandbox.account()
+    click.echo(f"fleet: {sandbox.describe()}", err=True)
+    if sandbox.mode() == "none" and account is None and os.geteuid() == 0:
         click.echo(
             "fleet: warning: the workers run as root, and so would the workloads, which could then read this "
             "node's secrets: set FLEET_WORKLOAD_USER to an unprivileged account",

@@ -19,7 +19,7 @@ from fleet.errors import SpecError, shown
 from fleet.search import Searcher, make_searcher
 from fleet.search.history import check_history
 from fleet.space import Config, Space, check_text, check_value
-from fleet.space_files import load_space_file
+from fleet.space_files import load_space_file, verdicts
 from fleet.spec.limits import KIND_LENGTH, NAME_LENGTH, PATH_LENGTH, SPEC_BYTES, TAG_LENGTH, check_json, check_label
 from fleet.spec.targets import check_target, cpu_target
 from fleet.spec.workloads import load_workload_spec
@@ -287,7 +287,15 @@ def _space(raw: Any, base: Path, options: dict[str, Any]) -> tuple[Space, Callab
         raise SpecError(
             f"space file {shown(str(path))}: a number has too many digits, or it is nested too deeply"
         ) from None
-    options["space_file"] = {"path": str(path), "digest": loaded.digest, "base": dict(raw.get("base", {}))}
+    options["space_file"] = {
+        "path": str(path),
+        "digest": loaded.digest,
+        "base": dict(raw.get("base", {})),
+        # What a driver reads instead of running the file: the predicate's verdicts, and whether the file's own
+        # searcher must drive (then only the submitter's process can).
+        **verdicts(loaded.space),
+        "searcher": loaded.searcher is not None,
+    }
     return loaded.space, loaded.searcher
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fleet.errors import FleetError
 from fleet.ops.logs import RotatingLog, pump, rotation, worker_log_path
+from fleet.settings import Settings, child_env
 from fleet.workers.gpus import Gpu, cpu_target, detect_gpus, override_gpus, select_gpus
 
 log = logging.getLogger("fleet.launch")
@@ -187,7 +188,9 @@ class Launcher:
         quick_deaths: int = 5,
     ) -> None:
         self.specs = specs
-        self.env = dict(os.environ if env is None else env)
+        # Its workers read the database and broker URLs from private files, never from their environment.
+        given = dict(os.environ if env is None else env)
+        self.env = child_env(given, Settings.from_env(given).home / "secrets")
         self.log_dir = log_dir
         self.loglevel = loglevel
         self.echo = echo

@@ -198,11 +198,17 @@ def run(
         return Completed(
             argv,
             None if timed_out else proc.returncode,
-            out.read().decode(errors="replace"),
-            err.read().decode(errors="replace"),
+            _text(out.read()),
+            _text(err.read()),
             seconds,
             timed_out,
         )
+
+
+def _text(output: bytes) -> str:
+    """A command's output as text the database stores: undecodable bytes and NULs (PostgreSQL's text refuses
+    them; ``cat /proc/self/environ`` prints them) become U+FFFD."""
+    return output.decode(errors="replace").replace("\0", "\ufffd")
 
 
 def _found(program: str, cwd: Path, env: Mapping[str, str]) -> bool:

@@ -31,6 +31,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,8 +87,8 @@ class Limits:
         )
 
 
-def mode() -> str:
-    """``bwrap`` or ``none``, from ``FLEET_SANDBOX`` (``auto``, the default, means ``bwrap``).
+def configured() -> str:
+    """``bwrap`` or ``none``, as ``FLEET_SANDBOX`` asks (``auto``, the default, means ``bwrap``).
 
     Raises
     ------
@@ -100,17 +101,43 @@ def mode() -> str:
     return "none" if value == "none" else "bwrap"
 
 
+def mode() -> str:
+    """``bwrap`` or ``none``: how commands run in this process.
+
+    As configured; except that embedded Fleet (one user's own machine, ``make run``) where the sandbox cannot
+    start goes on without it, saying so once. A fleet worker refuses to start instead (:func:`require`).
+    """
+    if configured() == "none":
+        return "none"
+    if probe() is None or not _embedded():
+        return "bwrap"
+    _warn_unsandboxed()
+    return "none"
+
+
+def _embedded() -> bool:
+    from fleet.settings import Settings
+
+    try:
+        return Settings.from_env().embedded_database
+    except ConfigurationError:
+        return False
+
+
+@functools.cache
+def _warn_unsandboxed() -> None:
+    print(f"fleet: warning: {probe()}: workloads run without a sandbox on this machine", file=sys.stderr)
+
+
 @functools.cache
 def probe() -> str | None:
     """Why the sandbox cannot start on this node, in one line, or None when it can (checked once per process)."""
-    if mode() == "none":
-        return None
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap is not installed (apt-get install bubblewrap)"
     scratch = Path(os.environ.get("TMPDIR", "/tmp"))
     try:
-        argv = wrap(["true"], cwd=scratch, env={}, hide=())
+        argv = wrap(["true"], cwd=scratch, env={}, hide=(), who=None)
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, cwd=scratch)
     except (OSError, subprocess.TimeoutExpired, ConfigurationError) as error:
         return f"bubblewrap cannot start: {error}"
@@ -122,7 +149,7 @@ def probe() -> str | None:
 
 def require() -> None:
     """Raise :class:`SandboxUnavailable` when the sandbox is on and cannot start on this node."""
-    reason = probe()
+    reason = probe() if mode() == "bwrap" else None
     if reason is not None:
         raise SandboxUnavailable(f"{reason}; set FLEET_SANDBOX=none to run workloads without one (not isolated)")
 
@@ -205,6 +232,7 @@ def wrap(
     network: bool = False,
     hide: Sequence[Path] | None = None,
     tmp: Path | None = None,
+    who: pwd.struct_passwd | str | None = "default",
 ) -> list[str]:
     """``argv`` as the sandbox runs it in ``cwd``: the bubblewrap and setpriv argument list.
 
@@ -220,13 +248,17 @@ def wrap(
         Paths to hide; by default :func:`hidden_paths`.
     tmp:
         A directory of the command's own, writable, for its temporary files.
+    who:
+        The account to run it as; by default :func:`account`.
     """
     bwrap = shutil.which("bwrap") or "bwrap"
     cwd = cwd.absolute()
     box = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not network:
         box.append("--unshare-net")
-    who = account()
+    if who == "default":
+        who = account()
+    assert not isinstance(who, str)
     if os.geteuid() != 0:
         # Unprivileged: a user namespace, in which the worker's account is mapped to an unprivileged id.
         box += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
@@ -234,8 +266,11 @@ def wrap(
     box += ["--tmpfs", "/run"]
     for path in hidden_paths() if hide is None else hide:
         if cwd == path or path in cwd.parents:
-            # The scratch lies inside (the cache): an empty folder over it, with the scratch bound back below.
+            # The scratch lies inside (the cache): an empty folder over it, with the scratch bound back below
+            # through folders the workload may pass (bubblewrap would copy the modes of the hidden ones).
             box += ["--tmpfs", str(path)]
+            for folder in reversed(cwd.parents[: cwd.parents.index(path)] if path != cwd else []):
+                box += ["--perms", "0711", "--dir", str(folder)]
         elif path.is_dir():
             box += ["--tmpfs", str(path)]
         else:
@@ -265,6 +300,6 @@ def describe() -> str:
     who = account()
     name = who.pw_name if who is not None else pwd.getpwuid(os.getuid()).pw_name
     if mode() == "none":
-        return NOT_ISOLATED.format(account=name)
+        return "warning: " + NOT_ISOLATED.format(account=name)
     network = "no network unless a spec asks"
     return f"sandbox: bubblewrap, workloads as {name!r}, own PID and mount namespaces, {network}"
