@@ -227,31 +227,19 @@ def test_without_the_sandbox_a_worker_says_what_is_not_isolated_and_the_probe_se
     assert all(o["procs"] > 6 and o["network"] == 1 for o in out)  # the node's processes and network: the old way
 
 
+def start_worker_once(fleet: Fleet, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``fleet worker`` that is expected to refuse, at once."""
+    argv = [sys.executable, "-m", "fleet.cli", "worker", "--target", fleet.target]
+    return subprocess.run(argv, env=env, cwd=fleet.home, capture_output=True, text=True, timeout=120, check=False)
+
+
 def test_a_worker_refuses_to_start_without_its_sandbox_or_without_the_fleets_database(fleet: Fleet) -> None:
-    env = {**fleet.env, "PATH": "/nonexistent"}
-    done = subprocess.run(
-        [sys.executable, "-m", "fleet.cli", "worker", "--target", fleet.target],
-        env=env,
-        cwd=fleet.home,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = start_worker_once(fleet, {**fleet.env, "PATH": "/nonexistent"})
     assert done.returncode == 1
     assert "bubblewrap is not installed" in done.stderr and "FLEET_SANDBOX=none" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
-    env = {k: v for k, v in fleet.env.items() if k != "FLEET_DATABASE_URL"}
-    done = subprocess.run(
-        [sys.executable, "-m", "fleet.cli", "worker", "--target", fleet.target],
-        env=env,
-        cwd=fleet.home,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = start_worker_once(fleet, {k: v for k, v in fleet.env.items() if k != "FLEET_DATABASE_URL"})
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "fleet: error: FLEET_BROKER_URL names a fleet's broker but no FLEET_DATABASE_URL (or FLEET_DATABASE_URL_FILE) "
