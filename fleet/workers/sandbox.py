@@ -154,7 +154,6 @@ def require() -> None:
         raise SandboxUnavailable(f"{reason}; set FLEET_SANDBOX=none to run workloads without one (not isolated)")
 
 
-@functools.cache
 def account() -> pwd.struct_passwd | None:
     """The account commands run as, or None for the worker's own (a worker that is not root).
 
