@@ -192,13 +192,7 @@ def space_command(kind: str, params: tuple[str, ...], target: str | None) -> Non
     """The knob space of a TVM problem (KIND: tvm.dense, tvm.batch_matmul, tvm.conv2d) as JSON."""
     from fleet.tvm.spaces import space_for
 
-    values: dict[str, Any] = {}
-    for item in params:
-        key, sep, value = item.partition("=")
-        if not sep or not value.lstrip("-").isdigit():
-            raise FleetError(f"--param {item!r} is not K=<integer>")
-        values[key] = int(value)
-    space = space_for(kind, values, _target(target))
+    space = space_for(kind, _params(params), _target(target))
     click.echo(json.dumps({"size": space.size, **space.to_dict()}, indent=2))
     sys.stdout.flush()
 
@@ -232,3 +226,145 @@ def from_miopen_command(path: Path, tag: str) -> None:
         problem_id = store.add_problem(kind, params, [tag])
         click.echo(f"{problem_id:>5}  {describe(kind, params)}")
     click.echo(f"{len(found)} conv2d problems from {path}")
+
+
+def _params(params: tuple[str, ...]) -> dict[str, Any]:
+    """``--param K=V`` options as a dict of integers."""
+    values: dict[str, Any] = {}
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep or not value.lstrip("-").isdigit():
+            raise FleetError(f"--param {item!r} is not K=<integer>")
+        values[key] = int(value)
+    return values
+
+
+def _problem(kind_or_file: str, params: tuple[str, ...]) -> tuple[Any, str, dict[str, Any] | None]:
+    """The IRModule to tune: a TVM operator problem (KIND with --param) or an IRModule saved as JSON
+    (``tvm.ir.save_json``); with the operator's (kind, params) when it is one."""
+    from fleet.tvm.available import require_tvm
+    from fleet.tvm.operators import KINDS, check_problem, define
+
+    if kind_or_file in KINDS:
+        p = check_problem(kind_or_file, _params(params))
+        tvm = require_tvm()
+        return tvm.IRModule({"main": define(kind_or_file, p)}), kind_or_file, p
+    path = Path(kind_or_file)
+    if not path.is_file():
+        raise FleetError(f"{kind_or_file} is neither a TVM operator ({', '.join(sorted(KINDS))}) nor a file")
+    tvm = require_tvm()
+    try:
+        mod = tvm.ir.load_json(path.read_text())
+    except Exception as error:  # TVM's parser raises several kinds
+        raise FleetError(f"{path}: not an IRModule saved with tvm.ir.save_json ({error})") from None
+    return (mod if isinstance(mod, tvm.IRModule) else tvm.IRModule({"main": mod})), str(path), None
+
+
+@tvm_group.command("tune-ms")
+@click.argument("module", metavar="KIND_OR_FILE")
+@click.option("--param", "params", multiple=True, metavar="K=V", help="A problem parameter, e.g. m=1024.")
+@click.option("--target", "-t", help="Fleet target whose workers measure (default: this machine's CPU).")
+@click.option("--trials", type=click.IntRange(1), default=64, show_default=True, help="Candidates to measure.")
+@click.option("--per-iter", type=click.IntRange(1), default=64, show_default=True, help="Candidates per batch.")
+@click.option("--cost-model", type=click.Choice(["xgb", "mlp", "random"]), help="Default: xgb if installed.")
+@click.option("--number", type=click.IntRange(1), default=3, show_default=True, help="Runs per repeat.")
+@click.option("--repeat", type=click.IntRange(1), default=1, show_default=True, help="Repeats per candidate.")
+@click.option("--min-repeat-ms", type=click.IntRange(0), default=100, show_default=True, help="Shortest repeat.")
+@click.option("--work-dir", type=click.Path(path_type=Path), help="MetaSchedule's logs (default: a temporary one).")
+@click.option("--local/--no-local", default=None, help="Start local workers (default: when running embedded).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def tune_ms_command(
+    module: str,
+    params: tuple[str, ...],
+    target: str | None,
+    trials: int,
+    per_iter: int,
+    cost_model: str | None,
+    number: int,
+    repeat: int,
+    min_repeat_ms: int,
+    work_dir: Path | None,
+    local: bool | None,
+    as_json: bool,
+) -> None:
+    """Tune KIND_OR_FILE with MetaSchedule (ms.tune_tir), its candidates measured by the fleet's workers on the
+    target (FleetRunner), its records kept in Fleet's database."""
+    from contextlib import nullcontext
+
+    from fleet.api import connect
+    from fleet.cli._common import check_broker
+    from fleet.local import LocalFleet
+    from fleet.settings import get_settings
+    from fleet.tvm.available import require_tvm
+    from fleet.tvm.metaschedule import FleetRunner, tune, tvm_target
+    from fleet.tvm.msdb import database
+    from fleet.tvm.operators import flops
+
+    target = _target(target)
+    tvm = require_tvm()
+    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
+
+    mod, name, p = _problem(module, params)
+    store = connect()
+    check_broker()
+    settings = get_settings()
+    local = settings.embedded if local is None else local
+    config = EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    runner = FleetRunner(target, store=store, evaluator_config=config)
+    with LocalFleet(settings, target) if local else nullcontext():
+        tuned = tune(
+            mod,
+            tvm_target(target),
+            trials=trials,
+            per_iter=per_iter,
+            runner=runner,
+            database=database(store, target),
+            work_dir=work_dir,
+            cost_model=cost_model,
+        )
+    runner.close()
+    gflops = None
+    if p is not None and tuned.best_seconds:
+        gflops = flops(name, p) / tuned.best_seconds / 1e9
+    out = {
+        "module": name,
+        "target": target,
+        "tvm": tvm.__version__,
+        "campaign": runner.campaign.name if runner.campaign else None,
+        "measured": runner.session.measured,
+        "seconds": tuned.seconds,
+        "best_seconds": tuned.best_seconds,
+        "best_gflops": gflops,
+    }
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"{name} on {target}: {out['measured']} candidates measured by the fleet in {tuned.seconds:.1f} s")
+    if tuned.best_seconds is None:
+        click.echo("no candidate ran correctly")
+    else:
+        extra = f", {gflops:.1f} GFLOPS" if gflops is not None else ""
+        click.echo(f"best: {tuned.best_seconds * 1e3:.3f} ms{extra} (campaign {out['campaign']})")
+
+
+@tvm_group.command("import-ms")
+@click.argument("directory", type=click.Path(path_type=Path))
+def import_ms_command(directory: Path) -> None:
+    """Add a MetaSchedule JSON database (DIRECTORY's database_workload.json and database_tuning_record.json) to
+    Fleet's MetaSchedule records; every line is checked first, and importing twice adds nothing."""
+    from fleet.api import connect
+    from fleet.tvm.msdb import import_dir
+
+    workloads, added, present = import_dir(connect(), directory, source=directory.name)
+    click.echo(f"{added} records and {workloads} workloads imported from {directory}, {present} records already there")
+
+
+@tvm_group.command("export-ms")
+@click.argument("directory", type=click.Path(path_type=Path))
+def export_ms_command(directory: Path) -> None:
+    """Write Fleet's MetaSchedule records as a MetaSchedule JSON database in DIRECTORY (created if needed)."""
+    from fleet.api import connect
+    from fleet.tvm.msdb import export_dir
+
+    workloads, records = export_dir(connect(), directory)
+    click.echo(f"{records} records and {workloads} workloads written to {directory}")

@@ -3,6 +3,7 @@
 from fleet.store._connect import connect
 from fleet.store._history import HistorySource
 from fleet.store._hotpath import INLINE_BYTES
+from fleet.store._metaschedule import MsRecord, MsWorkload
 from fleet.store._models import (
     CAMPAIGN_STATES,
     TERMINAL_STATES,
@@ -35,6 +36,8 @@ __all__ = [
     "HistorySource",
     "Machine",
     "Measurement",
+    "MsRecord",
+    "MsWorkload",
     "NewTrial",
     "Problem",
     "ProblemTally",

@@ -1,0 +1,310 @@
+"""MetaSchedule's database in Fleet's store, and its JSON files in and out.
+
+:func:`database` gives a MetaSchedule ``PyDatabase`` on the store's ``ms_workloads`` and ``ms_records`` tables, so
+every campaign's and every user's records are shared, and ``query_schedule`` / ``query_ir_module`` answer from
+them. Each record keeps its provenance: the TVM version, the Fleet target, and, for a candidate a
+:class:`~fleet.tvm.metaschedule.FleetRunner` measured, the worker, node, device and trial.
+
+:func:`import_dir` and :func:`export_dir` read and write MetaSchedule's ``JSONDatabase`` files
+(``database_workload.json``: ``[structural hash, base64 IRModule]`` a line; ``database_tuning_record.json``:
+``[workload index, [trace, run_secs, target, args_info]]`` a line). Lines are stored as they are (a workload line
+depends on the TVM version that wrote it), so a directory imported into an empty database exports line for line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import socket
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+from fleet.errors import SpecError
+from fleet.tvm.available import require_tvm
+
+WORKLOADS = "database_workload.json"
+RECORDS = "database_tuning_record.json"
+FAILED = 1e9
+"""A run_secs at or above this is MetaSchedule's failed candidate (it writes 1e10)."""
+
+
+class MsFileError(SpecError):
+    """A MetaSchedule database file that cannot be read."""
+
+
+def dumps(value: Any) -> str:
+    """JSON text as MetaSchedule's C++ writer makes it: compact, object keys sorted, floats with 20 significant
+    digits, booleans as 1 and 0, so a record committed here exports as MetaSchedule's own file holds it."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, float):
+        return f"{value:.20g}"
+    if isinstance(value, str):
+        return json.dumps(str(value))
+    if isinstance(value, Mapping):
+        items = sorted(value.items(), key=lambda item: str(item[0]))
+        return "{" + ",".join(json.dumps(str(k)) + ":" + dumps(v) for k, v in items) + "}"
+    if isinstance(value, Sequence):
+        return "[" + ",".join(dumps(v) for v in value) + "]"
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _mean(secs: Any) -> float | None:
+    values = [float(s) for s in secs or []]
+    if not values or any(not math.isfinite(v) or v >= FAILED for v in values):
+        return None
+    return sum(values) / len(values)
+
+
+def add_workload(store: Any, line: str, tvm: str = "") -> int:
+    """The id of the workload whose line is ``line``, added if new."""
+    from fleet.store import MsWorkload
+
+    key = _key(line)
+    with store.session() as session:
+        found = session.scalar(select(MsWorkload.id).where(MsWorkload.line_key == key))
+        if found is not None:
+            return int(found)
+        shash = str(json.loads(line)[0])
+        row = MsWorkload(shash=shash, line=line, line_key=key, tvm=tvm)
+        session.add(row)
+        session.flush()
+        return int(row.id)
+
+
+def add_record(store: Any, workload_id: int, text: str, provenance: dict[str, Any]) -> bool:
+    """Add a record (``[trace, run_secs, target, args_info]`` as text) of a workload; False if it is there."""
+    from fleet.store import MsRecord
+
+    key = _key(text)
+    parsed = json.loads(text)
+    target = parsed[2] if len(parsed) > 2 and isinstance(parsed[2], dict) else {}
+    with store.session() as session:
+        there = session.scalar(
+            select(MsRecord.id).where(MsRecord.workload_id == workload_id, MsRecord.record_key == key)
+        )
+        if there is not None:
+            return False
+        session.add(
+            MsRecord(
+                workload_id=workload_id,
+                record=text,
+                record_key=key,
+                mean_seconds=_mean(parsed[1]),
+                target=str(target.get("kind", ""))[:64],
+                provenance=provenance,
+            )
+        )
+    return True
+
+
+def import_dir(store: Any, directory: Path, source: str | None = None) -> tuple[int, int, int]:
+    """Import a MetaSchedule JSON database directory; return (workloads added, records added, records present).
+
+    Every line is checked before anything is written.
+    """
+    workloads_path, records_path = directory / WORKLOADS, directory / RECORDS
+    try:
+        workload_lines = [line for line in workloads_path.read_text().splitlines() if line.strip()]
+        record_lines = [line for line in records_path.read_text().splitlines() if line.strip()]
+    except OSError as error:
+        raise MsFileError(f"{error.filename}: {error.strerror}") from None
+    for number, line in enumerate(workload_lines, 1):
+        try:
+            parsed = json.loads(line)
+            if not (isinstance(parsed, list) and len(parsed) == 2 and all(isinstance(p, str) for p in parsed)):
+                raise ValueError("a workload line is [structural hash, base64 IRModule]")
+        except ValueError as error:
+            raise MsFileError(f"{workloads_path} line {number}: {error}") from None
+    records = []
+    for number, line in enumerate(record_lines, 1):
+        try:
+            parsed = json.loads(line)
+            if not (isinstance(parsed, list) and len(parsed) == 2 and isinstance(parsed[0], int)):
+                raise ValueError("a record line is [workload index, [trace, run_secs, target, args_info]]")
+            if not 0 <= parsed[0] < len(workload_lines):
+                raise ValueError(f"workload index {parsed[0]} is not a line of {WORKLOADS}")
+            if not (isinstance(parsed[1], list) and len(parsed[1]) == 4):
+                raise ValueError("a record is [trace, run_secs, target, args_info]")
+        except ValueError as error:
+            raise MsFileError(f"{records_path} line {number}: {error}") from None
+        # The record's own text, as it is in the file: what follows "[index," up to the closing bracket.
+        records.append((parsed[0], line[line.index(",") + 1 : line.rindex("]")]))
+    before = workload_count(store)
+    ids = [add_workload(store, line) for line in workload_lines]
+    provenance = {"source": source or str(directory), "host": socket.gethostname()}
+    added = sum(add_record(store, ids[index], text, provenance) for index, text in records)
+    return workload_count(store) - before, added, len(records) - added
+
+
+def workload_count(store: Any) -> int:
+    from fleet.store import MsWorkload
+
+    with store.session() as session:
+        return int(session.scalar(select(func.count()).select_from(MsWorkload)) or 0)
+
+
+def export_dir(store: Any, directory: Path) -> tuple[int, int]:
+    """Write every workload and record as MetaSchedule's JSON database files in ``directory``; return the counts.
+
+    Workloads and records are written in the order they were added; each file is written whole, then renamed.
+    """
+    from fleet.store import MsRecord, MsWorkload
+
+    with store.session() as session:
+        workloads = session.execute(select(MsWorkload.id, MsWorkload.line).order_by(MsWorkload.id)).all()
+        records = session.execute(select(MsRecord.workload_id, MsRecord.record).order_by(MsRecord.id)).all()
+    index = {row.id: position for position, row in enumerate(workloads)}
+    directory.mkdir(parents=True, exist_ok=True)  # MetaSchedule's JSONDatabase does not create it
+    for name, lines in (
+        (WORKLOADS, [row.line for row in workloads]),
+        (RECORDS, [f"[{index[row.workload_id]},{row.record}]" for row in records]),
+    ):
+        partial = directory / (name + ".partial")
+        partial.write_text("".join(line + "\n" for line in lines))
+        partial.replace(directory / name)
+    return len(workloads), len(records)
+
+
+def database(store: Any, target: str = "", tvm_version: str | None = None) -> Any:
+    """A MetaSchedule database on Fleet's store; ``target`` (the Fleet target) goes into each record's provenance."""
+    return _database_class()(store, target, tvm_version)
+
+
+_CLASS: type | None = None
+
+
+def _database_class() -> type:
+    global _CLASS
+    if _CLASS is not None:
+        return _CLASS
+    tvm = require_tvm()
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
+
+    @derived_object
+    class FleetDatabase(PyDatabase):
+        """MetaSchedule's database in Fleet's store; see :mod:`fleet.tvm.msdb`."""
+
+        def __init__(self, store: Any, target: str = "", tvm_version: str | None = None) -> None:
+            super().__init__()
+            self.store = store
+            self.target = target
+            self.tvm = tvm_version or tvm.__version__
+            self.workloads: dict[int, Any] = {}  # id -> Workload, as loaded or committed
+            self.by_shash: dict[str, list[int]] = {}
+
+        def _load(self, shash: str) -> list[int]:
+            from fleet.store import MsWorkload
+
+            if shash not in self.by_shash:
+                with self.store.session() as session:
+                    rows = session.execute(
+                        select(MsWorkload.id, MsWorkload.line).where(MsWorkload.shash == shash).order_by(MsWorkload.id)
+                    ).all()
+                for row in rows:
+                    self.workloads.setdefault(row.id, Workload.from_json(json.loads(row.line)))
+                self.by_shash[shash] = [row.id for row in rows]
+            return self.by_shash[shash]
+
+        def _find(self, mod: Any) -> tuple[int | None, Any]:
+            """The stored workload structurally equal to ``mod``, and a Workload of ``mod``."""
+            workload = Workload(mod)
+            shash, _ = workload.as_json()
+            for workload_id in self._load(str(shash)):
+                try:
+                    tvm.ir.assert_structural_equal(self.workloads[workload_id].mod, mod)
+                except ValueError:
+                    continue
+                return workload_id, self.workloads[workload_id]
+            return None, workload
+
+        def _id(self, workload: Any) -> int:
+            for workload_id, known in self.workloads.items():
+                if known.same_as(workload):
+                    return workload_id
+            found, _ = self._find(workload.mod)
+            if found is None:
+                found = self._commit(workload)
+            return found
+
+        def _commit(self, workload: Any) -> int:
+            line = dumps(workload.as_json())
+            workload_id = add_workload(self.store, line, self.tvm)
+            self.workloads[workload_id] = workload
+            self.by_shash.setdefault(json.loads(line)[0], []).append(workload_id)
+            return workload_id
+
+        def has_workload(self, mod: Any) -> bool:
+            return self._find(mod)[0] is not None
+
+        def commit_workload(self, mod: Any) -> Any:
+            workload_id, workload = self._find(mod)
+            if workload_id is None:
+                self._commit(workload)
+            return workload
+
+        def commit_tuning_record(self, record: Any) -> None:
+            from fleet.tvm.metaschedule import _MEASURED_LOCK, MEASURED
+
+            workload_id = self._id(record.workload)
+            text = dumps(record.as_json())
+            secs = tuple(float(s) for s in record.run_secs or [])
+            with _MEASURED_LOCK:
+                measured = MEASURED.pop(secs, {})
+            provenance = {"tvm": self.tvm, "target": self.target or measured.get("target"), **measured}
+            provenance.setdefault("node", socket.gethostname())
+            add_record(self.store, workload_id, text, provenance)
+
+        def get_top_k(self, workload: Any, top_k: int) -> list[Any]:
+            from fleet.store import MsRecord
+
+            workload_id = self._id(workload)
+            with self.store.session() as session:
+                texts = session.scalars(
+                    select(MsRecord.record)
+                    .where(MsRecord.workload_id == workload_id, MsRecord.mean_seconds.is_not(None))
+                    .order_by(MsRecord.mean_seconds, MsRecord.id)
+                    .limit(int(top_k))
+                ).all()
+            return [TuningRecord.from_json(json.loads(text), workload) for text in texts]
+
+        def get_all_tuning_records(self) -> list[Any]:
+            from fleet.store import MsRecord
+
+            with self.store.session() as session:
+                rows = session.execute(select(MsRecord.workload_id, MsRecord.record).order_by(MsRecord.id)).all()
+            out = []
+            for row in rows:
+                if row.workload_id not in self.workloads:
+                    self._load_id(row.workload_id)
+                out.append(TuningRecord.from_json(json.loads(row.record), self.workloads[row.workload_id]))
+            return out
+
+        def _load_id(self, workload_id: int) -> None:
+            from fleet.store import MsWorkload
+
+            with self.store.session() as session:
+                line = session.scalar(select(MsWorkload.line).where(MsWorkload.id == workload_id))
+            self.workloads[workload_id] = Workload.from_json(json.loads(line))
+
+        def __len__(self) -> int:
+            from fleet.store import MsRecord
+
+            with self.store.session() as session:
+                return int(session.scalar(select(func.count()).select_from(MsRecord)) or 0)
+
+    _CLASS = FleetDatabase
+    return _CLASS
