@@ -44,12 +44,15 @@ Key = tuple[Value, ...]
 
 
 def tuning_spaces_dir() -> Path:
-    """Where recorded spaces are looked up: ``FLEET_TUNING_SPACES``, else ``../shared/tuning-spaces`` next to
-    the repository."""
+    """Where recorded spaces are looked up: ``FLEET_TUNING_SPACES``, else the two that ship in the repository's
+    ``examples/tuning-spaces``; a development checkout with the whole development set beside the repository
+    (``../shared/tuning-spaces``, which the tests and ``fleet bench search`` read) uses that instead."""
     configured = os.environ.get("FLEET_TUNING_SPACES")
     if configured:
         return Path(configured).expanduser()
-    return Path(__file__).resolve().parents[1].parent / "shared" / "tuning-spaces"
+    root = Path(__file__).resolve().parents[1]
+    development = root.parent / "shared" / "tuning-spaces"
+    return development if development.is_dir() else root / "examples" / "tuning-spaces"
 
 
 def recorded_files(directory: Path | None = None) -> list[Path]:

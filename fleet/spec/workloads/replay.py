@@ -5,7 +5,7 @@ Definition (JSON)::
     {"kind": "replay", "space": "pnpoly__RTX_2080_Ti.json.gz"}
 
 ``space`` is an absolute path or a file name in the tuning-spaces folder (``FLEET_TUNING_SPACES``, default
-``../shared/tuning-spaces`` next to the repository; ``.json.gz`` may be left out), resolved where the workload
+the repository's ``examples/tuning-spaces``, see :func:`fleet.replay.tuning_spaces_dir`; ``.json.gz`` may be left out), resolved where the workload
 runs. Nothing is built or run: the build returns the configuration as the artifact, and the evaluation answers
 the recorded time in ms as the objective ``time_ms`` (lower is better). A configuration recorded with an error
 string, or not recorded at all (the space's restrictions exclude it), is an invalid measurement. The recorded
