@@ -357,6 +357,7 @@ class Driver:
         self.unsent: list[Requeue] = []
         self.broker_warned = -1e9
         self.pace = Pace()
+        self.unheard: float | None = None  # since when no evaluation worker of the target has been seen
         # The budget counts the campaign's trials, not this driver's proposals: a driver that takes a campaign
         # over (a failover, ``fleet resume``) has a searcher that may propose other configurations than the
         # first one's did, and each new one would be a trial past the budget (40 became 44).
@@ -522,11 +523,17 @@ class Driver:
         # Its share of them: with other campaigns on the target, it sees only its own trials finish.
         slots = max(1, sum(w.concurrency for w in live))
         self.pace.slots = max(0.01, slots * self.store.share(self.campaign.id, self.campaign.target))
+        now = time.monotonic()
         if live:
             warned.clear()
+            self.unheard = None
             return
-        now = time.monotonic()
-        if now - started > 2 * self.heartbeat_seconds and (not warned or now - warned[-1] > 60):
+        # Heartbeats are written to the database: after an outage every worker looks silent until its next one.
+        # So a worker is missing only once it has been missing for as long as a heartbeat counts, seen from
+        # after the store answered (``now`` is taken then).
+        self.unheard = now if self.unheard is None else self.unheard
+        heard_of = now - self.unheard <= 3 * self.heartbeat_seconds + 5
+        if not heard_of and now - started > 2 * self.heartbeat_seconds and (not warned or now - warned[-1] > 60):
             warned.append(now)
             self.on_warning(
                 f"no worker is listening on eval.{self.campaign.target}: start one on a node of that target "

@@ -378,7 +378,10 @@ def status(campaign: str | None, as_json: bool) -> None:
                 f"      chain {ch['chain']} of problem {ch['problem']}: step {ch['step']}/{ch['steps']}, "
                 f"{ch['state']}, best {best}"
             )
-    click.echo(f"\nworkers listening: {len(workers)}")
+    # A driver is beside the workers in the list, not one of them: it takes campaigns, no trial.
+    drivers = sum(1 for w in workers if w["role"] == "driver")
+    counted = f"\nworkers listening: {len(workers) - drivers}"
+    click.echo(counted + (f"; drivers: {drivers}" if drivers else ""))
     for w in workers:
         drives = f"drives {', '.join(w['drives']) or 'nothing'}" if "drives" in w else ""
         click.echo(f"  {w['name']:<36} {w['role']:<6} {w['target']:<14} {w['gpu'] or drives}".rstrip())

@@ -1,0 +1,40 @@
+"""A database outage is not a missing worker: the driver does not say "no worker is listening" because the workers'
+heartbeats, written to the database, stopped while it was down."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from fleet.services import PostgresServer
+from tests.conftest import Fleet, write_spec
+from tests.integration.test_faults import start_tune, trials
+
+SLEEP = "import sys, time; time.sleep(float(sys.argv[1])); print('{\"score\": 1}')"
+
+
+def test_the_driver_does_not_warn_of_missing_workers_after_a_database_outage(
+    fleet: Fleet, postgres_server: PostgresServer
+) -> None:
+    fleet.start_worker()
+    spec = {
+        "name": "outage",
+        "target": fleet.target,
+        "problems": [{"kind": "sleeper", "params": {}}],
+        "space": {"knobs": {"seconds": {"values": ["4", "0.1", "0.2"], "build": False}}},
+        "workload": {
+            "kind": "command",
+            "run": [sys.executable, "-c", SLEEP, "{seconds}"],
+            "objective": {"json": "score"},
+        },
+    }
+    tune = start_tune(fleet, write_spec(fleet.home, spec), "--window", "1")
+    fleet.wait_for(lambda: any(t.state == "evaluating" for t in trials(fleet)), what="a trial to be evaluating")
+
+    postgres_server.kill()
+    time.sleep(9)  # longer than a heartbeat counts (3 x 0.5 s + 5 s): every worker's last one is too old
+    postgres_server.start()
+
+    _, err = tune.communicate(timeout=180)
+    assert tune.returncode == 0, err
+    assert "no worker is listening" not in err, err
