@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import shlex
 import subprocess
 import tarfile
@@ -382,11 +383,15 @@ def unit_names(gpu_indices: list[int], roles: tuple[str, ...] | list[str] = ("wo
     return names
 
 
+# A dry run's evaluation worker line: eval-gpu0@node1, or eval-gpu0-sm_90@node1 for a GPU named by --target.
+_EVAL_GPU = re.compile(r"eval-gpu(\d+)[-@]")
+
+
 def _gpu_indices(c: Connection, node: Node, target: str | None, gpus: str | None) -> list[int]:
     """The GPUs ``fleet worker`` would use on the node, from its own dry run."""
     command = [f"{node.venv}/bin/fleet", "worker", "--dry-run", *worker_args(target, gpus, None, None)]
     out = c.run(" ".join(_q(a) for a in command), hide=True).stdout
-    return sorted(int(line.split("eval-gpu", 1)[1].split("@", 1)[0]) for line in out.splitlines() if "eval-gpu" in line)
+    return sorted(int(found.group(1)) for line in out.splitlines() if (found := _EVAL_GPU.match(line)))
 
 
 def _write_lines(c: Connection, path: str, lines: list[str]) -> None:

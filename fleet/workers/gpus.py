@@ -425,6 +425,16 @@ def select_gpus(gpus: list[Gpu], spec: str) -> list[Gpu]:
     return [by_index[index] for index in wanted]
 
 
+GIVEN = "(given by --target)"
+"""The end of the name of a GPU that ``--target T --gpus N`` named, which no tool found."""
+
+
+def given(gpu: Gpu) -> bool:
+    """Whether ``gpu`` was named by ``--target T --gpus N`` rather than found: its index need not be unique on the
+    node, since another launcher may name the same one for another target."""
+    return gpu.uuid is None and gpu.name.endswith(GIVEN)
+
+
 def override_gpus(indices: str, target: str) -> list[Gpu]:
     """GPU records built by hand from ``--target T --gpus 0,1``, for a node whose tools cannot be run.
 
@@ -458,7 +468,7 @@ def override_gpus(indices: str, target: str) -> list[Gpu]:
     if indices.strip().lower() == "all":
         raise GpuSelectionError("--gpus all cannot be used with --target; list the indices, such as '0,1'")
     return [
-        Gpu(index=index, vendor=vendor, name=f"GPU {index} (given by --target)", target=target)
+        Gpu(index=index, vendor=vendor, name=f"GPU {index} {GIVEN}", target=target)
         for index in _parse_indices(indices, "--gpus")
     ]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from fleet.errors import FleetError
 from fleet.ops.logs import RotatingLog, pump, rotation, worker_log_path
 from fleet.settings import Settings, child_env
-from fleet.workers.gpus import Gpu, cpu_target, detect_gpus, override_gpus, select_gpus
+from fleet.workers.gpus import Gpu, cpu_target, detect_gpus, given, override_gpus, select_gpus
 
 log = logging.getLogger("fleet.launch")
 
@@ -87,7 +87,10 @@ def plan(
     specs: list[WorkerSpec] = []
     for gpu in gpus:
         env = gpu.visible_devices_env() | {"FLEET_WORKER_GPU": f"{gpu.index}:{gpu.name}"}
-        specs.append(WorkerSpec(f"eval-gpu{gpu.index}@{host}", "eval", gpu.target, 1, env))
+        # A GPU found on the node has one target; one named by --target may be named by another launcher for
+        # another target too, and two Celery nodes must not share a name: such a worker's name has its target.
+        named = f"-{_safe(gpu.target)}" if given(gpu) else ""
+        specs.append(WorkerSpec(f"eval-gpu{gpu.index}{named}@{host}", "eval", gpu.target, 1, env))
     if not gpus:
         cpu = target or cpu_target()
         specs += [WorkerSpec(f"eval-cpu{i}@{host}", "eval", cpu, 1) for i in range(eval_procs)]

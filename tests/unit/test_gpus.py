@@ -650,3 +650,15 @@ def test_cpu_target(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cpu_target() == "cpu-" + platform.machine()
     monkeypatch.setattr(platform, "machine", lambda: "aarch64")
     assert cpu_target() == "cpu-aarch64"
+
+
+def test_two_launchers_naming_gpu_0_for_different_targets_name_their_workers_apart() -> None:
+    from fleet.workers.launch import plan
+
+    first = plan(gpus=override_gpus("0", "sm_90"), target="sm_90", host="node1")
+    second = plan(gpus=override_gpus("0", "sm_80"), target="sm_80", host="node1")
+    names = [spec.name for spec in first + second]
+    assert len(names) == len(set(names)), names
+    assert [s.name for s in first if s.role == "eval"] == ["eval-gpu0-sm_90@node1"]
+    found = Gpu(index=0, vendor="nvidia", name="NVIDIA H100 80GB HBM3", target="sm_90", uuid="GPU-aaaa")
+    assert [s.name for s in plan(gpus=[found], host="node1") if s.role == "eval"] == ["eval-gpu0@node1"]
