@@ -151,6 +151,7 @@ def driver(
     settings = get_settings()
     # A driven campaign waits out a database restart instead of ending (the store's calls retry).
     store.patience = max(store.patience, settings.outage_seconds)
+    store.sync_clock()  # the campaign's and its trials' leases are on the database's clock
     steering = Steering(
         store,
         campaign.id,

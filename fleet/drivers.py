@@ -81,6 +81,7 @@ class DriverService:
 
     def serve(self) -> None:
         """Take and drive campaigns until :meth:`stop`; then wait for the campaigns' threads to let go."""
+        self.store.sync_clock()
         self.register()
         self.echo(f"{self.name}: driving submitted campaigns (at most {self.max_campaigns} at once)")
         last_beat = time.monotonic()
@@ -88,6 +89,7 @@ class DriverService:
             try:
                 self.take_some()
                 if time.monotonic() - last_beat > self.settings.heartbeat_seconds:
+                    self.store.sync_clock()  # campaigns' leases are on the database's clock
                     self.store.heartbeat(self.name)
                     last_beat = time.monotonic()
             except Exception as error:  # the database restarting: keep the process, try again

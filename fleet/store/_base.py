@@ -12,11 +12,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Connection, Engine, create_engine, event
+from sqlalchemy import JSON, Connection, Engine, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
@@ -31,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from fleet.errors import StoreError, StoreUnavailable
 from fleet.store._hotpath import HotPath
+from fleet.store._models import local_utcnow, set_clock_offset
 from fleet.store._prepared import Prepared, refused
 
 log = logging.getLogger("fleet.store")
@@ -315,6 +317,19 @@ class StoreBase:
                 self._held_lock.release()
         except _UNANSWERED as error:
             raise self._error(error) from error
+
+    def sync_clock(self) -> timedelta:
+        """Measure how far the database's clock is ahead of this machine's, and take leases on its clock from now
+        on (see :func:`fleet.store._models.utcnow`); returns the offset. SQLite is this machine's own clock."""
+        if self.dialect != "postgresql":
+            return timedelta(0)
+        before = local_utcnow()
+        with self.engine.connect() as connection:
+            theirs = connection.execute(text("SELECT clock_timestamp() AT TIME ZONE 'UTC'")).scalar_one()
+        after = local_utcnow()
+        offset = theirs - (before + (after - before) / 2)
+        set_clock_offset(offset)
+        return offset
 
     def connect_ahead(self) -> None:
         """Open the connection the hot path holds now, so that a worker's first claim does not wait for it.

@@ -71,6 +71,7 @@ def _prepare(name: str) -> None:
     try:
         ctx = context(name)
         ctx.store.connect_ahead()
+        ctx.store.sync_clock()  # each pool process claims on the database's clock
         if os.environ.get("FLEET_WORKER_ROLE") == "eval":
             ctx.device  # noqa: B018 - a cached property, found now
     except Exception as error:  # the first task meets it again, and deals with it
@@ -81,6 +82,7 @@ def _prepare(name: str) -> None:
 def _register(sender: Any = None, **_: Any) -> None:
     name = sender.hostname
     ctx = context(name)
+    ctx.store.sync_clock()
     role = os.environ.get("FLEET_WORKER_ROLE", "build")
     target = os.environ.get("FLEET_WORKER_TARGET", "")
     queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) if sender.app else []
@@ -107,12 +109,15 @@ def _heartbeat(ctx: WorkerContext) -> None:
     while not _stop.wait(ctx.settings.heartbeat_seconds):
         beats += 1
         try:
+            ctx.store.sync_clock()  # leases are on the database's clock: the reaper's "expired" too
             ctx.store.heartbeat(ctx.name)
             reaped = ctx.store.reap(ctx.settings.max_attempts)
             if beats * ctx.settings.heartbeat_seconds >= requeue_after / 4:
                 beats = 0
-                reaped += ctx.store.stale(requeue_after)
-                send_steps(ctx.store.stale_chains(requeue_after))
+                # Only for targets that a worker serves: a queue without consumers would grow at each pass.
+                within = 3 * ctx.settings.heartbeat_seconds + 5
+                reaped += ctx.store.stale(requeue_after, served_within=within)
+                send_steps(ctx.store.stale_chains(requeue_after, served_within=within))
             if reaped:
                 log.warning("gave back %d trials whose worker went away", send(reaped))
         except StoreError as error:  # the database down for a while: the next beat tries again

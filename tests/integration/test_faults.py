@@ -212,3 +212,15 @@ def test_a_dynamic_campaign_survives_its_driver_and_measures_nothing_twice(fleet
     assert sum(result["trials"].values()) <= 10
     assert before <= {t.id for t in trials(fleet) if t.state == "evaluated"}
     assert_each_recorded_once(fleet)
+
+
+def test_a_worker_whose_clock_runs_two_minutes_ahead_takes_no_live_lease(fleet: Fleet) -> None:
+    # Its reaper and its claims compare leases on the database's clock: on its own, every lease the other
+    # worker holds (3 s long, renewed while it measures) would look two minutes expired.
+    fleet.start_worker()
+    fleet.start_worker(env={"FLEET_TEST_CLOCK_SKEW": "120", "FLEET_NODE_NAME": "ahead"}, log="ahead.log")
+    spec = write_spec(fleet.home, script_spec(fleet, ["sleep4", "sleep4.0", "sleep4.00", "sleep4.000"]))
+    done = fleet.cli("tune", str(spec), "--json", "--window", "4", check=True, timeout=300)
+    assert json.loads(done.stdout)["problems"][0]["trials"] == {"evaluated": 4}
+    assert [t.attempts for t in trials(fleet)] == [1, 1, 1, 1]  # never taken from the worker measuring it
+    assert_each_recorded_once(fleet)
