@@ -609,7 +609,9 @@ class Driver:
             if now - last_check > self.heartbeat_seconds:
                 last_check = now
                 self._check_workers(started, warned)
-                stale = [] if self.paused else self.store.stale(self.requeue_seconds, self.campaign.id)
+                # Not to a queue that no one consumes: each pass would add a message to it.
+                served = 3 * self.heartbeat_seconds + 5
+                stale = [] if self.paused else self.store.stale(self.requeue_seconds, self.campaign.id, served)
                 self._send(self.store.reap(self.max_attempts) + stale)
             if self.pace.probing:
                 time.sleep(self.poll_seconds)  # the first trials' pace is taken from when they are seen back

@@ -16,6 +16,7 @@ from typing import Any
 from fleet.campaign import Steering, Summary, baseline_configs, campaign_space, summarize, trial_keys
 from fleet.search import RandomSearch
 from fleet.search.anneal import TEMPERATURE
+from fleet.settings import get_settings
 from fleet.space import Space
 from fleet.spec.workloads import load_workload_spec
 from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
@@ -140,7 +141,9 @@ class ChainDriver:
                 break
             if time.monotonic() - last_check > self.requeue_seconds / 4:
                 last_check = time.monotonic()
-                self.send_steps(self.store.stale_chains(self.requeue_seconds, self.campaign.id))
+                # Not to a queue that no one consumes: each pass would add a message to it.
+                served = 3 * get_settings().heartbeat_seconds + 5
+                self.send_steps(self.store.stale_chains(self.requeue_seconds, self.campaign.id, served_within=served))
             time.sleep(self.poll_seconds)
         self.store.set_campaign_status(self.campaign.id, "done")
 

@@ -11,6 +11,7 @@ from sqlalchemy import select, update
 from fleet.errors import NotFound
 from fleet.store._base import StoreBase, patient
 from fleet.store._models import Campaign, Chain, ChainStep, utcnow
+from fleet.store._workers import served_targets
 
 
 class ChainStore(StoreBase):
@@ -162,10 +163,13 @@ class ChainStore(StoreBase):
             ]
 
     @patient
-    def stale_chains(self, older_than: float, campaign_id: int | None = None) -> list[tuple[int, int, str]]:
+    def stale_chains(
+        self, older_than: float, campaign_id: int | None = None, served_within: float | None = None
+    ) -> list[tuple[int, int, str]]:
         """Running chains that have not moved for ``older_than`` seconds: (chain id, step, target) to send again.
 
         Their message may have been lost; a duplicate step is harmless (see :meth:`finish_chain_step`).
+        ``served_within``: only chains of a target that a live worker serves (see :meth:`stale`).
         """
         now = utcnow()
         cutoff = now - timedelta(seconds=older_than)
@@ -177,6 +181,9 @@ class ChainStore(StoreBase):
         )
         if campaign_id is not None:
             query = query.where(Chain.campaign_id == campaign_id)
+        if served_within is not None:
+            served = select(Campaign.id).where(Campaign.target.in_(served_targets(served_within)))
+            query = query.where(Chain.campaign_id.in_(served))
         with self.transaction() as connection:
             rows = connection.execute(query).all()
             targets = dict(connection.execute(select(Campaign.id, Campaign.target)).all()) if rows else {}

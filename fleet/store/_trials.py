@@ -25,6 +25,7 @@ from fleet.store._models import (
     utcnow,
 )
 from fleet.store._types import NewTrial, Requeue, TrialResult, TrialWork
+from fleet.store._workers import served_targets
 
 UNFINISHED_STATES = tuple(state for state in TRIAL_STATES if state not in TERMINAL_STATES)
 
@@ -550,11 +551,17 @@ class TrialStore(StoreBase):
         ]
 
     @patient
-    def stale(self, older_than: float, campaign_id: int | None = None, limit: int = 1000) -> list[Requeue]:
+    def stale(
+        self, older_than: float, campaign_id: int | None = None, served_within: float | None = None, limit: int = 1000
+    ) -> list[Requeue]:
         """Waiting trials whose message went out more than ``older_than`` seconds ago: send them again.
 
         A message can be lost (a worker killed between a state change and the next send, or a broker
         without acknowledgements); a duplicate costs one refused claim, so sending again is safe.
+
+        ``served_within``: only trials of a target that a worker heard from within that many seconds serves.
+        Nobody consumes the queue of another, so its message was not lost, and one more would only make the
+        queue grow at every pass; when a worker comes, it takes the message that waits.
         """
         now = utcnow()
         with self.session() as session:
@@ -562,6 +569,8 @@ class TrialStore(StoreBase):
             query = select(Trial.id).where(Trial.state.in_(("new", "compiled")), Trial.queued_at < cutoff)
             if campaign_id is not None:
                 query = query.where(Trial.campaign_id == campaign_id)
+            if served_within is not None:
+                query = query.where(Trial.target.in_(served_targets(served_within)))
             ids = list(session.scalars(query.order_by(Trial.id).limit(limit)))
             if not ids:
                 return []

@@ -11,6 +11,13 @@ from fleet.store._base import StoreBase, patient
 from fleet.store._models import Machine, Worker, utcnow
 
 
+def served_targets(within: float) -> Any:
+    """The targets that a live worker (one heard from within ``within`` seconds) serves, as a subquery: work of
+    another target would be sent to a queue that no one consumes, where each sending again adds a message."""
+    since = utcnow() - timedelta(seconds=within)
+    return select(Worker.target).where(Worker.stopped_at.is_(None), Worker.heartbeat_at >= since)
+
+
 class WorkerStore(StoreBase):
     """The machines of the fleet and the worker processes that run on them."""
 
