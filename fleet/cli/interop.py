@@ -12,7 +12,7 @@ import click
 
 from fleet.cli._common import database_url, open_store
 from fleet.cli._sections import WholeHelpGroup
-from fleet.errors import NotFound
+from fleet.errors import FleetError, NotFound
 
 
 def _campaign(store: Any, ref: str) -> Any:
@@ -156,3 +156,63 @@ def register(main: Any, export: click.Group) -> None:
     else:
         main.add_to_section("Campaigns", group)
     export.add_command(export_kt_command)
+    register_dashboard(main, export)
+
+
+# -- Optuna: fleet dashboard, fleet export optuna -----------------------------------------------------------
+
+
+def _needs(module: str, extra: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise FleetError(f"this command needs {module}: pip install 'fleet-tune[{extra}]'")
+
+
+@click.command("dashboard")
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0: any free port.")
+@click.option("-c", "--campaign", "campaigns", multiple=True, help="Show only this campaign (repeatable).")
+def dashboard(host: str, port: int, campaigns: tuple[str, ...]) -> None:
+    """Serve optuna-dashboard over Fleet's database, live: one study per campaign and problem.
+
+    Nothing is copied: each page reads the database (read-only), so running campaigns show their new trials on
+    reload. Failed and invalid trials carry their reasons, and each trial its worker, device and timings as user
+    attributes. Needs the `dashboard` extra.
+    """
+    _needs("optuna_dashboard", "dashboard")
+    from fleet.interop.dashboard import serve
+
+    store = open_store(read_only=True)
+    for ref in campaigns:
+        _campaign(store, ref)
+    serve(store, host, port, campaigns, announce=lambda url: click.echo(f"fleet dashboard: serving {url}", err=True))
+
+
+@click.command("optuna")
+@click.argument("campaign")
+@click.option(
+    "--storage",
+    required=True,
+    help="The Optuna storage to copy into: a database URL (sqlite:///optuna.db, postgresql://...) that is not "
+    "Fleet's own, or a journal file (a path ending in .log or .journal).",
+)
+def export_optuna_command(campaign: str, storage: str) -> None:
+    """Copy CAMPAIGN's trials into an Optuna storage, one study per problem, timestamps kept.
+
+    Open it with optuna.load_study(study_name="<campaign> / problem <id>", storage=...). A study of that name
+    in the storage already is an error, and nothing is written.
+    """
+    _needs("optuna", "dashboard")
+    from fleet.interop.optuna_export import export_optuna
+    from fleet.settings import get_settings
+
+    store = open_store(read_only=True)
+    found = _campaign(store, campaign)
+    for name, count in export_optuna(store, found, storage, fleet_url=get_settings().database_url):
+        click.echo(f"{count} trials -> study {name!r} in {storage}")
+
+
+def register_dashboard(main: Any, export: click.Group) -> None:
+    main.add_to_section("Campaigns", dashboard)
+    export.add_command(export_optuna_command)

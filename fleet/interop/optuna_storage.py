@@ -1,0 +1,345 @@
+"""Fleet's database as a read-only Optuna storage: what optuna-dashboard (or ``optuna.load_study``) reads, live.
+
+One study per campaign and problem, its id ``campaign id << 24 | the problem's position in the campaign``
+(stable: both are fixed once the campaign exists) and its name ``<campaign> / problem <id>``. Knobs are
+categorical distributions over the values the campaign's space lists (with any other value a trial holds, so that
+every trial fits); the direction is the measurements' own. A trial's number is its rank among the study's trials
+by Fleet's trial id, so trials that finish later are appended and numbers never change. States:
+
+======================================  =================================================
+Fleet                                   Optuna
+======================================  =================================================
+evaluated with a valid measurement      COMPLETE, its objective as the value
+invalid, errored, evaluated but invalid FAIL (the reason in the user attribute ``reason``)
+cancelled                               PRUNED
+new                                     WAITING
+compiling, compiled, evaluating         RUNNING
+======================================  =================================================
+
+User attributes carry Fleet's trial id, state, worker, device, compile and evaluation seconds and the numeric
+metrics. Nothing is copied: each call reads the database through :mod:`fleet.store`. Every write raises.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Container, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.storages import BaseStorage
+from optuna.study import StudyDirection
+from optuna.study._frozen import FrozenStudy
+from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy import func, select
+
+from fleet.errors import FleetError
+from fleet.store import Campaign, Measurement, Store, Trial
+from fleet.store._models import CampaignProblem
+
+SHIFT = 24
+"""Bits of a study id that hold the problem's position in its campaign."""
+
+_STATES = {
+    "new": TrialState.WAITING,
+    "compiling": TrialState.RUNNING,
+    "compiled": TrialState.RUNNING,
+    "evaluating": TrialState.RUNNING,
+    "invalid": TrialState.FAIL,
+    "errored": TrialState.FAIL,
+    "cancelled": TrialState.PRUNED,
+}
+_CACHE_SECONDS = 1.0  # get_best_trial right after get_all_trials (as the dashboard calls them) reads once
+
+
+class ReadOnlyStorageError(FleetError):
+    """A write to Fleet's database through the Optuna storage adapter."""
+
+
+@dataclass(frozen=True)
+class _Study:
+    id: int
+    campaign_id: int
+    problem_id: int
+    name: str
+    user_attrs: dict[str, Any]
+    space: dict[str, Any]
+
+
+class FleetStorage(BaseStorage):
+    """Fleet's store, read as an Optuna storage; see the module docstring.
+
+    Parameters
+    ----------
+    store:
+        The store to read.
+    campaigns:
+        Names or ids of the campaigns to show; default every campaign.
+    """
+
+    def __init__(self, store: Store, campaigns: Sequence[str] = ()) -> None:
+        self.store = store
+        self.campaigns = [str(c) for c in campaigns]
+        self._directions: dict[int, StudyDirection] = {}
+        self._lock = threading.Lock()
+        self._recent: dict[int, tuple[float, list[FrozenTrial]]] = {}
+
+    # -- studies ---------------------------------------------------------------------------------------------
+
+    def _studies(self) -> list[_Study]:
+        query = (
+            select(
+                Campaign.id,
+                Campaign.name,
+                Campaign.target,
+                Campaign.status,
+                Campaign.space,
+                CampaignProblem.problem_id,
+                CampaignProblem.position,
+            )
+            .join(CampaignProblem, CampaignProblem.campaign_id == Campaign.id)
+            .order_by(Campaign.id, CampaignProblem.position)
+        )
+        if self.campaigns:
+            ids = [int(c) for c in self.campaigns if c.isdigit()]
+            query = query.where(Campaign.name.in_(self.campaigns) | Campaign.id.in_(ids))
+        with self.store.transaction() as connection:
+            rows = connection.execute(query).all()
+        return [
+            _Study(
+                (r.id << SHIFT) | r.position,
+                r.id,
+                r.problem_id,
+                f"{r.name} / problem {r.problem_id}",
+                {"campaign": r.name, "problem": r.problem_id, "target": r.target, "status": r.status},
+                r.space or {},
+            )
+            for r in rows
+        ]
+
+    def _study(self, study_id: int) -> _Study:
+        campaign_id, position = study_id >> SHIFT, study_id & ((1 << SHIFT) - 1)
+        query = (
+            select(Campaign.name, Campaign.target, Campaign.status, Campaign.space, CampaignProblem.problem_id)
+            .join(CampaignProblem, CampaignProblem.campaign_id == Campaign.id)
+            .where(Campaign.id == campaign_id, CampaignProblem.position == position)
+        )
+        with self.store.transaction() as connection:
+            r = connection.execute(query).first()
+        if r is None:
+            raise KeyError(f"no study {study_id}")
+        return _Study(
+            study_id,
+            campaign_id,
+            r.problem_id,
+            f"{r.name} / problem {r.problem_id}",
+            {"campaign": r.name, "problem": r.problem_id, "target": r.target, "status": r.status},
+            r.space or {},
+        )
+
+    def _direction(self, campaign_id: int) -> StudyDirection:
+        """The direction of the campaign's measurements (minimize until it has one)."""
+        if campaign_id in self._directions:
+            return self._directions[campaign_id]
+        query = (
+            select(Measurement.maximize)
+            .join(Trial, Trial.id == Measurement.trial_id)
+            .where(Trial.campaign_id == campaign_id)
+            .limit(1)
+        )
+        with self.store.transaction() as connection:
+            maximize = connection.scalar(query)
+        if maximize is None:
+            return StudyDirection.MINIMIZE
+        direction = StudyDirection.MAXIMIZE if maximize else StudyDirection.MINIMIZE
+        self._directions[campaign_id] = direction
+        return direction
+
+    def get_all_studies(self) -> list[FrozenStudy]:
+        return [
+            FrozenStudy(s.name, self._direction(s.campaign_id), dict(s.user_attrs), {}, s.id) for s in self._studies()
+        ]
+
+    def get_study_id_from_name(self, study_name: str) -> int:
+        for study in self._studies():
+            if study.name == study_name:
+                return study.id
+        raise KeyError(f"no study {study_name!r}")
+
+    def get_study_name_from_id(self, study_id: int) -> str:
+        return self._study(study_id).name
+
+    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
+        return [self._direction(self._study(study_id).campaign_id)]
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        return dict(self._study(study_id).user_attrs)
+
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        self._study(study_id)
+        return {}
+
+    # -- trials ----------------------------------------------------------------------------------------------
+
+    def get_all_trials(
+        self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
+    ) -> list[FrozenTrial]:
+        study = self._study(study_id)
+        trials = self._trials(study)
+        with self._lock:
+            self._recent[study_id] = (time.monotonic(), trials)
+        if states is not None:
+            trials = [t for t in trials if t.state in states]
+        return trials
+
+    def _trials(self, study: _Study) -> list[FrozenTrial]:
+        measured = func.coalesce(Trial.source_trial_id, Trial.id)
+        query = (
+            select(
+                Trial.id,
+                Trial.config,
+                Trial.state,
+                Trial.reason,
+                Trial.worker,
+                Trial.compile_seconds,
+                Trial.eval_seconds,
+                Trial.created_at,
+                Trial.started_at,
+                Trial.finished_at,
+                Measurement.objective,
+                Measurement.valid,
+                Measurement.metrics,
+                Measurement.device_kind,
+            )
+            .outerjoin(Measurement, Measurement.trial_id == measured)
+            .where(Trial.campaign_id == study.campaign_id, Trial.problem_id == study.problem_id)
+            .order_by(Trial.id)
+        )
+        with self.store.transaction() as connection:
+            rows = connection.execute(query).all()
+        distributions = self._distributions(study, rows)
+        return [self._frozen(number, row, distributions) for number, row in enumerate(rows)]
+
+    @staticmethod
+    def _distributions(study: _Study, rows: Sequence[Any]) -> dict[str, BaseDistribution]:
+        """One categorical distribution per knob, shared by every trial of the study: the space's values, then any
+        other value a trial holds."""
+        choices: dict[str, list[Any]] = {}
+        for name, knob in (study.space.get("knobs") or {}).items():
+            choices[name] = list(knob["values"] if isinstance(knob, dict) else knob)
+        seen = {name: set(map(_hashable, values)) for name, values in choices.items()}
+        for row in rows:
+            for name, value in (row.config or {}).items():
+                if not isinstance(value, (bool, int, float, str)) and value is not None:
+                    continue
+                known = seen.setdefault(name, set())
+                if _hashable(value) not in known:
+                    known.add(_hashable(value))
+                    choices.setdefault(name, []).append(value)
+        return {name: CategoricalDistribution(values) for name, values in choices.items() if values}
+
+    @staticmethod
+    def _frozen(number: int, row: Any, distributions: dict[str, BaseDistribution]) -> FrozenTrial:
+        state = _STATES.get(row.state, TrialState.FAIL)
+        complete = row.state == "evaluated" and bool(row.valid) and row.objective is not None
+        if complete:
+            state = TrialState.COMPLETE
+        attrs: dict[str, Any] = {"fleet_trial": row.id, "state": row.state}
+        if row.reason or (row.state == "evaluated" and not complete):
+            attrs["reason"] = row.reason or "invalid measurement"
+        for name, value in (
+            ("worker", row.worker),
+            ("device", row.device_kind),
+            ("compile_seconds", row.compile_seconds),
+            ("eval_seconds", row.eval_seconds),
+        ):
+            if value is not None:
+                attrs[name] = value
+        for name, value in (row.metrics or {}).items():
+            if isinstance(value, (int, float, str)) and name not in attrs:
+                attrs[name] = value
+        params = {k: v for k, v in (row.config or {}).items() if k in distributions}
+        finished = state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+        return FrozenTrial(
+            number=number,
+            state=state,
+            value=float(row.objective) if complete else None,
+            datetime_start=_local(row.started_at or row.created_at) if state != TrialState.WAITING else None,
+            datetime_complete=_local(row.finished_at) if finished else None,
+            params=params,
+            distributions={k: distributions[k] for k in params},
+            user_attrs=attrs,
+            system_attrs={},
+            intermediate_values={},
+            trial_id=row.id,
+        )
+
+    def _cached(self, study_id: int) -> list[FrozenTrial]:
+        with self._lock:
+            recent = self._recent.get(study_id)
+        if recent is not None and time.monotonic() - recent[0] < _CACHE_SECONDS:
+            return recent[1]
+        return self.get_all_trials(study_id, deepcopy=False)
+
+    def get_best_trial(self, study_id: int) -> FrozenTrial:
+        trials = [t for t in self._cached(study_id) if t.state == TrialState.COMPLETE]
+        if not trials:
+            raise ValueError("no trials are completed yet")
+        pick = max if self.get_study_directions(study_id)[0] == StudyDirection.MAXIMIZE else min
+        return pick(trials, key=lambda t: t.value)
+
+    def _study_of_trial(self, trial_id: int) -> int:
+        query = (
+            select(CampaignProblem.campaign_id, CampaignProblem.position)
+            .join(
+                Trial,
+                (Trial.campaign_id == CampaignProblem.campaign_id) & (Trial.problem_id == CampaignProblem.problem_id),
+            )
+            .where(Trial.id == trial_id)
+        )
+        with self.store.transaction() as connection:
+            r = connection.execute(query).first()
+        if r is None:
+            raise KeyError(f"no trial {trial_id}")
+        return (r.campaign_id << SHIFT) | r.position
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        for trial in self._cached(self._study_of_trial(trial_id)):
+            if trial._trial_id == trial_id:
+                return trial
+        raise KeyError(f"no trial {trial_id}")
+
+    def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
+        trials = self._cached(study_id)
+        if not 0 <= trial_number < len(trials):
+            raise KeyError(f"no trial number {trial_number} in study {study_id}")
+        return trials[trial_number]._trial_id
+
+    # -- writes: none ----------------------------------------------------------------------------------------
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise ReadOnlyStorageError("Fleet's database is read-only through Optuna: tune with `fleet tune`")
+
+    create_new_study = _refuse
+    delete_study = _refuse
+    set_study_user_attr = _refuse
+    set_study_system_attr = _refuse
+    create_new_trial = _refuse
+    set_trial_param = _refuse
+    set_trial_state_values = _refuse
+    set_trial_intermediate_value = _refuse
+    set_trial_user_attr = _refuse
+    set_trial_system_attr = _refuse
+
+
+def _hashable(value: Any) -> Any:
+    # 1 and True are equal in Python: a knob with both keeps both.
+    return (type(value).__name__, value)
+
+
+def _local(moment: datetime | None) -> datetime | None:
+    """Fleet's naive UTC as the naive local time of Optuna's FrozenTrial."""
+    return None if moment is None else moment.replace(tzinfo=UTC).astimezone().replace(tzinfo=None)
