@@ -82,9 +82,14 @@ def alexnet_conv(batch: int) -> tuple[str, dict[str, Any]]:
     raise SpecError(f"{ALEXNET} has no 192 -> 384 channel conv line")
 
 
+OPENBLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+"""Variables some machines set for old OpenBLAS builds: with ``OPENBLAS_CORETYPE=Haswell`` NumPy runs AVX2 kernels on
+an AVX-512 CPU, 2 to 5 times slower. The benchmark's NumPy runs without them, with the kernel OpenBLAS picks."""
+
+
 def numpy_child() -> None:
     """In a fresh process (its own OpenBLAS threads, no TVM thread pool beside it): GFLOPS of the NumPy baseline
-    of the problem given as JSON on stdin, printed as JSON."""
+    of the problem given as JSON on stdin, and the BLAS kernel threadpoolctl reports, printed as JSON."""
     request = json.loads(sys.stdin.read())
     from fleet.tvm.measure import numpy_seconds
     from fleet.tvm.operators import flops, random_inputs, reference
@@ -92,12 +97,32 @@ def numpy_child() -> None:
     kind, p = request["kind"], request["params"]
     inputs = random_inputs(kind, p)
     seconds = numpy_seconds(lambda: reference(kind, p, inputs), repeats=5, min_seconds=1.0)
-    print(json.dumps({"gflops": flops(kind, p) / seconds / 1e9}))
+    print(json.dumps({"gflops": flops(kind, p) / seconds / 1e9, "blas": blas_kernel()}))
 
 
-def numpy_gflops(kind: str, p: Mapping[str, Any], threads: int) -> float:
-    """GFLOPS of NumPy on the problem with ``threads`` OpenBLAS threads, measured in a child process."""
+def blas_kernel() -> dict[str, Any]:
+    """The BLAS library NumPy loaded and the kernel it chose, as threadpoolctl reports them."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return {"kernel": "unknown (threadpoolctl is not installed)"}
+    for pool in threadpool_info():
+        if pool.get("user_api") == "blas":
+            return {
+                "library": pool.get("internal_api"),
+                "version": pool.get("version"),
+                "kernel": pool.get("architecture"),
+                "threads": pool.get("num_threads"),
+            }
+    return {"kernel": "unknown (no BLAS loaded)"}
+
+
+def numpy_run(kind: str, p: Mapping[str, Any], threads: int) -> dict[str, Any]:
+    """NumPy on the problem with ``threads`` OpenBLAS threads, in a child process without the OpenBLAS overrides:
+    its GFLOPS and the kernel OpenBLAS chose."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    for name in OPENBLAS_OVERRIDES:
+        env.pop(name, None)
     done = subprocess.run(
         [sys.executable, "-c", "from fleet.bench.tvm import numpy_child; numpy_child()"],
         input=json.dumps({"kind": kind, "params": dict(p)}),
@@ -109,7 +134,46 @@ def numpy_gflops(kind: str, p: Mapping[str, Any], threads: int) -> float:
     )
     if done.returncode != 0:
         raise SpecError(f"the NumPy baseline failed: {done.stderr.strip().splitlines()[-1:]}")
-    return float(json.loads(done.stdout)["gflops"])
+    return dict(json.loads(done.stdout))
+
+
+def numpy_gflops(kind: str, p: Mapping[str, Any], threads: int) -> float:
+    """GFLOPS of NumPy on the problem with ``threads`` OpenBLAS threads (see :func:`numpy_run`)."""
+    return float(numpy_run(kind, p, threads)["gflops"])
+
+
+def peak_gflops(cores: int | None = None) -> dict[str, Any]:
+    """The CPU's peak FP32 rate from /proc/cpuinfo: cores x clock x FLOPs per cycle, and how it was derived.
+
+    FLOPs per cycle = 2 (a fused multiply-add) x 2 FMA pipes x the FP32 lanes of a pipe: 16 with AVX-512 on an
+    Intel core, 8 with AVX2 or with AVX-512 on AMD Zen 4 (which runs a 512-bit operation on its two 256-bit
+    pipes in two halves), 4 with SSE only. The clock is ``cpu MHz`` (a guest sees its nominal clock, not boost).
+    """
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {"gflops": None, "how": "no /proc/cpuinfo"}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    mhz = float(fields.get("cpu MHz", "0") or 0)
+    amd = fields.get("vendor_id") == "AuthenticAMD"
+    if "avx512f" in flags and not amd:
+        lanes, unit = 16, "AVX-512 (512-bit FMA pipes)"
+    elif "avx512f" in flags:
+        lanes, unit = 8, "AVX-512 on 256-bit FMA pipes (AMD)"
+    elif "avx2" in flags and "fma" in flags:
+        lanes, unit = 8, "AVX2 + FMA"
+    else:
+        lanes, unit = 4, "SSE"
+    cores = cores or os.cpu_count() or 1
+    per_cycle = 2 * 2 * lanes
+    gflops = cores * mhz / 1e3 * per_cycle
+    how = f"{cores} cores x {mhz / 1e3:.3f} GHz (cpu MHz) x {per_cycle} FP32 FLOPs/cycle"
+    how += f" ({unit}: 2 FMA pipes x {lanes} lanes x 2)"
+    return {"gflops": gflops, "how": how}
 
 
 ROUNDS = 3
@@ -135,10 +199,13 @@ def _row(name: str, kind: str, p: Mapping[str, Any], target: str, budget: int, t
     # The machine is shared and its load moves within minutes: the best schedule and NumPy are measured side by
     # side, round after round, and each round's ratio compares two figures taken under the same load.
     rounds = []
+    kernels: list[dict[str, Any]] = []
     for round_ in range(ROUNDS):
         log(f"{name}: round {round_ + 1}/{ROUNDS}: the tuned schedule, then NumPy with {threads} threads ...")
         again = measure(kind, p, config, target, repeats=5, min_repeat_ms=100).gflops if config else 0.0
-        rounds.append((again, numpy_gflops(kind, p, threads)))
+        baseline = numpy_run(kind, p, threads)
+        kernels.append(baseline.get("blas", {}))
+        rounds.append((again, float(baseline["gflops"])))
         log(f"  tuned {rounds[-1][0]:.1f} GFLOPS, NumPy {rounds[-1][1]:.1f} GFLOPS")
     numpy_single = numpy_gflops(kind, p, 1) if threads > 1 else rounds[0][1]
     tuned_gflops = statistics.median(t for t, _ in rounds)
@@ -151,6 +218,7 @@ def _row(name: str, kind: str, p: Mapping[str, Any], target: str, budget: int, t
         "numpy_1thread_gflops": numpy_single,
         "rounds": [{"tuned_gflops": t, "numpy_gflops": n} for t, n in rounds],
         "tuned_over_numpy": statistics.median(t / n for t, n in rounds),
+        "numpy_blas": kernels[0] if kernels else {},
         "tuned_over_default": tuned_gflops / default.gflops,
         "measurements": made,
         "config": config,
@@ -181,8 +249,14 @@ def run(budget: int, conv_budget: int, batch: int, threads: int, log: Callable[[
     matmul = _row("matmul", DENSE, p, target, budget, threads, log)
     kind, conv = alexnet_conv(batch)
     convolution = _row("conv2d", kind, conv, target, conv_budget, threads, log)
+    peak = peak_gflops(threads)
     return {
         **{k: v for k, v in matmul.items() if k != "operator"},
+        "peak_gflops": peak["gflops"],
+        "peak_how": peak["how"],
+        "tuned_fraction_of_peak": matmul["tuned_gflops"] / peak["gflops"] if peak["gflops"] else None,
+        "numpy_fraction_of_peak": matmul["numpy_gflops"] / peak["gflops"] if peak["gflops"] else None,
+        "numpy_env": f"{' and '.join(OPENBLAS_OVERRIDES)} unset",
         "threads": threads,
         "target": target,
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "load_average": [load_before, os.getloadavg()[0]]},
@@ -221,9 +295,16 @@ def tvm_bench_command(budget: int, conv_budget: int, batch: int, threads: int | 
         click.echo(f"  default  {row['default_gflops']:>8.1f} GFLOPS")
         click.echo(f"  tuned    {row['tuned_gflops']:>8.1f} GFLOPS  ({row['tuned_over_default']:.1f}x the default)")
         baseline = "NumPy (OpenBLAS)" if row is result else "im2col + NumPy matmul"
-        click.echo(f"  numpy    {row['numpy_gflops']:>8.1f} GFLOPS  {baseline}, {threads} threads")
+        kernel = row.get("numpy_blas", {}).get("kernel", "unknown")
+        click.echo(f"  numpy    {row['numpy_gflops']:>8.1f} GFLOPS  {baseline}, {threads} threads, kernel {kernel}")
         if threads > 1:
             click.echo(f"  numpy    {row['numpy_1thread_gflops']:>8.1f} GFLOPS  the same, 1 thread (for reference)")
         pairs = ", ".join(f"{r['tuned_gflops']:.0f}/{r['numpy_gflops']:.0f}" for r in row["rounds"])
         click.echo(f"  tuned / numpy  {row['tuned_over_numpy']:.2f}  (median of {len(row['rounds'])} rounds: {pairs})")
+    if result["peak_gflops"]:
+        click.echo(f"\npeak FP32 {result['peak_gflops']:.0f} GFLOPS: {result['peak_how']}")
+        click.echo(
+            f"matmul: tuned {result['tuned_fraction_of_peak']:.0%} of peak, "
+            f"NumPy {result['numpy_fraction_of_peak']:.0%} ({result['numpy_env']})"
+        )
     sys.stdout.flush()

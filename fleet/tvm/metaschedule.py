@@ -409,7 +409,7 @@ def _builder_class() -> type:
         """Builds each candidate in this process, as ``LocalBuilder``'s default build and export do."""
 
         def build(self, build_inputs: list[Any]) -> list[Any]:
-            from tvm.driver import build
+            import tvm
             from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
             from tvm.support.tar import tar
 
@@ -418,7 +418,7 @@ def _builder_class() -> type:
                 try:
                     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(item.mod)
                     path = os.path.join(tempfile.mkdtemp(prefix="fleet-ms-"), "tvm_tmp_mod." + tar.output_format)
-                    build(mod, target=item.target).export_library(path, fcompile=tar)
+                    tvm.compile(mod, target=item.target).export_library(path, fcompile=tar)
                     results.append(BuilderResult(path, None))
                 except Exception as error:  # a candidate that does not build is MetaSchedule's failed trial
                     results.append(BuilderResult(None, f"InProcessBuilder: {error}"))

@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("tvm")
 
-import tvm  # noqa: E402
-import tvm.s_tir.meta_schedule as ms  # noqa: E402
-from tvm import te  # noqa: E402
+import tvm
+import tvm.s_tir.meta_schedule as ms
+from tvm import te
 
-from fleet.store import Store  # noqa: E402
-from fleet.tvm.msdb import RECORDS, WORKLOADS, MsFileError, database, export_dir, import_dir  # noqa: E402
+from fleet.store import Store
+from fleet.tvm.msdb import RECORDS, WORKLOADS, MsFileError, database, export_dir, import_dir
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
 

@@ -1,0 +1,189 @@
+"""``fleet bench metaschedule``: the same ``ms.tune_tir`` task with MetaSchedule's ``LocalRunner`` and with Fleet's
+``FleetRunner``, on this machine, in one run.
+
+Both tune a float32 matmul (1024^3 by default) with the same builder
+(:class:`~fleet.tvm.metaschedule.InProcessBuilder`), cost model, seed and number of trials; each measures with
+one process (``LocalRunner``'s one pool process, one evaluation worker of an embedded fleet). Reported for each:
+candidates measured per second of the runner's time (from a batch's ``run`` to its last result), the whole
+tuning's seconds, and the best schedule's GFLOPS, as its runner measured it and measured again here, side by
+side, so the two bests are compared under the same load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+
+def _timed(inner: Any, spans: list[float], log: Callable[[str], None]) -> Any:
+    """``inner`` wrapped in a runner that adds each batch's time, from ``run`` to its last result, to ``spans``."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
+
+    @derived_object
+    class TimedFuture(PyRunnerFuture):
+        def __init__(self, future: Any, batch: dict[str, Any]) -> None:
+            super().__init__()
+            self.future, self.batch = future, batch
+
+        def done(self) -> bool:
+            return bool(self.future.done())
+
+        def result(self) -> Any:
+            result = self.future.result()
+            self.batch["left"] -= 1
+            if self.batch["left"] == 0:
+                spans.append(time.monotonic() - self.batch["started"])
+                log(f"  batch of {self.batch['size']} measured in {spans[-1]:.1f} s")
+            return result
+
+    @derived_object
+    class TimedRunner(PyRunner):
+        def __init__(self) -> None:
+            super().__init__()
+
+        def run(self, runner_inputs: list[Any]) -> list[Any]:
+            batch = {"started": time.monotonic(), "left": len(runner_inputs), "size": len(runner_inputs)}
+            return [TimedFuture(f, batch) for f in inner.run(runner_inputs)]
+
+    return TimedRunner()
+
+
+def _tune_with(
+    name: str, runner: Any, mod: Any, target: Any, trials: int, per_iter: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    import tvm.s_tir.meta_schedule as ms
+
+    from fleet.tvm.metaschedule import tune
+
+    spans: list[float] = []
+    log(f"{name}: ms.tune_tir, {trials} trials ...")
+    tuned = tune(
+        mod,
+        target,
+        trials=trials,
+        per_iter=per_iter,
+        runner=_timed(runner, spans, log),
+        database=ms.database.MemoryDatabase(),
+        cost_model="random",
+        seed=0,
+    )
+    records = tuned.database.get_all_tuning_records()
+    measured = sum(1 for r in records if r.run_secs and all(float(s) < 1e9 for s in r.run_secs))
+    return {
+        "runner": name,
+        "candidates": len(records),
+        "measured": measured,
+        "runner_seconds": sum(spans),
+        "candidates_per_second": len(records) / sum(spans) if spans else 0.0,
+        "tune_seconds": tuned.seconds,
+        "best_seconds": tuned.best_seconds,
+        "schedule": tuned.schedule,
+    }
+
+
+def _remeasure(schedule: Any, target: Any, shape: tuple[int, int, int]) -> float:
+    """Seconds of a schedule's module measured here (5 repeats of at least 100 ms, the median)."""
+    import numpy as np
+    import tvm
+
+    m, n, k = shape
+    built = tvm.compile(schedule.mod, target=target)
+    dev = tvm.cpu(0)
+    rng = np.random.default_rng(0)
+    a = tvm.runtime.tensor(rng.standard_normal((m, k)).astype("float32"), dev)
+    b = tvm.runtime.tensor(rng.standard_normal((k, n)).astype("float32"), dev)
+    c = tvm.runtime.empty((m, n), "float32", dev)
+    timer = built.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=100)
+    return statistics.median(float(s) for s in timer(a, b, c).results)
+
+
+def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Tune with LocalRunner, then with FleetRunner on an embedded fleet of one evaluation worker."""
+    import tvm
+    from tvm.s_tir.meta_schedule.runner import LocalRunner
+
+    from fleet.local import LocalFleet
+    from fleet.settings import Settings
+    from fleet.store import Store
+    from fleet.tvm.metaschedule import FleetRunner, tvm_target
+    from fleet.tvm.operators import DENSE, check_problem, define, flops
+    from fleet.workers.gpus import cpu_target
+
+    p = check_problem(DENSE, {"m": size, "n": size, "k": size})
+    mod = tvm.IRModule({"main": define(DENSE, p)})
+    fleet_target = cpu_target()
+    target = tvm_target(fleet_target)
+    rows = [_tune_with("LocalRunner", LocalRunner(), mod, target, trials, per_iter, log)]
+    with tempfile.TemporaryDirectory(prefix="fleet-bench-ms-") as home:
+        # An embedded fleet of its own: SQLite and a private broker under a scratch home, one evaluation worker.
+        os.environ["FLEET_HOME"] = home
+        for name in ("FLEET_DATABASE_URL", "FLEET_BROKER_URL"):
+            os.environ.pop(name, None)
+        settings = Settings.from_env(os.environ)
+        from fleet.tasks import app, configure
+
+        configure(app, settings)
+        store = Store(settings.database_url)
+        store.upgrade()
+        with LocalFleet(settings, fleet_target, eval_procs=1, build_procs=1):
+            runner = FleetRunner(fleet_target, store=store)
+            rows.append(_tune_with("FleetRunner", runner, mod, target, trials, per_iter, log))
+            runner.close()
+        store.close()
+    total = flops(DENSE, p)
+    for row in rows:
+        log(f"{row['runner']}: measuring its best schedule again here ...")
+        schedule = row.pop("schedule")
+        row["best_gflops"] = total / row["best_seconds"] / 1e9 if row["best_seconds"] else None
+        row["best_gflops_here"] = total / _remeasure(schedule, target, (size,) * 3) / 1e9 if schedule else None
+    local, fleet = rows
+    return {
+        "task": f"matmul {size}^3 float32, ms.tune_tir, {trials} trials, {per_iter} a batch, cost model random",
+        "target": fleet_target,
+        "measuring_processes": 1,
+        "local": local,
+        "fleet": fleet,
+        "fleet_over_local_candidates_per_second": (
+            fleet["candidates_per_second"] / local["candidates_per_second"] if local["candidates_per_second"] else None
+        ),
+        "machine": {"cores": os.cpu_count(), "load_average": os.getloadavg()[0]},
+    }
+
+
+@click.command("metaschedule")
+@click.option("--size", type=click.IntRange(16), default=1024, show_default=True, help="Matmul size (m = n = k).")
+@click.option("--trials", type=click.IntRange(1), default=64, show_default=True, help="Candidates per runner.")
+@click.option("--per-iter", type=click.IntRange(1), default=64, show_default=True, help="Candidates per batch.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def metaschedule_bench_command(size: int, trials: int, per_iter: int, as_json: bool) -> None:
+    """MetaSchedule's LocalRunner against Fleet's FleetRunner on the same tune_tir task: candidates measured per
+    second and the best schedule's GFLOPS, one measuring process each."""
+    from fleet.tvm import check_tvm
+
+    check_tvm()
+    quiet = as_json
+    result = run(size, trials, per_iter, lambda line: None if quiet else click.echo(line, err=True))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(result["task"])
+    for row in (result["local"], result["fleet"]):
+        best = row["best_gflops"] or 0.0
+        here = row["best_gflops_here"] or 0.0
+        click.echo(
+            f"  {row['runner']:<12} {row['candidates_per_second']:6.2f} candidates/s ({row['candidates']} in "
+            f"{row['runner_seconds']:.1f} s of runner time, {row['tune_seconds']:.1f} s in all); best {best:.1f} "
+            f"GFLOPS ({here:.1f} measured again here)"
+        )
+    ratio = result["fleet_over_local_candidates_per_second"]
+    click.echo(f"  Fleet / Local candidates per second: {ratio:.2f}" if ratio else "  no candidates measured")
+    sys.stdout.flush()

@@ -1,0 +1,126 @@
+"""MetaSchedule on a real fleet: `fleet tvm tune-ms` runs ms.tune_tir with FleetRunner, a `fleet worker` measures
+every candidate, its records land in Fleet's database, and its JSON files go out and come back line for line.
+
+fleet/tvm/metaschedule.py, fleet/tvm/msdb.py, fleet/cli/tvm.py (tune-ms, import-ms, export-ms),
+fleet/store/_metaschedule.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from fleet.store import Measurement, MsRecord, MsWorkload, Store, Trial
+from fleet.tvm.metaschedule import KIND, tvm_target
+from fleet.tvm.msdb import RECORDS, WORKLOADS, database
+from tests.conftest import Fleet
+
+pytestmark = pytest.mark.integration
+
+TRIALS = 8
+SHAPE = {"m": 64, "n": 64, "k": 64}
+
+
+def ms_trials(store: Store) -> list[Trial]:
+    from fleet.store import Problem
+
+    with store.session() as session:
+        kinds = select(Problem.id).where(Problem.kind == KIND)
+        return list(session.scalars(select(Trial).where(Trial.problem_id.in_(kinds)).order_by(Trial.id)))
+
+
+def test_tune_ms_measures_every_candidate_on_the_fleet_and_survives_a_killed_worker(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    fleet.start_worker("--eval-procs", "1", "--build-procs", "1")
+    params = [f"--param={k}={v}" for k, v in SHAPE.items()]
+    tune = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "tvm", "tune-ms", "tvm.dense", *params, "--target", fleet.target,
+         "--trials", str(TRIALS), "--per-iter", str(TRIALS), "--cost-model", "random", "--number", "1",
+         "--min-repeat-ms", "1", "--work-dir", str(tmp_path / "ms"), "--json"],
+        env=fleet.env, cwd=fleet.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        # A worker SIGKILLed mid-batch: its candidate is measured again by the worker that replaces it.
+        fleet.wait_for(
+            lambda: any(t.state == "evaluating" for t in ms_trials(fleet.store)),
+            timeout=240,
+            what="a candidate being measured",
+        )
+        victim = fleet.store.workers(target=fleet.target, role="eval")[0]
+        os.killpg(victim.pid, signal.SIGKILL)
+        out, err = tune.communicate(timeout=240)
+    finally:
+        if tune.poll() is None:
+            os.killpg(tune.pid, signal.SIGKILL)
+    assert tune.returncode == 0, err[-3000:]
+    result = json.loads(out)
+    assert result["measured"] == TRIALS and result["best_seconds"] > 0
+
+    # Every candidate was a trial measured once by a worker: none lost, none twice.
+    trials = ms_trials(fleet.store)
+    assert len(trials) == TRIALS and {t.state for t in trials} == {"evaluated"}
+    assert max(t.attempts for t in trials) == 2  # the one the killed worker held
+    with fleet.store.session() as session:
+        ids = [t.id for t in trials]
+        measurements = list(session.scalars(select(Measurement).where(Measurement.trial_id.in_(ids))))
+        records = list(session.scalars(select(MsRecord).order_by(MsRecord.id)))
+        workloads = list(session.scalars(select(MsWorkload)))
+    assert sorted(m.trial_id for m in measurements) == sorted(t.id for t in trials)
+    assert all(m.worker.startswith("eval-") for m in measurements)
+    # The Fleet-backed database holds one record per candidate, with where it ran.
+    assert len(workloads) == 1 and len(records) == TRIALS
+    assert sorted(r.provenance["trial"] for r in records) == sorted(t.id for t in trials)
+    assert all(r.provenance["worker"].startswith("eval-") and r.provenance["tvm"] for r in records)
+
+    # query_schedule gives a schedule that builds and computes the matmul.
+    import tvm
+
+    from fleet.tvm.operators import DENSE, check_problem, define
+
+    p = check_problem(DENSE, SHAPE)
+    mod = tvm.IRModule({"main": define(DENSE, p)})
+    target = tvm_target(fleet.target)
+    schedule = database(fleet.store, fleet.target).query_schedule(mod, target, workload_name="main")
+    assert schedule is not None
+    built = tvm.compile(schedule.mod, target=target)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((64, 64)).astype("float32") for _ in range(2))
+    dev = tvm.cpu(0)
+    c = tvm.runtime.empty((64, 64), "float32", dev)
+    built["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
+    np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+    # MetaSchedule's own JSON database of these records, written by MetaSchedule ...
+    import tvm.s_tir.meta_schedule as ms
+
+    written = tmp_path / "json"
+    written.mkdir()
+    json_db = ms.database.JSONDatabase(work_dir=str(written))
+    for record in database(fleet.store).get_all_tuning_records():
+        json_db.commit_workload(record.workload.mod)
+        json_db.commit_tuning_record(record)
+    # ... is what export-ms writes, and comes back through import-ms and export-ms line for line.
+    exported = tmp_path / "exported"
+    assert fleet.cli("tvm", "export-ms", str(exported), check=True).stdout.startswith(f"{TRIALS} records")
+    for name in (WORKLOADS, RECORDS):
+        assert (exported / name).read_text() == (written / name).read_text()
+    other = {"FLEET_DATABASE_URL": f"sqlite:///{tmp_path / 'other.db'}"}
+    fleet.cli("db", "upgrade", env=other, check=True)
+    imported = fleet.cli("tvm", "import-ms", str(written), env=other, check=True).stdout
+    assert imported.startswith(f"{TRIALS} records and 1 workloads imported")
+    again = fleet.cli("tvm", "import-ms", str(written), env=other, check=True).stdout
+    assert again.startswith("0 records and 0 workloads imported") and f"{TRIALS} records already there" in again
+    back = tmp_path / "back"
+    fleet.cli("tvm", "export-ms", str(back), env=other, check=True)
+    for name in (WORKLOADS, RECORDS):
+        assert (back / name).read_text().splitlines() == (written / name).read_text().splitlines()

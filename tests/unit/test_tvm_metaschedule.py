@@ -1,0 +1,77 @@
+"""FleetRunner's worker side without a fleet: a candidate built by InProcessBuilder, packed as the trial's artifact,
+measured by the command workload's sandboxed child with MetaSchedule's evaluator config; and the honest NumPy of
+fleet bench tvm (the OpenBLAS overrides unset in its child, the kernel named, the peak said how it is derived).
+
+fleet/tvm/metaschedule.py, fleet/bench/tvm.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tvm")
+
+import tvm
+import tvm.s_tir.meta_schedule as ms
+from tvm import te
+
+from fleet.bundle import pack
+from fleet.tvm.metaschedule import InProcessBuilder, pack_candidate, run_secs, tvm_target, workload_definition
+from fleet.workers.workloads import Job, load_workload
+
+
+def built_candidate() -> tuple[str, list]:
+    a = te.placeholder((32, 32), name="A")
+    b = te.placeholder((32, 32), name="B")
+    k = te.reduce_axis((0, 32), name="k")
+    c = te.compute((32, 32), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    [result] = InProcessBuilder().build([ms.builder.BuilderInput(mod, tvm_target("cpu-x86_64", 2))])
+    assert result.error_msg is None
+    return str(result.artifact_path), [i.as_json() for i in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+
+
+def measure(data: bytes, scratch: Path, repeat: int = 3) -> object:
+    workload = load_workload(workload_definition(1, repeat, 1, 0, False, 60, sys.executable))
+    job = Job(config={"candidate": "x"}, problem={"runner": "test"}, scratch=scratch, fetch=lambda _: b"")
+    return workload.evaluate(job, data)
+
+
+def test_a_candidate_is_measured_in_a_child_with_the_evaluator_config(tmp_path: Path) -> None:
+    path, args = built_candidate()
+    assert tvm_target("cpu-x86_64", 2).export()["num-cores"] == 2  # MetaSchedule needs it on a CPU
+    measured = measure(pack_candidate(path, "cpu", args), tmp_path)
+    assert measured.state == "evaluated", measured.stderr_tail
+    secs = run_secs(measured.metrics, measured.objective)
+    assert len(secs) == 3 and all(0 < s < 1 for s in secs)  # one per repeat, as LocalRunner's run_secs
+    assert measured.objective == pytest.approx(sum(secs) / 3)
+
+
+def test_a_candidate_that_crashes_errors_its_trial_not_the_worker(tmp_path: Path) -> None:
+    broken = pack({"mod.tar": b"not a tar", "candidate.json": b'{"device_type": "cpu", "args_info": []}'})
+    measured = measure(broken, tmp_path)
+    assert measured.state == "errored" and measured.reason.startswith("the run exited with status")
+
+
+def test_the_numpy_child_runs_without_the_openblas_overrides_and_names_its_kernel(monkeypatch) -> None:
+    from fleet.bench import tvm as bench
+
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("OPENBLAS_L2_SIZE", "1048576")
+    seen: list[dict] = []
+    real = subprocess.run
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(dict(kwargs["env"]))  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(bench.subprocess, "run", spy)
+    out = bench.numpy_run("tvm.dense", {"m": 64, "n": 64, "k": 64, "dtype": "float32"}, 1)
+    assert out["gflops"] > 0 and out["blas"]["kernel"]
+    assert not {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"} & set(seen[0]) and seen[0]["OPENBLAS_NUM_THREADS"] == "1"
+    peak = bench.peak_gflops(2)
+    assert peak["gflops"] > 0 and peak["how"].startswith("2 cores x ") and "FLOPs/cycle" in peak["how"]
