@@ -747,9 +747,10 @@ def _spaces(values: Sequence[str]) -> list[Path]:
 @click.option(
     "--history",
     "history",
-    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR_OR_DB",
     help="A folder of recorded spaces: score auto with history (each space's history is the other spaces of its "
-    "kernel there, never itself nor its GPU) beside auto without history and random search, same seeds.",
+    "kernel there, never itself nor its GPU) beside auto without history and random search, same seeds; or a "
+    "database URL: its Kernel Tuner imports of the same kernel on other targets.",
 )
 @click.option("--jobs", type=click.IntRange(1), help="Processes to run in (default: one per CPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {strategy, score, evals_to_5pct, ...}.")
@@ -766,7 +767,7 @@ def search_command(
     cv: bool,
     slots: int,
     horizon: float,
-    history: Path | None,
+    history: str | None,
     jobs: int | None,
     as_json: bool,
     trace_path: Path | None,
@@ -857,7 +858,7 @@ def _cross_validate_command(
 
 
 def _history_command(
-    paths: Sequence[Path], history: Path, repeats: int, slots: int, horizon: float, jobs: int, as_json: bool
+    paths: Sequence[Path], history: str, repeats: int, slots: int, horizon: float, jobs: int, as_json: bool
 ) -> None:
     from fleet.bench.transfer import run_history, table
 

@@ -47,16 +47,20 @@ def related(recorded: RecordedSpace, others: Sequence[RecordedSpace]) -> list[Re
     ]
 
 
-def histories(spaces: Sequence[Path], history: Path) -> dict[str, dict[str, Any]]:
-    """Per space name, ``auto``'s ``history`` option from the related spaces in the folder ``history``.
+def histories(spaces: Sequence[Path], history: Path | str) -> dict[str, dict[str, Any]]:
+    """Per space name, ``auto``'s ``history`` option from the related spaces in the folder ``history``, or from a
+    database (:func:`store_histories`) when ``history`` is a database URL.
 
     Parameters
     ----------
     spaces:
         The recorded spaces to score.
     history:
-        A folder of recorded spaces (``*.json.gz``) to take history from.
+        A folder of recorded spaces (``*.json.gz``) to take history from, or a database URL.
     """
+    if "://" in str(history):
+        return store_histories(spaces, str(history))
+    history = Path(history)
     if not history.is_dir():
         raise SpecError(f"--history {history}: not a folder of recorded spaces (*.json.gz)")
     pool = [load_recorded(path) for path in recorded_files(history)]
@@ -75,6 +79,54 @@ def histories(spaces: Sequence[Path], history: Path) -> dict[str, dict[str, Any]
                 "related": [other.name for other in mine],
             }
     return result
+
+
+def store_histories(spaces: Sequence[Path], url: str) -> dict[str, dict[str, Any]]:
+    """Per space name, ``auto``'s ``history`` option from a database's Kernel Tuner imports (``fleet import kt``:
+    problems of kind ``kernel``) of the same kernel on other targets than the space's GPU (its target, as the
+    import names it: two GPUs of one target are one source there, and never history for each other).
+
+    Parameters
+    ----------
+    spaces:
+        The recorded spaces to score.
+    url:
+        The database.
+    """
+    from fleet.interop.kerneltuner import target_of_device
+    from fleet.interop.records import KIND
+    from fleet.store import Store
+
+    store = Store(url)
+    try:
+        found = store.history(KIND)
+    finally:
+        store.close()
+    result = {}
+    for path in spaces:
+        recorded = load_recorded(path)
+        try:
+            mine = target_of_device(recorded.device)
+        except SpecError:
+            mine = None
+        sources = [
+            Source(s.name, tuple(s.runs))  # type: ignore[arg-type]
+            for s in found
+            if s.params.get("kernel_name") == recorded.kernel and s.target != mine and not _same(recorded, s.runs)
+        ]
+        transferred = transfer(recorded.space, sources)
+        if transferred:
+            result[recorded.name] = {
+                **to_options(transferred, first_count(transferred)),
+                "related": [s.name for s in sources],
+            }
+    return result
+
+
+def _same(recorded: RecordedSpace, runs: Sequence[tuple[Mapping[str, Any], float]]) -> bool:
+    """Whether ``runs`` are ``recorded``'s own records (the space imported under a target its file does not name)."""
+    records = [recorded.lookup(config) for config, _ in runs]
+    return all(r is not None and r.time_ms == objective for r, (_, objective) in zip(records, runs, strict=True))
 
 
 def compare(rows: Sequence[Mapping[str, Any]], known: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -144,7 +196,7 @@ def table(result: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def run_history(
     paths: Sequence[Path],
-    history: Path,
+    history: Path | str,
     *,
     repeats: int,
     slots: int,

@@ -32,6 +32,10 @@ fewer when the sources agree on their best."""
 MOST_FIRST = 12
 """Most configurations measured first from history, however much the sources disagree."""
 
+SHARED = 0.5
+"""A source transfers when the knobs it shares with this space are at least this fraction of this space's knobs and
+of its own: an older version of a kernel (6 of 10 knobs) does, another kernel with a block size or two does not."""
+
 COMPLETIONS = 256
 """Combinations of the missing knobs' values tried when completing a partial configuration."""
 
@@ -133,10 +137,11 @@ def transfer(space: Space, sources: Sequence[Source], *, top: int = TOP) -> list
     """The configurations of ``space`` that related sources found best, best first.
 
     Each source's :data:`TOP` best runs count, each with its quality relative to that source's best. A source
-    that shares no knob with ``space`` is ignored; one that lacks some of its knobs transfers the common knobs
-    (partial transfer), completed as the module docstring says. A candidate's score is the mean over the sources
-    of its quality there (the best quality among that source's runs that agree with it on their common knobs; 0
-    when none does). Ties go to the candidate first seen in the sources' order of best runs.
+    that shares too few knobs with ``space`` (:data:`SHARED`) is ignored; one that lacks some of its knobs
+    transfers the common knobs (partial transfer), completed as the module docstring says. A candidate's score
+    is the mean over the sources of its quality there (the best quality among that source's runs that agree with
+    it on their common knobs; 0 when none does). Ties go to the candidate first seen in the sources' order of
+    best runs.
 
     Parameters
     ----------
@@ -147,7 +152,8 @@ def transfer(space: Space, sources: Sequence[Source], *, top: int = TOP) -> list
     top:
         Best runs per source that count.
     """
-    names = set(space.names)
+    order = tuple(space.names)  # a property that builds a list: taken once
+    names = set(order)
     # Per source: its common knobs and its qualities. Sources are grouped by their common knobs, so that each
     # candidate is projected once per group, not once per source (a fleet may hold hundreds of sources).
     projected: list[tuple[Source, tuple[str, ...], list[tuple[Config, float]]]] = []
@@ -156,9 +162,10 @@ def transfer(space: Space, sources: Sequence[Source], *, top: int = TOP) -> list
         qualities = source.qualities(top)
         if not qualities:
             continue
-        common = tuple(n for n in space.names if all(n in c for c, _ in qualities))
-        if not common:
-            continue
+        common = tuple(n for n in order if all(n in c for c, _ in qualities))
+        theirs = {n for c, _ in qualities for n in c}
+        if not common or len(common) < SHARED * len(order) or len(common) < SHARED * len(theirs):
+            continue  # another kernel that happens to share a knob name or two: not related
         index = len(projected)
         projected.append((source, common, qualities))
         group = groups.setdefault(common, {})
@@ -173,7 +180,7 @@ def transfer(space: Space, sources: Sequence[Source], *, top: int = TOP) -> list
     for _, common, qualities in projected:
         if set(common) == names:
             for config, quality in qualities:
-                for name in space.names:
+                for name in order:
                     votes.setdefault(name, {})[config[name]] = votes.get(name, {}).get(config[name], 0.0) + quality
     for name, counted in votes.items():
         preferred[name] = sorted(counted, key=lambda v: -counted[v])
@@ -187,13 +194,13 @@ def transfer(space: Space, sources: Sequence[Source], *, top: int = TOP) -> list
             partial = {n: qualities[rank][0][n] for n in common}
             if not all(v in allowed[n] for n, v in partial.items()):
                 continue
-            key = _key(partial, space.names) if len(common) == len(names) else None
+            key = _key(partial, order) if len(common) == len(names) else None
             if key is not None and key in candidates:
                 continue
             config = dict(partial) if key is not None else _complete(space, partial, preferred)
             if config is None or not space.is_valid(config):
                 continue  # invalid here: simply not a candidate
-            candidates.setdefault(_key(config, space.names), config)
+            candidates.setdefault(_key(config, order), config)
     result = []
     for config in candidates.values():
         total, named, lead = 0.0, [], top
@@ -203,8 +210,8 @@ def transfer(space: Space, sources: Sequence[Source], *, top: int = TOP) -> list
                 named.append((index, projected[index][0].name))
                 lead = min(lead, rank)
         result.append(Transferred(config, total / len(projected), tuple(n for _, n in sorted(named)), lead))
-    order = {id(t): i for i, t in enumerate(result)}
-    return sorted(result, key=lambda t: (-t.score, order[id(t)]))
+    # sorted() is stable: ties keep the order the candidates were first seen in.
+    return sorted(result, key=lambda t: -t.score)
 
 
 def first_count(transferred: Sequence[Transferred], leaders: int = LEADERS) -> int:

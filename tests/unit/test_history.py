@@ -7,6 +7,7 @@ fleet/search/history.py, fleet/search/auto.py (its ``history`` option), fleet/be
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -86,22 +87,13 @@ def test_partial_transfer_with_no_full_source_takes_the_first_values_the_space_a
     assert transfer(here, [old])[0].config == {"a": 1, "c": 6}
 
 
-def test_a_source_that_shares_no_knob_transfers_nothing() -> None:
-    assert (
-        transfer(
-            space({"a": [1, 2]}),
-            [
-                Source(
-                    "s",
-                    runs(
-                        ({"z": 1}, 1.0),
-                    ),
-                )
-            ],
-        )
-        == []
-    )
+def test_a_source_that_shares_too_few_knobs_transfers_nothing() -> None:
+    assert transfer(space({"a": [1, 2]}), [Source("s", (({"z": 1}, 1.0),))]) == []
     assert transfer(space({"a": [1, 2]}), []) == []
+    # Another kernel with a block size in common: one knob of four on each side.
+    here = space({"block": [1, 2], "b": [1], "c": [1], "d": [1]})
+    other = Source("other", (({"block": 2, "x": 1, "y": 1, "z": 1}, 1.0),))
+    assert transfer(here, [other]) == []
 
 
 def test_how_many_go_first_follows_how_much_the_sources_agree() -> None:
@@ -202,3 +194,22 @@ def test_a_right_history_reaches_the_optimum_sooner() -> None:
     right = statistics.fmean(cost_to_optimum(history_of(RIGHT), seed)[0] for seed in seeds)
     assert right < without / 2
     assert OVERHEAD_S > 0
+
+
+# -- fleet bench search --history ------------------------------------------------------------------------------------
+
+
+def test_a_recorded_space_history_is_the_other_spaces_of_its_kernel_never_itself(tmp_path: Path) -> None:
+    from fleet.bench.transfer import histories
+    from fleet.replay import tuning_spaces_dir
+
+    names = ["convolution_milo__MI50", "convolution_milo__MI250X", "pnpoly__RTX_2080_Ti"]
+    for name in names:
+        (tmp_path / f"{name}.json.gz").symlink_to(tuning_spaces_dir() / f"{name}.json.gz")
+    found = histories([tmp_path / f"{name}.json.gz" for name in names], tmp_path)
+    # pnpoly has no relative; each convolution space has the other, transferred over the knobs they share.
+    assert set(found) == {"convolution_milo__MI50", "convolution_milo__MI250X"}
+    assert found["convolution_milo__MI50"]["related"] == ["convolution_milo__MI250X"]
+    assert found["convolution_milo__MI250X"]["related"] == ["convolution_milo__MI50"]
+    assert set(found["convolution_milo__MI250X"]["configs"][0]["config"]) >= {"use_shmem", "use_cmem"}
+    assert 1 <= found["convolution_milo__MI50"]["first"] <= 3
