@@ -5,6 +5,7 @@ must say what is wrong and, where it helps, what to do about it.
 """
 
 import unicodedata
+from collections.abc import Iterable
 
 
 class FleetError(Exception):
@@ -55,6 +56,23 @@ class MIOpenDbError(FleetError):
 # Cc: C0 and C1 controls (newline, ESC); Cf: format characters (bidirectional overrides that reorder what a
 # terminal shows); Zl and Zp: line and paragraph separators; Cs: lone surrogates, which are not UTF-8.
 UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def did_you_mean(word: object, choices: Iterable[object]) -> str:
+    """`` (did you mean 'budget'?)`` for the choice closest to a mistyped ``word``, else nothing.
+
+    Parameters
+    ----------
+    word:
+        What the user wrote: a field, a knob, a command.
+    choices:
+        What it could have been.
+    """
+    import difflib
+
+    names = [str(c) for c in choices]
+    close = difflib.get_close_matches(str(word), names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def printable(text: str) -> str:

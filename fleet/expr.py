@@ -11,7 +11,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fleet.errors import SpecError, shown
+from fleet.errors import SpecError, did_you_mean, shown
 
 
 class Undefined(Exception):
@@ -211,7 +211,8 @@ def _evaluate(node: ast.AST, values: Mapping[str, Any], text: str, budget: _Budg
             try:
                 return values[name]
             except KeyError:
-                raise SpecError(f"constraint {shown(text)} names {name!r}, which is not a knob") from None
+                hint = did_you_mean(name, values)
+                raise SpecError(f"constraint {shown(text)} names {name!r}, which is not a knob{hint}") from None
         case ast.Tuple(elts=items) | ast.List(elts=items):
             return tuple(_evaluate(item, values, text, budget) for item in items)
         case ast.UnaryOp(op=op, operand=operand):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet.errors import SpecError, shown
+from fleet.errors import SpecError, did_you_mean, shown
 from fleet.expr import Expression, TooCostly, Undefined
 
 Value = bool | int | float | str
@@ -137,7 +137,9 @@ class Space:
         for constraint in self.constraints:
             unknown = constraint.names - set(names) - set(self.base)
             if unknown:
-                raise SpecError(f"constraint {constraint.text!r} names {sorted(unknown)[0]!r}, which is not a knob")
+                first = sorted(unknown)[0]
+                hint = did_you_mean(first, [*names, *self.base])
+                raise SpecError(f"constraint {constraint.text!r} names {first!r}, which is not a knob{hint}")
         # Build-time knobs vary slowest, so iterating the space builds each build key once, in one run.
         ordered = tuple(sorted(self.knobs, key=lambda k: not k.build))
         object.__setattr__(self, "knobs", ordered)
@@ -158,7 +160,7 @@ class Space:
         for knob in self.knobs:
             if knob.name == name:
                 return knob
-        raise SpecError(f"{name!r} is not a knob of this space")
+        raise SpecError(f"{name!r} is not a knob of this space{did_you_mean(name, self.names)}")
 
     @property
     def size(self) -> int:
@@ -297,7 +299,8 @@ class Space:
             raise SpecError(f"configuration {dict(config)} lacks knob {missing[0]!r}")
         extra = [name for name in config if name not in self.names]
         if extra:
-            raise SpecError(f"configuration names {extra[0]!r}, which is not a knob")
+            hint = did_you_mean(extra[0], self.names)
+            raise SpecError(f"configuration names {extra[0]!r}, which is not a knob{hint}")
         return {name: check_value(f"knob {name!r}", config[name]) for name in self.names}
 
     def build_part(self, config: Mapping[str, Value]) -> Config:
@@ -331,7 +334,7 @@ class Space:
             raise SpecError("'run_time' must be a list of knob names")
         for name in run_time:
             if name not in raw:
-                raise SpecError(f"run_time names {name!r}, which is not a knob")
+                raise SpecError(f"run_time names {name!r}, which is not a knob{did_you_mean(name, raw)}")
         knobs = []
         for name, entry in raw.items():
             build = name not in run_time

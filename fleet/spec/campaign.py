@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.bundle import pack, read_files
-from fleet.errors import SpecError, shown
+from fleet.errors import SpecError, did_you_mean, shown
 from fleet.search import Searcher, make_searcher
 from fleet.search.history import check_history
 from fleet.space import Config, Space, check_text, check_value
@@ -121,7 +121,7 @@ class CampaignSpec:
                 raise SpecError(f"baseline lacks knob {missing[0]!r}")
             for key, value in self.baseline.items():
                 if key not in self.space.names:
-                    raise SpecError(f"baseline names {key!r}, which is not a knob")
+                    raise SpecError(f"baseline names {key!r}, which is not a knob{did_you_mean(key, self.space.names)}")
                 check_value(f"baseline {key!r}", value)
         self.space.check_constraints()
         self.space.check_not_empty()
@@ -222,7 +222,8 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
         raise SpecError("a spec is a JSON object")
     unknown = set(data) - _SPEC_KEYS
     if unknown:
-        raise SpecError(f"the spec has an unknown field {shown(sorted(unknown)[0])}")
+        first = sorted(unknown)[0]
+        raise SpecError(f"the spec has an unknown field {shown(first)}{did_you_mean(first, _SPEC_KEYS)}")
     workload = data.get("workload")
     if not isinstance(workload, Mapping):
         raise SpecError("the spec needs a 'workload' object")
@@ -247,7 +248,9 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
         raise SpecError('\'strategy\' must be an object such as {"name": "random", "budget": 50}')
     extra = set(strategy) - {"name", "budget", "seed", "options"}
     if extra:
-        raise SpecError(f"strategy has an unknown field {shown(sorted(extra)[0])}")
+        first = sorted(extra)[0]
+        known = ("name", "budget", "seed", "options")
+        raise SpecError(f"strategy has an unknown field {shown(first)}{did_you_mean(first, known)}")
     options = data.get("options", {})
     if not isinstance(options, Mapping):
         raise SpecError("'options' must be an object")

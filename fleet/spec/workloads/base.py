@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from fleet.errors import SpecError
+from fleet.errors import SpecError, did_you_mean
 
 
 class WorkloadSpec:
@@ -28,6 +28,7 @@ class WorkloadSpec:
         """Raise SpecError naming the first field of the definition outside ``known`` (a typo, usually)."""
         unknown = sorted(set(self.definition) - known)
         if unknown:
+            hint = did_you_mean(unknown[0], known) or hint
             raise SpecError(f"{self.kind} workload has an unknown field {unknown[0]!r}{hint}")
 
     @property
