@@ -562,7 +562,8 @@ def _find_problem(store: Any, ref: str, params: tuple[str, ...], by_id: bool = F
     help=f"Where to write the page; {OUTPUT_HELP}",
 )
 def report(campaign: str, output: Path) -> None:
-    """Write a self-contained HTML report of CAMPAIGN (name or id): convergence, knob effects, best configs."""
+    """Write a self-contained HTML report of CAMPAIGN (name or id): convergence, knob effects, best configs, and
+    every trial in a table to sort and filter."""
     from fleet.report import render
 
     store = open_store(read_only=True)
