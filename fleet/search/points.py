@@ -48,11 +48,16 @@ def cost(run: Run) -> float | None:
     metrics = run.metrics or {}
     total = metrics.get("simulated_s")
     if total is None:
-        parts = [metrics[name] for name in COST_METRICS if name in metrics]
+        # Numbers only: a run's JSON may hold strings and bools too (MLPerf's "result_validity").
+        parts = [metrics[name] for name in COST_METRICS if _number(metrics.get(name))]
         total = sum(parts) if parts else None
     if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total) or total < 0:
         return None
     return float(total)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _value_key(value: Value) -> tuple[type, Value]:

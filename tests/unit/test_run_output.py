@@ -61,3 +61,10 @@ def test_a_searcher_without_a_predicate_accepts_every_valid_run() -> None:
     assert grid.tests() == []
     assert grid.accepts(verdict("INVALID"))
     assert not grid.accepts(Run({"x": 1}, 1.0, False))
+
+
+def test_a_cost_metric_that_is_not_a_number_is_no_cost() -> None:
+    from fleet.search.points import cost
+
+    assert cost(Run({"x": 1}, 1.0, True, {"compile_s": "fast", "benchmark_s": 2.0})) == 2.0
+    assert cost(Run({"x": 1}, 1.0, True, {"compile_s": True})) is None
