@@ -6,8 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -142,3 +144,18 @@ def test_a_report_says_why_it_has_no_speedup(tmp_path) -> None:  # type: ignore[
     assert home.cli("report", "broken-baseline", "-o", str(out)).returncode == 0
     text = " ".join(Page(out.read_text()).text)
     assert "No speedup: the baseline has no valid measurement: trial" in text and "errored" in text
+
+
+def test_fleet_db_upgrade_on_a_plain_postgresql_url(postgres_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import uuid
+
+    url = postgres_server.create_database(f"t{uuid.uuid4().hex[:12]}")
+    assert url.startswith("postgresql+psycopg2://")
+    plain = "postgresql://" + url.split("://", 1)[1]  # as the README writes it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    env |= {"FLEET_DATABASE_URL": plain, "FLEET_HOME": str(tmp_path / ".fleet")}
+    done = subprocess.run(
+        [sys.executable, "-m", "fleet.cli", "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "is at revision" in done.stdout
