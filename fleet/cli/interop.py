@@ -216,3 +216,29 @@ def export_optuna_command(campaign: str, storage: str) -> None:
 def register_dashboard(main: Any, export: click.Group) -> None:
     main.add_to_section("Campaigns", dashboard)
     export.add_command(export_optuna_command)
+    export.add_command(export_mlflow_command)
+
+
+# -- MLflow --------------------------------------------------------------------------------------------------
+
+
+@click.command("mlflow")
+@click.argument("campaign")
+@click.option("--experiment", help="The MLflow experiment (default: the campaign's name); created when missing.")
+def export_mlflow_command(campaign: str, experiment: str | None) -> None:
+    """CAMPAIGN as MLflow runs: a parent run for the campaign, a child run per finished trial.
+
+    Knobs are params; the objective, numeric metrics and compile and evaluation seconds are metrics; state,
+    reason, worker and device are tags. The tracking server is MLflow's own (MLFLOW_TRACKING_URI). Needs the
+    `mlflow` extra.
+    """
+    _needs("mlflow", "mlflow")
+    from fleet.interop.mlflow_export import export_mlflow
+
+    store = open_store(read_only=True)
+    found = _campaign(store, campaign)
+    done = export_mlflow(store, found, experiment)
+    click.echo(
+        f"campaign {found.name}: parent run {done.parent_run_id} and {done.runs} trial runs in experiment "
+        f"{done.experiment_id} at {done.tracking_uri}"
+    )
