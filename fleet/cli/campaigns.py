@@ -340,6 +340,8 @@ def status(campaign: str | None, as_json: bool) -> None:
             "gpu": w.gpu,
             "heartbeat": w.heartbeat_at.isoformat(timespec="seconds"),
             **({"drives": [c.name for c in driven.get(w.name, [])]} if w.role == "driver" else {}),
+            # An unhealthy node (a full disk, an unwritable cache, no sandbox) hands its work back until it heals.
+            **({"fault": w.fault, "fault_since": w.fault_at.isoformat(timespec="seconds")} if w.fault else {}),
         }
         for w in live
     ]
@@ -385,6 +387,8 @@ def status(campaign: str | None, as_json: bool) -> None:
     for w in workers:
         drives = f"drives {', '.join(w['drives']) or 'nothing'}" if "drives" in w else ""
         click.echo(f"  {w['name']:<36} {w['role']:<6} {w['target']:<14} {w['gpu'] or drives}".rstrip())
+        if "fault" in w:
+            click.echo(f"    unhealthy since {w['fault_since']}: {w['fault']} (its work goes to other workers)")
     click.echo("")
     for line in queue_lines:
         click.echo(line)

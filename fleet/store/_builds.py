@@ -9,14 +9,14 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, and_, delete, or_, select, update
 
 from fleet.space import build_part
 from fleet.store._base import patient
 from fleet.store._hotpath import claim_params
 from fleet.store._models import Artifact, Trial, utcnow
 from fleet.store._trials import TrialStore
-from fleet.store._types import CompileStart, TrialWork
+from fleet.store._types import CompileStart, Requeue, TrialWork
 
 # An artifact's row as a statement that creates it returns it.
 ArtifactRow = namedtuple("ArtifactRow", [column.key for column in Artifact.__table__.columns])  # type: ignore[misc]
@@ -248,3 +248,47 @@ class BuildStore(TrialStore):
         )
         with self._steps() as connection:
             return list(connection.scalars(handed.order_by(Trial.id)))
+
+    @patient
+    def give_back(
+        self,
+        trial_id: int,
+        worker: str,
+        phase: str,
+        build_key: str | None = None,
+        toolchain: str | None = None,
+        fault: bool = True,
+    ) -> list[Requeue]:
+        """Send a trial this worker holds back to its queue: its node's fault (``fault``), or a message that
+        brought it to a worker of another target; never its configuration's.
+
+        The trial waits again as before its claim, with ``node_faults`` counted for a fault, and its evaluation
+        attempt returned. The build this worker was making for it (``build_key`` with ``toolchain``) is forgotten, never
+        recorded as failed, and so are the trials other compiles handed to that build: they wait again too.
+        Returns what to send.
+        """
+        waiting, running = ("new", "compiling") if phase == "compile" else ("compiled", "evaluating")
+        held = and_(Trial.worker == worker, Trial.state == running)
+        mine = Trial.id == trial_id
+        if build_key is not None:
+            mine = or_(mine, Trial.build_key == build_key)
+        with self.session() as session:
+            if build_key is not None:
+                building = [Artifact.build_key == build_key, Artifact.state == "building", Artifact.worker == worker]
+                if toolchain is not None:
+                    building.append(Artifact.toolchain == toolchain)
+                session.execute(delete(Artifact).where(*building))
+            rows = session.execute(
+                update(Trial)
+                .where(mine, held)
+                .values(
+                    state=waiting,
+                    worker=None,
+                    lease_expires_at=None,
+                    queued_at=utcnow(),
+                    node_faults=Trial.node_faults + (1 if fault else 0),
+                    attempts=Trial.attempts - (1 if phase == "evaluate" else 0),
+                )
+                .returning(Trial.id, Trial.target)
+            ).all()
+        return [Requeue(row.id, row.target, phase) for row in rows]

@@ -196,6 +196,9 @@ class Trial(Base):
     baseline: Mapped[bool] = mapped_column(Boolean, default=False)
     state: Mapped[str] = mapped_column(String(16), default="new")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Times a node's fault (a full disk, an unwritable cache, a sandbox that would not start) gave it back to
+    # its queue: counted here, never as an attempt against the configuration.
+    node_faults: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     worker: Mapped[str | None] = mapped_column(String(255), nullable=True)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
@@ -278,6 +281,10 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     stopped_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    # Why the worker's node is unhealthy (fleet.workers.health), since when; None while it is healthy. An
+    # unhealthy worker hands its work back until its node's check passes again.
+    fault: Mapped[str | None] = mapped_column(Text, nullable=True)
+    fault_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 
 
 class Chain(Base):

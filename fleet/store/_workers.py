@@ -122,3 +122,14 @@ class WorkerStore(StoreBase):
     def machines(self) -> list[Machine]:
         with self.session() as session:
             return list(session.scalars(select(Machine).order_by(Machine.hostname)))
+
+    @patient
+    def set_fault(self, name: str, fault: str | None) -> None:
+        """Say that worker ``name``'s node is unhealthy and why (``fault``), or healthy again (None)."""
+        with self.session() as session:
+            current = session.scalar(select(Worker.fault).where(Worker.name == name))
+            if current == fault:
+                return  # its start stays when the same fault is seen again
+            session.execute(
+                update(Worker).where(Worker.name == name).values(fault=fault, fault_at=utcnow() if fault else None)
+            )

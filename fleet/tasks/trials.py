@@ -25,6 +25,8 @@ from fleet.tasks.lifecycle import context
 from fleet.tasks.sending import send
 
 T = TypeVar("T")
+HAND_BACK_SECONDS = 2.0
+"""How long an unhealthy worker waits before it hands a message back, so that other workers take it."""
 log = logging.getLogger("fleet.worker")
 
 
@@ -48,6 +50,7 @@ def _each(
     trial_ids: list[int],
     one: Callable[[int], str],
     then: Callable[[int, str], list[Requeue]],
+    healthy: Callable[[], bool] = lambda: True,
 ) -> dict[str, int]:
     """Run ``one`` on each trial of a message in turn; return how many trials ended in each outcome.
 
@@ -59,6 +62,9 @@ def _each(
         Works on one trial and returns its outcome.
     then:
         What to send for a trial once ``one`` has returned its outcome.
+    healthy:
+        Whether this worker's node may take work now; an unhealthy one hands the message's trials back to the
+        queue, after a pause, so that another worker takes them (see ``fleet.workers.health``).
     """
     outcomes: Counter[str] = Counter()
     following: list[Requeue] = []
@@ -67,6 +73,12 @@ def _each(
     started = time.monotonic()
     try:
         for done, trial_id in enumerate(trial_ids):
+            if not healthy():
+                rest = [Requeue(later, target, name) for later in trial_ids[done:]]
+                outcomes["handed back"] += len(rest)
+                log.warning("this node is unhealthy: %d trials handed back to %s", len(rest), target)
+                time.sleep(HAND_BACK_SECONDS)  # the same messages would come straight back to this worker
+                break
             # Trials slower than the driver took them for: the rest go out one per message, for idle slots.
             held = time.monotonic() - started
             if done and held > SPLIT_SECONDS and held > CHEAP_SECONDS * done:
@@ -128,9 +140,10 @@ def compile(self: Task, target: str, trial_ids: list[int] | None = None, trial_i
             following.insert(0, Requeue(trial_id, target, "evaluate"))
         elif outcome == "lost":  # a database crash may have taken our claim, and the message with it
             following += ctx.store.resend(trial_id)
-        return following
+        return following + ctx.given_back()
 
-    return _each(self, "compile", target, _ids(trial_ids, trial_id), lambda t: compile_trial(ctx, t, handed), then)
+    trials = _ids(trial_ids, trial_id)
+    return _each(self, "compile", target, trials, lambda t: compile_trial(ctx, t, handed), then, ctx.healthy)
 
 
 @app.task(name="fleet.evaluate", bind=True)
@@ -148,9 +161,11 @@ def evaluate(self: Task, target: str, trial_ids: list[int] | None = None, trial_
             # An evaluation is sent only once its trial is compiled: a trial found still new was rolled back
             # by a database crash (workers commit without waiting for the disk), and nothing else will send it.
             return ctx.store.resend(trial_id, states=("new",))
-        return []
+        return ctx.given_back()
 
-    return _each(self, "evaluate", target, _ids(trial_ids, trial_id), lambda t: evaluate_trial(ctx, t), then)
+    return _each(
+        self, "evaluate", target, _ids(trial_ids, trial_id), lambda t: evaluate_trial(ctx, t), then, ctx.healthy
+    )
 
 
 @app.task(name="fleet.anneal_step", bind=True)

@@ -13,6 +13,7 @@ from celery import Task
 
 from fleet.tasks._app import app
 from fleet.tasks.lifecycle import context
+from fleet.tasks.sending import send
 
 
 @app.task(name="fleet.tvm_measure", bind=True)
@@ -26,5 +27,6 @@ def tvm_measure(self: Task, trial_id: int, target: str) -> str:
     if outcome == "skipped" and ctx.store.trial(trial_id).state != "compiled":
         return outcome  # another worker holds it, or it is finished
     if outcome in ("compiled", "skipped"):
-        return evaluate_trial(ctx, trial_id)
+        outcome = evaluate_trial(ctx, trial_id)
+    send(ctx.given_back())  # a node's fault, or a trial of another target: back to its queue
     return outcome

@@ -7,6 +7,7 @@ and only the lease holder records.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import socket
@@ -19,16 +20,20 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from fleet.errors import SpecError, StoreUnavailable
+from fleet.errors import NodeFault, SpecError, StoreUnavailable
 from fleet.settings import Settings
 from fleet.space import build_part
-from fleet.store import INLINE_BYTES, Store, TrialWork
+from fleet.store import INLINE_BYTES, Requeue, Store, TrialWork
+from fleet.workers import health
 from fleet.workers.cache import ArtifactCache
 from fleet.workers.gpus import Device, describe_device
 from fleet.workers.observers import observed
 from fleet.workers.workloads import Job, Workload, load_workload
 
+log = logging.getLogger("fleet.worker")
 BUILD_POLL_SECONDS = 0.2
+# An unhealthy worker checks its node again at most this often, and hands work back meanwhile.
+HEALTH_SECONDS = 5.0
 # Campaigns whose toolchain a compile claim brings along (see Store.start_compile): a bound on its parameter.
 KNOWN_CAMPAIGNS = 64
 
@@ -66,6 +71,13 @@ class WorkerContext:
     _toolchains: dict[str, str] = field(default_factory=dict, repr=False)
     toolchains: dict[int, str] = field(default_factory=dict, repr=False)
     _lap: float = field(default_factory=time.monotonic, repr=False)
+    # Why this worker's node is unhealthy (fleet.workers.health), when it was last checked, and the trials a
+    # fault gave back, for the task to send.
+    fault: str | None = None
+    # The target this worker serves (the launcher's FLEET_WORKER_TARGET): a claimed trial of another is given back.
+    target: str | None = field(default_factory=lambda: os.environ.get("FLEET_WORKER_TARGET") or None)
+    _fault_checked: float = 0.0
+    _given_back: list[Requeue] = field(default_factory=list, repr=False)
 
     def lap(self) -> float:
         """Seconds since the last lap (or since the process began): a slot's time on one trial, when each
@@ -152,6 +164,46 @@ class WorkerContext:
         # Renew three times per lease, so one slow database round trip does not lose the work.
         return min(5.0, self.settings.lease_seconds / 3)
 
+    def node_fault(self, trial_id: int, phase: str, fault: NodeFault | str, build_key: str | None = None) -> str:
+        """Give the trial back to its queue for a fault of this node, and say the node is unhealthy."""
+        self.fault, self._fault_checked = str(fault), time.monotonic()
+        self.store.set_fault(self.name, self.fault)
+        given = self.store.give_back(trial_id, self.owner, phase, build_key)
+        log.warning("this node is unhealthy: %s; trials %s go back to their queue", self.fault, [r.trial_id for r in given])
+        self._given_back += given
+        return "node fault"
+
+    def misrouted(self, work: TrialWork, phase: str) -> bool:
+        """Whether ``work`` is for another target than this worker's: then it is given back, for its own queue.
+
+        A message names its target, but anyone who can write to the broker can send one: a hand-made
+        ``fleet.compile`` naming an ``sm_90`` trial must not be built and measured on a CPU worker.
+        """
+        if self.target is None or work.target == self.target:
+            return False
+        log.warning("trial %d is for %s, not this worker's %s: given back", work.trial_id, work.target, self.target)
+        build_key = work.build_key if phase == "compile" else None
+        self._given_back += self.store.give_back(work.trial_id, self.owner, phase, build_key, fault=False)
+        return True
+
+    def given_back(self) -> list[Requeue]:
+        """The trials :meth:`node_fault` gave back since the last call: to send again."""
+        given, self._given_back = self._given_back, []
+        return given
+
+    def healthy(self) -> bool:
+        """Whether this worker may take work: its node has no fault, or a new check (every few seconds) passed."""
+        if self.fault is None:
+            return True
+        if time.monotonic() - self._fault_checked < HEALTH_SECONDS:
+            return False
+        self._fault_checked = time.monotonic()
+        if health.check(self.settings.cache_dir) is not None:
+            return False
+        self.fault = None
+        self.store.set_fault(self.name, None)
+        return True
+
     def ticker(self, trial_id: int, build_key: str | None = None) -> Callable[[], bool]:
         """Renews this worker's lease while a command runs; False once the lease is lost."""
         return lambda: self.store.renew(trial_id, self.owner, self.settings.lease_seconds, build_key)
@@ -176,6 +228,8 @@ def compile_trial(ctx: WorkerContext, trial_id: int, handed: list[int] | None = 
         return start.outcome
     work, artifact = start.work, start.artifact
     assert work is not None
+    if ctx.misrouted(work, "compile"):
+        return "misrouted"
     try:
         tick = ctx.ticker(trial_id)
         toolchain = ctx.toolchain(work.campaign_id, work.workload, tick)
@@ -218,6 +272,14 @@ def compile_trial(ctx: WorkerContext, trial_id: int, handed: list[int] | None = 
             artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts, toolchain)
     except StoreUnavailable:
         raise  # not the trial's fault: its lease gives it back once the database answers again
+    except NodeFault as fault:
+        return ctx.node_fault(trial_id, "compile", fault, work.build_key)
+    except OSError as error:  # the worker's own files: its scratch, its cache
+        fault = health.from_os_error(error, "the build")
+        if fault is None:
+            ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"compile failed: {error!r}")
+            raise
+        return ctx.node_fault(trial_id, "compile", fault, work.build_key)
     except ToolchainError as error:
         # Its own reason, one line: the fix is to install the compiler on this node, not in the spec.
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=str(error))
@@ -272,6 +334,8 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
     work = ctx.store.claim(trial_id, "evaluate", ctx.owner, s.lease_seconds, s.max_attempts, device.kind)
     if work is None:
         return "skipped"
+    if ctx.misrouted(work, "evaluate"):
+        return "misrouted"
     if work.reuse is not None:
         # Measured before with the same toolchain on the same kind of device: that measurement answers.
         state = "evaluated" if work.reuse_valid else "invalid"
@@ -299,6 +363,15 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
             measured = observed(ctx.gpu, lambda: workload.evaluate(job, data), workload.definition.get("objective"))
     except StoreUnavailable:
         raise  # as in compile_trial
+    except NodeFault as fault:
+        return ctx.node_fault(trial_id, "evaluate", fault)
+    except OSError as error:
+        fault = health.from_os_error(error, "the evaluation")
+        if fault is None:
+            reason = f"evaluate failed: {error!r}"
+            ctx.store.record(trial_id, ctx.owner, state="errored", reason=reason, seconds=ctx.lap())
+            raise
+        return ctx.node_fault(trial_id, "evaluate", fault)
     except Exception as error:
         ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}", seconds=ctx.lap())
         raise

@@ -92,6 +92,14 @@ class Completed:
         return f"{what} exited with status {self.returncode}" + (f": {last.strip()[:300]}" if last else "")
 
 
+def _status(code: int, boxed: bool) -> int:
+    """The command's exit status as Popen gives it: negative for a signal. Bubblewrap's init exits with 128 + N
+    for a command killed by signal N, as a shell does; it is said as the signal it was."""
+    if boxed and 128 < code <= 128 + 64:
+        return 128 - code
+    return code
+
+
 def _signal_name(number: int) -> str:
     """`` (SIGSEGV)`` for 11: what a reader of ``killed by signal 11`` needs; nothing for a signal with no name."""
     return f" ({signal.Signals(number).name})" if number in {s.value for s in signal.Signals} else ""
@@ -197,7 +205,7 @@ def run(
             err.seek(0)
         return Completed(
             argv,
-            None if timed_out else proc.returncode,
+            None if timed_out else _status(proc.returncode, boxed),
             _text(out.read()),
             _text(err.read()),
             seconds,

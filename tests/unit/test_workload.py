@@ -719,3 +719,8 @@ def test_unpack_keeps_an_absolute_name_inside_the_destination(tmp_path: Path) ->
     unpack(_tar_gz(tarfile.TarInfo(str(target))), destination)
     assert not target.exists()
     assert (destination / str(target).lstrip("/")).read_bytes() == b"evil"
+
+
+def test_runner_says_a_command_the_sandbox_saw_killed_by_a_signal_was_killed_by_it(tmp_path: Path) -> None:
+    done = run(["sh", "-c", "kill -SEGV $$"], cwd=tmp_path, timeout=30)
+    assert done.failure("the run") == "the run was killed by signal 11 (SIGSEGV)"

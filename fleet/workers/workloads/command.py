@@ -17,6 +17,7 @@ from typing import Any
 from fleet.bundle import pack, unpack
 from fleet.errors import SpecError
 from fleet.spec.workloads.command import CommandSpec, fill, names_in
+from fleet.workers import health
 from fleet.workers.runner import Completed, run
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
@@ -63,6 +64,9 @@ class CommandWorkload(CommandSpec, Workload):
         )
         log = (done.stdout_tail + done.stderr_tail)[-4096:]
         if not done.ok:
+            fault = health.fault_in(done, job.scratch)
+            if fault is not None:
+                raise fault  # the node's disk, not the configuration: never remembered as its failure
             return Built(None, done.failure("the build"), log, done.seconds)
         try:
             files = _artifacts(job.scratch, self.definition.get("artifacts") or None)
@@ -89,6 +93,9 @@ class CommandWorkload(CommandSpec, Workload):
                 network=self.network,
             )
             if not last.ok:
+                fault = health.fault_in(last, job.scratch)
+                if fault is not None:
+                    raise fault
                 return Measured(
                     state="errored",
                     reason=last.failure("the run"),

@@ -1,0 +1,71 @@
+"""Whether a fault is the node's, and whether the node is healthy again.
+
+A full disk, a read-only or unwritable cache, a sandbox that cannot start: none of these says anything about the
+configuration being tried. A trial that meets one goes back to its queue for another worker (counted in its
+``node_faults``, not as an attempt), no build is recorded as failed for it, and the worker says its node is
+unhealthy (``fleet status``) and hands work back until :func:`check` passes again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from pathlib import Path
+
+from fleet.errors import NodeFault
+from fleet.workers import sandbox
+from fleet.workers.runner import Completed
+
+# Errors of the node's own storage, whoever met them: the worker writing its cache, or a compiler its output.
+NODE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+# What a command says when it met one of them (strerror's words, which compilers and linkers print).
+_NODE_WORDS = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS))
+# Less room than this on a scratch's filesystem after a failed command: the disk, not the command, failed.
+LOW_SPACE_BYTES = 16 << 20
+# A write of this size must succeed for the node to count as healthy again.
+PROBE_BYTES = 1 << 20
+
+
+def from_os_error(error: OSError, where: str) -> NodeFault | None:
+    """The node's fault that ``error`` (met by the worker itself, ``where``) stands for, or None."""
+    if error.errno not in NODE_ERRNOS:
+        return None
+    return NodeFault(f"{where}: {error.strerror} ({error.filename or 'the worker'})")
+
+
+def fault_in(done: Completed, scratch: Path) -> NodeFault | None:
+    """The node's fault that made a command fail, or None when the failure is the command's own.
+
+    Either the command said so (``No space left on device``, ``Read-only file system``, ``Disk quota
+    exceeded``), or its scratch's filesystem has almost no room left after it.
+    """
+    if done.ok or done.timed_out:
+        return None
+    said = next((words for words in _NODE_WORDS if words in done.stderr or words in done.stdout), None)
+    try:
+        room = os.statvfs(scratch)
+        free = room.f_bavail * room.f_frsize
+    except OSError:
+        free = LOW_SPACE_BYTES
+    if said is None and free >= LOW_SPACE_BYTES:
+        return None
+    return NodeFault(f"{said or 'the disk is full'} under {scratch} ({free >> 20} MiB free)")
+
+
+def check(cache_dir: Path) -> str | None:
+    """Why this node is still unhealthy, or None: its cache takes a write, and the sandbox starts."""
+    probe = cache_dir / f".fleet-health-{os.getpid()}"
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as file:
+            file.write(b"\0" * PROBE_BYTES)
+            file.flush()
+            os.fsync(file.fileno())
+    except OSError as error:
+        return f"the cache {cache_dir}: {error.strerror}"
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    sandbox.probe.cache_clear()
+    return sandbox.probe() if sandbox.configured() == "bwrap" else None
