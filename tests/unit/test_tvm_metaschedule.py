@@ -7,6 +7,7 @@ fleet/tvm/metaschedule.py, fleet/bench/tvm.py.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,9 @@ def measure(data: bytes, scratch: Path, repeat: int = 3) -> object:
 def test_a_candidate_is_measured_in_a_child_with_the_evaluator_config(tmp_path: Path) -> None:
     path, args = built_candidate()
     assert tvm_target("cpu-x86_64", 2).export()["num-cores"] == 2  # MetaSchedule needs it on a CPU
-    measured = measure(pack_candidate(path, "cpu", args), tmp_path)
+    data = pack_candidate(path, "cpu", args)
+    shutil.rmtree(Path(path).parent)  # the builder's temporary folder: MetaSchedule's callback removes it in a tune
+    measured = measure(data, tmp_path)
     assert measured.state == "evaluated", measured.stderr_tail
     secs = run_secs(measured.metrics, measured.objective)
     assert len(secs) == 3 and all(0 < s < 1 for s in secs)  # one per repeat, as LocalRunner's run_secs
