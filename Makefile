@@ -46,7 +46,9 @@ lint: $(STAMP)
 bench: $(STAMP) services
 	$(BIN)/fleet bench dispatch
 	$(BIN)/fleet bench search --space all
+	$(BIN)/fleet bench search --history ../shared/tuning-spaces
 	$(BIN)/fleet bench miopen
+	$(BIN)/fleet bench history
 	$(BIN)/fleet bench share
 	$(BIN)/fleet bench scale
 	$(BIN)/fleet bench pipeline

@@ -860,9 +860,14 @@ def _cross_validate_command(
 def _history_command(
     paths: Sequence[Path], history: str, repeats: int, slots: int, horizon: float, jobs: int, as_json: bool
 ) -> None:
-    from fleet.bench.transfer import run_history, table
+    from fleet.bench.transfer import RANDOM, WITH, WITHOUT, compare, histories, table
 
-    result = run_history(paths, history, repeats=repeats, slots=slots, horizon=horizon, jobs=jobs)
+    started = time.monotonic()
+    known = histories(paths, history)
+    variants = [Variant(WITH, "auto", (("history", True),)), Variant(WITHOUT, "auto"), Variant(RANDOM, "random")]
+    rows, _ = run(paths, variants, repeats=repeats, slots=slots, horizon=horizon, jobs=jobs, histories=known)
+    result = compare(rows, known)
+    result[-1].update(repeats=repeats, slots=slots, wall_s=round(time.monotonic() - started, 1))
     if as_json:
         click.echo(json.dumps(result, indent=1))
         return

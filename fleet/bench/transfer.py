@@ -11,7 +11,6 @@ what the history trials cost. A space with no related space runs ``auto`` with n
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -192,27 +191,3 @@ def table(result: Sequence[Mapping[str, Any]]) -> list[str]:
         shown = "  ".join(f"{v:>7.3f}        " if v is not None else f"{'-':>15}" for v in values)
         lines.append(f"  {what + ' (with a related space)':<{width + 16}}  {shown}")
     return lines
-
-
-def run_history(
-    paths: Sequence[Path],
-    history: Path | str,
-    *,
-    repeats: int,
-    slots: int,
-    horizon: float,
-    jobs: int,
-    progress: bool = True,
-) -> list[dict[str, Any]]:
-    """Score ``auto`` with history, ``auto`` and random search on ``paths``; see the module docstring."""
-    from fleet.bench.search import Variant, run
-
-    started = time.monotonic()
-    known = histories(paths, history)
-    variants = [Variant(WITH, "auto", (("history", True),)), Variant(WITHOUT, "auto"), Variant(RANDOM, "random")]
-    rows, _ = run(
-        paths, variants, repeats=repeats, slots=slots, horizon=horizon, jobs=jobs, histories=known, progress=progress
-    )
-    result = compare(rows, known)
-    result[-1].update(repeats=repeats, slots=slots, wall_s=round(time.monotonic() - started, 1))
-    return result

@@ -32,6 +32,9 @@ fewer when the sources agree on their best."""
 MOST_FIRST = 12
 """Most configurations measured first from history, however much the sources disagree."""
 
+MOST_TRANSFERRED = 200
+"""Most configurations transferred: the first ones and the ``transfer`` technique's, which takes few more."""
+
 SHARED = 0.5
 """A source transfers when the knobs it shares with this space are at least this fraction of this space's knobs and
 of its own: an older version of a kernel (6 of 10 knobs) does, another kernel with a block size or two does not."""
@@ -211,7 +214,7 @@ def transfer(space: Space, sources: Sequence[Source], *, top: int = TOP) -> list
                 lead = min(lead, rank)
         result.append(Transferred(config, total / len(projected), tuple(n for _, n in sorted(named)), lead))
     # sorted() is stable: ties keep the order the candidates were first seen in.
-    return sorted(result, key=lambda t: -t.score)
+    return sorted(result, key=lambda t: -t.score)[:MOST_TRANSFERRED]
 
 
 def first_count(transferred: Sequence[Transferred], leaders: int = LEADERS) -> int:
