@@ -257,14 +257,26 @@ def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: b
 
 
 def _failed(store: Any, campaign: Any) -> str | None:
-    """Why a campaign that ended is a failure (a problem with no valid measurement), on one line; else None."""
-    from fleet.campaign import summarize
+    """Why a campaign that ended is a failure (a problem with no valid measurement), on one line; else None.
 
-    summaries = summarize(store, campaign)
-    empty = [s for s in summaries if s.best is None]
+    Two queries whatever the campaign's size (an imported MIOpen database is a campaign of thousands of problems):
+    its tally and its problems, not a summary with a baseline looked up per problem.
+    """
+    from fleet.spec.workloads import load_workload_spec
+
+    tallies = store.tally(campaign.id, load_workload_spec(campaign.workload).maximize)
+    problems = store.campaign_problems(campaign.id)
+
+    # Evaluated is valid: a run that failed is errored or invalid. Not the tally's best, which needs an objective
+    # that some valid results have none of (a perf-db's tuned parameters). The baseline's runs are not the search's.
+    def evaluated(problem_id: int) -> int:
+        tally = tallies.get(problem_id)
+        return 0 if tally is None else tally.counts.get("evaluated", 0) - tally.baselines.get("evaluated", 0)
+
+    empty = [p for p in problems if not evaluated(p.id)]
     if not empty:
         return None
-    some = "" if len(empty) == len(summaries) else f" for {len(empty)} of its {len(summaries)} problems"
+    some = "" if len(empty) == len(problems) else f" for {len(empty)} of its {len(problems)} problems"
     reasons = failure_reasons(store, campaign.id)
     if not reasons:
         return f"no valid measurement{some}: none of its trials finished"

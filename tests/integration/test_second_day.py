@@ -77,6 +77,11 @@ def test_a_campaign_with_no_valid_measurement_shows_as_failed_with_its_reason(tm
     assert "failed: no valid measurement: no objective in the run's output" in listing
     entry = json.loads(home.cli("status", "wrong", "--json").stdout)["campaigns"][0]
     assert entry["status"] == "failed" and entry["reason"].startswith("no valid measurement")
+    # Valid results without an objective (a perf-db's tuned parameters) are no failure.
+    perf_db = Path(__file__).resolve().parents[2] / "examples" / "miopen" / "gfx900_56.db"
+    assert home.cli("miopen", "import-db", str(perf_db), "--target", "gfx900:56").returncode == 0
+    imported = json.loads(home.cli("status", "--json").stdout)["campaigns"]
+    assert [c["status"] for c in imported if c["name"].startswith("import-gfx900_56.db")] == ["done"]
 
 
 def test_resume_of_a_cancelled_campaign_refuses_or_with_force_runs_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
