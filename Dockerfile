@@ -1,8 +1,9 @@
-# Fleet's image for compose.yaml: the CLI, the workers (with gcc for the command workloads) and Flower.
+# Fleet's image for compose.yaml: the CLI, the workers (with gcc for the command workloads and bubblewrap for
+# their sandbox) and Flower.
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && apt-get install -y --no-install-recommends gcc libc6-dev bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 
 COPY pyproject.toml README.md /src/

@@ -47,7 +47,16 @@ def test_compose_file_follows_the_compose_specification() -> None:
     jsonschema.Draft201909Validator(schema).validate(compose())
 
 
-def test_docker_compose_resolves_the_file_with_the_example_environment() -> None:
+def compose_secrets(env_file: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "compose-secrets"), "--env-file", str(env_file), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_docker_compose_resolves_the_file_with_the_example_environment(tmp_path: Path) -> None:
     executable = shutil.which("docker-compose")
     assert executable, "run scripts/install-services (Debian's docker-compose)"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POSTGRES_", "REDIS_", "FLOWER_", "FLEET_"))}
@@ -64,8 +73,26 @@ def test_docker_compose_resolves_the_file_with_the_example_environment() -> None
     services = resolved["services"]
     expected = {"postgres", "redis", "migrate", "flower", "worker", "driver", "gpu-worker"}
     assert set(services) == readme_services() == expected
-    # Secrets come from the environment file and reach the URLs; Flower is on loopback by default.
-    assert services["worker"]["environment"]["FLEET_BROKER_URL"] == "redis://:change-me-redis@redis:6379/0"
+    # No container's environment holds a password or a URL with one: they are secret files, read by Fleet
+    # (FLEET_*_URL_FILE), PostgreSQL (POSTGRES_PASSWORD_FILE) and Redis's start. Flower's basic auth is Flower's.
+    for name, service in services.items():
+        environment = service.get("environment", {})
+        assert not {"FLEET_DATABASE_URL", "FLEET_BROKER_URL", "POSTGRES_PASSWORD", "REDIS_PASSWORD"} & set(environment)
+        assert not any("change-me" in str(v) for k, v in environment.items() if k != "FLOWER_BASIC_AUTH"), name
+    fleet_services = ("migrate", "flower", "worker", "driver", "gpu-worker")
+    for name in fleet_services:
+        assert services[name]["environment"]["FLEET_DATABASE_URL_FILE"] == "/run/secrets/fleet_database_url"
+        assert services[name]["environment"]["FLEET_BROKER_URL_FILE"] == "/run/secrets/fleet_broker_url"
+        assert {s["source"] if isinstance(s, dict) else s for s in services[name]["secrets"]} == {
+            "fleet_database_url",
+            "fleet_broker_url",
+        }
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres_password"
+    assert resolved["secrets"]["fleet_database_url"]["file"] == str(ROOT / "secrets" / "fleet_database_url")
+    # The workers' sandbox may make its namespaces; nothing else is unconfined.
+    for name in ("worker", "gpu-worker"):
+        assert "seccomp=unconfined" in services[name]["security_opt"]
+    assert not any("security_opt" in services[name] for name in ("migrate", "flower", "driver", "postgres", "redis"))
     assert services["flower"]["environment"]["FLOWER_BASIC_AUTH"] == "fleet:change-me-flower"
     assert services["flower"]["ports"] == ["127.0.0.1:5555:5555/tcp"]
     assert services["migrate"]["command"] == ["fleet", "db", "upgrade"]
@@ -85,12 +112,21 @@ def test_docker_compose_resolves_the_file_with_the_example_environment() -> None
     assert devices[0]["capabilities"][0] == "gpu" and services["gpu-worker"]["profiles"] == ["gpu"]
     redis_conf = " ".join(services["redis"]["command"])
     assert "appendonly yes" in redis_conf and "maxmemory-policy noeviction" in redis_conf
-    assert "requirepass" in redis_conf
+    assert "requirepass" in redis_conf and "/run/secrets/redis_password" in redis_conf
 
-    # Without a password the file refuses to resolve, rather than starting an open Redis.
-    missing = subprocess.run([*base, "config"], env=env, capture_output=True, text=True, check=False)
-    assert missing.returncode != 0
-    assert "PASSWORD" in missing.stderr
+    # The secret files: mode 0600, the URLs built from .env's passwords.
+    written = compose_secrets(EXAMPLE_ENV, tmp_path / "secrets")
+    assert written.returncode == 0, written.stderr
+    files = {p.name: p for p in (tmp_path / "secrets").iterdir()}
+    assert set(files) == set(resolved["secrets"])
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in files.values())
+    assert files["fleet_broker_url"].read_text().strip() == "redis://:change-me-redis@redis:6379/0"
+
+    # Without a password no file is written, rather than a stack with an open Redis.
+    (tmp_path / "no-passwords.env").write_text("POSTGRES_USER=fleet\n")
+    missing = compose_secrets(tmp_path / "no-passwords.env", tmp_path / "none")
+    assert missing.returncode != 0 and "PASSWORD" in missing.stderr + missing.stdout
+    assert not (tmp_path / "none").exists()
 
     # With the example's placeholder passwords, Fleet's services refuse to start: migrate fails, and all
     # the others wait for it; Flower (which imports Fleet's settings) stops too.
@@ -98,7 +134,10 @@ def test_docker_compose_resolves_the_file_with_the_example_environment() -> None
         ("migrate", [sys.executable, "-m", "fleet.cli", "db", "upgrade"]),
         ("flower", [sys.executable, "-c", "import fleet.tasks"]),
     ):
-        service_env = {k: str(v) for k, v in services[name]["environment"].items() if k != "FLEET_HOME"}
+        service_env = {
+            "FLEET_DATABASE_URL_FILE": str(files["fleet_database_url"]),
+            "FLEET_BROKER_URL_FILE": str(files["fleet_broker_url"]),
+        }
         refused = subprocess.run(command, env={**env, **service_env}, capture_output=True, text=True, check=False)
         assert refused.returncode != 0, name
         assert "placeholder password of .env.example" in refused.stderr, refused.stderr
