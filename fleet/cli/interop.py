@@ -217,6 +217,10 @@ def register_dashboard(main: Any, export: click.Group) -> None:
     main.add_to_section("Campaigns", dashboard)
     export.add_command(export_optuna_command)
     export.add_command(export_mlflow_command)
+    from fleet.bench.dashboard import bench_dashboard_command
+    from fleet.cli.bench import bench
+
+    bench.add_command(bench_dashboard_command, "dashboard")
 
 
 # -- MLflow --------------------------------------------------------------------------------------------------

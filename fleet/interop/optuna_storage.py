@@ -16,8 +16,9 @@ new                                     WAITING
 compiling, compiled, evaluating         RUNNING
 ======================================  =================================================
 
-User attributes carry Fleet's trial id, state, worker, device, compile and evaluation seconds and the numeric
-metrics. Nothing is copied: each call reads the database through :mod:`fleet.store`. Every write raises.
+User attributes carry Fleet's trial id, state, reason, worker, device, and compile and evaluation seconds. Nothing
+is copied: each call reads the database through :mod:`fleet.store` (a finished trial, which never changes, is built
+once and kept by the adapter). Every write raises.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import threading
 import time
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution
@@ -86,6 +87,8 @@ class FleetStorage(BaseStorage):
         self._directions: dict[int, StudyDirection] = {}
         self._lock = threading.Lock()
         self._recent: dict[int, tuple[float, list[FrozenTrial]]] = {}
+        self._kept: dict[int, dict[int, FrozenTrial]] = {}
+        self._shared: dict[int, dict[str, BaseDistribution]] = {}
 
     # -- studies ---------------------------------------------------------------------------------------------
 
@@ -196,43 +199,61 @@ class FleetStorage(BaseStorage):
         return trials
 
     def _trials(self, study: _Study) -> list[FrozenTrial]:
+        """The study's trials. A finished trial never changes: it is built once and kept, so that a dashboard that
+        polls a running campaign reads only the ids and states of the others, and the rows of what changed."""
         measured = func.coalesce(Trial.source_trial_id, Trial.id)
-        query = (
-            select(
-                Trial.id,
-                Trial.config,
-                Trial.state,
-                Trial.reason,
-                Trial.worker,
-                Trial.compile_seconds,
-                Trial.eval_seconds,
-                Trial.created_at,
-                Trial.started_at,
-                Trial.finished_at,
-                Measurement.objective,
-                Measurement.valid,
-                Measurement.metrics,
-                Measurement.device_kind,
-            )
-            .outerjoin(Measurement, Measurement.trial_id == measured)
-            .where(Trial.campaign_id == study.campaign_id, Trial.problem_id == study.problem_id)
-            .order_by(Trial.id)
+        columns = (
+            Trial.id,
+            Trial.config,
+            Trial.state,
+            Trial.reason,
+            Trial.worker,
+            Trial.compile_seconds,
+            Trial.eval_seconds,
+            Trial.created_at,
+            Trial.started_at,
+            Trial.finished_at,
+            Measurement.objective,
+            Measurement.valid,
+            Measurement.device_kind,
         )
+        mine = (Trial.campaign_id == study.campaign_id, Trial.problem_id == study.problem_id)
+        kept = self._kept.setdefault(study.id, {})
         with self.store.transaction() as connection:
-            rows = connection.execute(query).all()
-        distributions = self._distributions(study, rows)
-        return [self._frozen(number, row, distributions) for number, row in enumerate(rows)]
+            if kept:
+                ids = [r.id for r in connection.execute(select(Trial.id).where(*mine).order_by(Trial.id))]
+                wanted = [i for i in ids if i not in kept]
+            rows = []
+            if not kept or len(wanted) > 5000:
+                query = select(*columns).outerjoin(Measurement, Measurement.trial_id == measured).where(*mine)
+                rows = connection.execute(query.order_by(Trial.id)).all()
+                ids = [r.id for r in rows]
+            elif wanted:
+                query = select(*columns).outerjoin(Measurement, Measurement.trial_id == measured)
+                rows = connection.execute(query.where(Trial.id.in_(wanted))).all()
+        distributions = self._shared.get(study.id)
+        if distributions is None or any(not _fits(r.config, distributions) for r in rows):
+            distributions = self._distributions(study, rows, kept.values())
+            self._shared[study.id] = distributions
+            kept.clear()  # built with other distributions
+        position = {trial_id: number for number, trial_id in enumerate(ids)}
+        fresh = {r.id: self._frozen(position[r.id], r, distributions) for r in rows if r.id in position}
+        for trial_id, trial in fresh.items():
+            if trial.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED):
+                kept[trial_id] = trial
+        return [fresh.get(i) or kept[i] for i in ids]
 
     @staticmethod
-    def _distributions(study: _Study, rows: Sequence[Any]) -> dict[str, BaseDistribution]:
+    def _distributions(study: _Study, rows: Sequence[Any], kept: Any = ()) -> dict[str, BaseDistribution]:
         """One categorical distribution per knob, shared by every trial of the study: the space's values, then any
         other value a trial holds."""
         choices: dict[str, list[Any]] = {}
         for name, knob in (study.space.get("knobs") or {}).items():
             choices[name] = list(knob["values"] if isinstance(knob, dict) else knob)
         seen = {name: set(map(_hashable, values)) for name, values in choices.items()}
-        for row in rows:
-            for name, value in (row.config or {}).items():
+        configs = [r.config or {} for r in rows] + [t.params for t in kept]
+        for config in configs:
+            for name, value in config.items():
                 if not isinstance(value, (bool, int, float, str)) and value is not None:
                     continue
                 known = seen.setdefault(name, set())
@@ -257,9 +278,6 @@ class FleetStorage(BaseStorage):
             ("eval_seconds", row.eval_seconds),
         ):
             if value is not None:
-                attrs[name] = value
-        for name, value in (row.metrics or {}).items():
-            if isinstance(value, (int, float, str)) and name not in attrs:
                 attrs[name] = value
         params = {k: v for k, v in (row.config or {}).items() if k in distributions}
         finished = state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
@@ -340,6 +358,22 @@ def _hashable(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
+_OFFSET = datetime.now().astimezone().utcoffset() or timedelta(0)
+
+
 def _local(moment: datetime | None) -> datetime | None:
-    """Fleet's naive UTC as the naive local time of Optuna's FrozenTrial."""
-    return None if moment is None else moment.replace(tzinfo=UTC).astimezone().replace(tzinfo=None)
+    """Fleet's naive UTC as the naive local time of Optuna's FrozenTrial (this process's offset from UTC)."""
+    return None if moment is None else moment + _OFFSET
+
+
+def _fits(config: dict[str, Any] | None, distributions: dict[str, BaseDistribution]) -> bool:
+    """Whether every knob value of ``config`` is among its distribution's choices."""
+    for name, value in (config or {}).items():
+        distribution = distributions.get(name)
+        if distribution is None:
+            if isinstance(value, (bool, int, float, str)):
+                return False
+            continue
+        if value not in distribution.choices:  # type: ignore[attr-defined]
+            return False
+    return True
