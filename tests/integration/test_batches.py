@@ -153,7 +153,8 @@ def test_a_worker_killed_in_the_middle_of_a_message_gives_each_of_its_trials_bac
     marker = fleet.home / "killed"
     modes = ["a", "killonce", "bb", "ccc", "dddd", "eeeee"]
     trial_ids = script_trials(fleet, modes, run=[sys.executable, "poison.py", "{mode}", str(marker)])
-    fleet.start_worker("--eval-procs", "1")
+    # Without the sandbox: in it, a workload can reach neither its worker nor a file outside its scratch.
+    fleet.start_worker("--eval-procs", "1", env={"FLEET_SANDBOX": "none"})
 
     # One message for all six: the second run kills the process measuring them, the others wait in it.
     send([Requeue(trial_id, fleet.target, "compile") for trial_id in trial_ids], batch=len(trial_ids))

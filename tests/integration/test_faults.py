@@ -109,7 +109,8 @@ def test_build_failure_and_run_timeout_are_errored_and_the_worker_goes_on(fleet:
 
 
 def test_a_trial_that_kills_its_worker_every_time_is_errored_after_bounded_attempts(fleet: Fleet) -> None:
-    fleet.start_worker()
+    # Without the sandbox, where a workload can kill its worker (as a crash of the worker would).
+    fleet.start_worker(env={"FLEET_SANDBOX": "none"})
     spec = write_spec(fleet.home, script_spec(fleet, ["kill", "ok"]))
 
     done = fleet.cli("tune", str(spec), "--json", check=True, timeout=180)
