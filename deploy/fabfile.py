@@ -88,6 +88,11 @@ class Node:
         return f"{self.prefix}/venv"
 
     @property
+    def credentials(self) -> str:
+        """The folder of the URL files (beside the environment file): root's under systemd, else the user's."""
+        return os.path.dirname(self.env_file)
+
+    @property
     def cache(self) -> str:
         return f"{self.prefix}/cache"
 
@@ -229,6 +234,21 @@ def install(c: Connection, node: Node, wheelhouse: Path) -> str:
 # -- the environment file and the units ---------------------------------------------------------------------
 
 
+# The secrets, each in a file of its own (mode 0600) beside the environment file, never in it: a unit loads them
+# as systemd credentials (LoadCredential=, read by Fleet from $CREDENTIALS_DIRECTORY), a plain node names them
+# with FLEET_*_URL_FILE. No process's environment then holds a password.
+SECRET_FILES = {"FLEET_DATABASE_URL": "database-url", "FLEET_BROKER_URL": "broker-url"}
+
+
+def split_secrets(node: Node, values: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The environment file's values, and the secret files' contents by path."""
+    plain = {k: v for k, v in values.items() if k not in SECRET_FILES}
+    files = {f"{node.credentials}/{name}": values[key] for key, name in SECRET_FILES.items() if key in values}
+    if not node.systemd:
+        plain |= {f"{key}_FILE": f"{node.credentials}/{name}" for key, name in SECRET_FILES.items() if key in values}
+    return plain, files
+
+
 def node_environment(
     host: str, node: Node, *, target: str | None, gpus: str | None, environ: dict[str, str] | None = None
 ) -> dict[str, str]:
@@ -319,6 +339,7 @@ def render_units(node: Node, args: list[str], gpu_indices: list[int], timeout: i
     common = {
         "@USER@": node.user,
         "@ENV_FILE@": node.env_file,
+        "@CREDENTIALS@": node.credentials,
         "@HOME@": f"{node.prefix}/home",
         "@CACHE@": node.cache,
         "@LOGS@": node.logs,
@@ -365,6 +386,7 @@ def render_driver_unit(node: Node, args: list[str]) -> str:
         {
             "@USER@": node.user,
             "@ENV_FILE@": node.env_file,
+            "@CREDENTIALS@": node.credentials,
             "@HOME@": f"{node.prefix}/home",
             "@EXEC@": " ".join([f"{node.venv}/bin/fleet", "driver", *args]),
             "@TIMEOUT@": str(DRIVER_STOP_TIMEOUT),
@@ -412,9 +434,11 @@ def configure(
 ) -> None:
     """Write the node's environment file (0600) with ``values``, what it runs and, with systemd, its units."""
     directory = os.path.dirname(node.env_file)
-    c.run(f"mkdir -p {_q(directory)} && umask 077 && : > {_q(node.env_file)} && chmod 600 {_q(node.env_file)}")
-    c.put(io.StringIO(render_environment(values)), node.env_file)
-    c.run(f"chmod 600 {_q(node.env_file)}")
+    plain, secrets = split_secrets(node, values)
+    for path, text in [(node.env_file, render_environment(plain)), *((p, v + "\n") for p, v in secrets.items())]:
+        c.run(f"mkdir -p {_q(directory)} && umask 077 && : > {_q(path)} && chmod 600 {_q(path)}")
+        c.put(io.StringIO(text), path)
+        c.run(f"chmod 600 {_q(path)}")
     args = {
         "workers": worker_args(target, gpus, eval_procs, build_procs),
         "driver": driver_args(c.original_host, max_campaigns),

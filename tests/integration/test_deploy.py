@@ -170,7 +170,11 @@ def test_deploy_starts_workers_on_every_node_as_its_user(deployment: Deployment)
         host = deployment.hosts[node]
         env_file = host.run("stat -c '%a %U' ~/fleet/node.env && cat ~/fleet/node.env").stdout.splitlines()
         assert env_file[0] == f"600 {node}"
-        assert f"FLEET_BROKER_URL='{deployment.env['FLEET_BROKER_URL']}'" in env_file
+        # The URLs are files of their own (0600), named in the environment file, never in it.
+        assert not any(line.startswith(("FLEET_BROKER_URL=", "FLEET_DATABASE_URL=")) for line in env_file)
+        assert f"FLEET_BROKER_URL_FILE='{host.home}/fleet/broker-url'" in env_file
+        broker = host.run("stat -c '%a %U' ~/fleet/broker-url && cat ~/fleet/broker-url").stdout.splitlines()
+        assert broker == [f"600 {node}", deployment.env["FLEET_BROKER_URL"]]
         assert f"FLEET_NODE_NAME='{node}'" in env_file
         assert f"FLEET_CACHE_DIR='{host.home}/fleet/cache'" in env_file
         # The launcher and its Celery workers run as the node's unprivileged user, from the virtual env.
@@ -286,8 +290,9 @@ def test_deploy_driver_role_drives_submitted_campaigns_and_lets_go_on_stop(deplo
         # The workers' environment file, with the driver's lease passed on; the node runs the driver alone.
         env_file = host.run("stat -c '%a %U' ~/fleet/node.env && cat ~/fleet/node.env").stdout.splitlines()
         assert env_file[0] == f"600 {node}"
-        for line in ("FLEET_DATABASE_URL", "FLEET_BROKER_URL"):
-            assert f"{line}='{deployment.env[line]}'" in env_file
+        for name, file in (("FLEET_DATABASE_URL", "database-url"), ("FLEET_BROKER_URL", "broker-url")):
+            assert f"{name}_FILE='{host.home}/fleet/{file}'" in env_file
+            assert host.run(f"cat ~/fleet/{file}").stdout == deployment.env[name] + "\n"
         assert f"FLEET_NODE_NAME='{node}'" in env_file and "FLEET_DRIVER_LEASE_SECONDS='20'" in env_file
         assert host.run("cat ~/fleet/roles").stdout == "driver\n"
         # `fleet driver` from the node's virtual environment, as the node's unprivileged user, named after it.
@@ -367,9 +372,9 @@ def test_deploy_refuses_without_the_urls(deployment: Deployment) -> None:
     )
     assert done.returncode != 0
     assert "set FLEET_BROKER_URL in your environment" in done.stdout + done.stderr
-    # Nothing half way: the node's environment file still holds the broker it was deployed with.
-    env_file = deployment.hosts[NODES[1]].run("cat ~/fleet/node.env").stdout
-    assert f"FLEET_BROKER_URL='{deployment.env['FLEET_BROKER_URL']}'" in env_file
+    # Nothing half way: the node still has the broker it was deployed with.
+    broker = deployment.hosts[NODES[1]].run("cat ~/fleet/broker-url").stdout
+    assert broker == deployment.env["FLEET_BROKER_URL"] + "\n"
 
 
 def test_systemd_units_verify(tmp_path: Path) -> None:
@@ -432,6 +437,8 @@ def test_driver_unit_verifies(tmp_path: Path) -> None:
     assert f"ExecStart={tmp_path}/opt/venv/bin/fleet driver --name driver@head1 --max-campaigns 8" in lines
     assert {"User=fleet", "Group=fleet", f"EnvironmentFile={tmp_path}/node.env"} <= set(lines)
     assert {"KillSignal=SIGTERM", "TimeoutStopSec=60", "NoNewPrivileges=yes", "ProtectSystem=strict"} <= set(lines)
+    assert f"LoadCredential=fleet-database-url:{tmp_path}/database-url" in lines  # the URLs: credentials
+    assert f"LoadCredential=fleet-broker-url:{tmp_path}/broker-url" in lines
     assert not re.search(r"@[A-Z_]+@", unit)  # every placeholder filled
     assert fabfile.unit_names([], ["driver"]) == ["fleet-driver.service"]
     assert fabfile.unit_names([0], ["workers", "driver"])[-2:] == ["fleet-build.service", "fleet-driver.service"]
