@@ -235,8 +235,7 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
             raise SpecError("workload 'sources' must be a list of file names")
         for source in sources:
             check_label("workload source", source, PATH_LENGTH)
-            if Path(source).is_absolute() or ".." in Path(source).parts:
-                raise SpecError(f"workload source {shown(source)} must be a path inside the spec's directory")
+            _check_inside(base, source, "workload source")
         try:
             bundle = pack(read_files(base, sources))
         except OSError as error:
@@ -273,6 +272,18 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
     )
 
 
+def _check_inside(base: Path, name: str, what: str) -> None:
+    """Refuse a file name of a spec that is absolute, climbs with ``..``, or is a link to outside its folder:
+    what is bundled and sent, or run, must be what the spec's folder holds."""
+    inside = not Path(name).is_absolute() and ".." not in Path(name).parts
+    if inside:
+        folder = base.resolve()
+        target = (base / name).resolve()
+        inside = target == folder or folder in target.parents
+    if not inside:
+        raise SpecError(f"{what} {shown(name)} must be a path inside the spec's directory (no link out of it)")
+
+
 def _space(raw: Any, base: Path, options: dict[str, Any]) -> tuple[Space, Callable[[Space], Searcher] | None]:
     """The spec's space: inline, or a space file (recorded in ``options`` so a resumed driver reloads it)."""
     if isinstance(raw, str):
@@ -283,6 +294,7 @@ def _space(raw: Any, base: Path, options: dict[str, Any]) -> tuple[Space, Callab
     if extra or not isinstance(raw["file"], str) or not isinstance(raw.get("base", {}), Mapping):
         raise SpecError('a space file is named as "space": "grid.py" or {"file": "grid.py", "base": {...}}')
     path = (base / check_label("space file", raw["file"], PATH_LENGTH)).resolve()
+    _check_inside(base, raw["file"], "space file")
     try:
         loaded = load_space_file(path, raw.get("base"))
     except (ValueError, RecursionError):

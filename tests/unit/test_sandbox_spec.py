@@ -1,0 +1,111 @@
+"""What the sandbox refuses at submit, and how it is built (issue 29): file names that leave the spec's folder,
+the sandbox's argument list (hidden paths, GPU device nodes, the network), and embedded Fleet without it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleet.errors import SpecError
+from fleet.spec import parse_spec
+from fleet.workers import sandbox
+
+
+def spec(**workload: object) -> dict:
+    return {
+        "name": "s",
+        "problems": [{"kind": "p", "params": {}}],
+        "space": {"knobs": {"x": [1, 2]}},
+        "workload": {"kind": "command", "run": ["./k"], "objective": {"json": "t"}, **workload},
+    }
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../../x", "a/../../b", "", "x" * 300])
+def test_an_artifact_name_outside_the_build_folder_is_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(SpecError, match=r"inside the build's directory"):
+        parse_spec(spec(artifacts=[name]), tmp_path)
+
+
+def test_a_source_that_links_out_of_the_spec_folder_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("password")
+    folder = tmp_path / "spec"
+    folder.mkdir()
+    (folder / "k.c").symlink_to(secret)
+    (folder / "ok.c").write_text("int main(void) { return 0; }\n")
+    with pytest.raises(SpecError, match="inside the spec's directory"):
+        parse_spec(spec(sources=["k.c"]), folder)
+    parse_spec(spec(sources=["ok.c"]), folder)  # a plain file is fine
+
+
+def test_a_space_file_outside_the_spec_folder_is_refused_before_it_runs(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    (tmp_path / "evil.py").write_text(f"open({str(ran)!r}, 'w').close()\nx = [1]\n")
+    folder = tmp_path / "spec"
+    folder.mkdir()
+    data = spec()
+    data["space"] = {"file": "../evil.py"}
+    with pytest.raises(SpecError, match="inside the spec's directory"):
+        parse_spec(data, folder)
+    (folder / "link.py").symlink_to(tmp_path / "evil.py")
+    data["space"] = {"file": "link.py"}
+    with pytest.raises(SpecError, match="inside the spec's directory"):
+        parse_spec(data, folder)
+    assert not ran.exists()
+
+
+def test_network_is_a_boolean(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="'network' must be true or false"):
+        parse_spec(spec(network="yes"), tmp_path)
+    parse_spec(spec(network=True), tmp_path)
+
+
+def test_the_sandbox_hides_the_fleet_and_passes_only_the_pinned_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    scratch = home / "cache" / "scratch" / "w1"
+    scratch.mkdir(parents=True)
+    secret = tmp_path / "db-url"
+    secret.write_text("postgresql://x:y@db/fleet")
+    monkeypatch.setenv("FLEET_HOME", str(home))
+    monkeypatch.setenv("FLEET_DATABASE_URL_FILE", str(secret))
+    monkeypatch.setattr(sandbox.glob, "glob", lambda pattern: ["/dev/nvidia0"])
+    monkeypatch.setattr(sandbox.os.path, "exists", lambda path: path.startswith("/dev/nvidia"))
+    argv = sandbox.wrap(["./k"], cwd=scratch, env={"CUDA_VISIBLE_DEVICES": "1"}, who=None)
+    # The fleet's state and the secret file are hidden; the scratch is bound back, writable.
+    assert ["--tmpfs", str(home)] == argv[argv.index(str(home)) - 1 : argv.index(str(home)) + 1]
+    assert ["--ro-bind", "/dev/null", str(secret)] == argv[argv.index(str(secret)) - 2 : argv.index(str(secret)) + 1]
+    assert argv[argv.index("--bind") : argv.index("--bind") + 3] == ["--bind", str(scratch), str(scratch)]
+    # No network by default; the pinned GPU's node and the driver's, not the others.
+    assert "--unshare-net" in argv
+    bound = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--dev-bind"]
+    assert "/dev/nvidia1" in bound and "/dev/nvidiactl" in bound and "/dev/nvidia0" not in bound
+    assert argv[-1] == "./k"
+    assert "--unshare-net" not in sandbox.wrap(["./k"], cwd=scratch, env={}, network=True, who=None)
+
+
+def test_embedded_fleet_without_bubblewrap_runs_unsandboxed_and_says_so_once(tmp_path: Path) -> None:
+    # No bwrap on PATH: a fleet worker refuses (tests/integration/test_sandbox.py); embedded Fleet warns.
+    code = (
+        "import pathlib, sys; from fleet.workers import runner; "
+        "d = pathlib.Path(sys.argv[1]); "
+        "print(runner.run(['/bin/echo', 'ran'], cwd=d, timeout=30).stdout.strip()); "
+        "print(runner.run(['/bin/echo', 'again'], cwd=d, timeout=30).stdout.strip())"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    env |= {"PATH": "/nonexistent", "FLEET_HOME": str(tmp_path / ".fleet")}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ran", "again"]
+    warnings = [line for line in done.stderr.splitlines() if "without a sandbox" in line]
+    assert warnings == [
+        "fleet: warning: bubblewrap is not installed (apt-get install bubblewrap): workloads run "
+        "without a sandbox on this machine"
+    ]
