@@ -83,6 +83,10 @@ class Faults:
     redis_restarts: int = field(default=2, metadata={"help": "Redis crashes."})
     postgres_restarts: int = field(default=2, metadata={"help": "PostgreSQL crashes (immediate stops)."})
     driver_kills: int = field(default=1, metadata={"help": "SIGKILLs of the driver, each then resumed."})
+    skewed_nodes: int = field(
+        default=1,
+        metadata={"help": "Nodes whose clock runs two minutes ahead joining the fleet (leases: the database's clock)."},
+    )
 
     @property
     def total(self) -> int:
@@ -100,6 +104,7 @@ class Injected:
     redis_restarts: int = 0
     postgres_restarts: int = 0
     driver_kills: int = 0
+    skewed_nodes: int = 0
     kills_mid_build: int = 0  # pool and worker kills that hit a build in progress
     kills_mid_measurement: int = 0  # ... a measurement in progress
     log: list[str] = field(default_factory=list)
@@ -180,6 +185,7 @@ class Chaos:
         self.injected = Injected()
         self.started = time.monotonic()
         self.launcher: subprocess.Popen[bytes] | None = None
+        self.ahead: list[subprocess.Popen[bytes]] = []  # nodes whose clock runs ahead
         self.driver: subprocess.Popen[bytes] | None = None
         self.drivers = 0
         self.counts: dict[str, int] = {}
@@ -208,11 +214,13 @@ class Chaos:
         self.store = Store(self.postgres.url)
         self.store.upgrade()
 
-    def _spawn(self, args: list[str], log: str, stdout: Path | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, args: list[str], log: str, stdout: Path | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         with (self.workdir / log).open("ab") as err, (stdout or self.workdir / log).open("ab") as out:
             return subprocess.Popen(
                 [sys.executable, "-m", "fleet.cli", *args],
-                env=self.env,
+                env={**self.env, **(env or {})},
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -236,6 +244,15 @@ class Chaos:
             ],
             "worker.log",
         )
+
+    def join_skewed_node(self) -> str:
+        """A second node joins, its clock two minutes ahead: by its own clock every live lease has expired."""
+        name = f"ahead{len(self.ahead) + 1}"
+        args = ["worker", "--target", self.target, "--build-procs", "1", "--eval-procs", "1", "--stop-timeout", "20"]
+        skew = {"FLEET_TEST_CLOCK_SKEW": "120", "FLEET_NODE_NAME": name}
+        self.ahead.append(self._spawn(args, f"{name}.log", env=skew))
+        self.injected.skewed_nodes += 1
+        return f"node {name} joined, its clock 120 s ahead"
 
     def start_driver(self, *args: str) -> None:
         self.drivers += 1
@@ -360,6 +377,7 @@ class Chaos:
             "redis_restarts": self.restart_redis,
             "postgres_restarts": self.restart_postgres,
             "driver_kills": self.kill_driver,
+            "skewed_nodes": self.join_skewed_node,
         }
         return actions[kind]()
 
@@ -389,12 +407,12 @@ class Chaos:
         )
 
     def stop(self) -> None:
-        for proc in (self.driver, self.launcher):
+        for proc in (self.driver, self.launcher, *self.ahead):
             if proc is not None and proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
         mains = self.celery_workers()
-        for proc in (self.driver, self.launcher):
+        for proc in (self.driver, self.launcher, *self.ahead):
             if proc is None:
                 continue
             try:

@@ -15,6 +15,7 @@ FAULTS = {
     "redis_restarts": 1,
     "postgres_restarts": 1,
     "driver_kills": 1,
+    "skewed_nodes": 1,
 }
 
 
@@ -44,4 +45,4 @@ def test_a_small_chaos_run_records_every_trial_once_with_its_right_value() -> No
     assert "FLEET_REQUEUE_SECONDS" in result["settings"]
     assert result["wall_s"] > result["campaign_s"] > 0
     # Progress went to stderr as the run went, one line per fault among them.
-    assert "fault 7/7" in done.stderr and "finished" in done.stderr
+    assert "fault 8/8" in done.stderr and "finished" in done.stderr
