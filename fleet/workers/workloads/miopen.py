@@ -34,6 +34,7 @@ from typing import Any
 from fleet.bundle import pack, unpack
 from fleet.errors import MIOpenDbError
 from fleet.spec.workloads.miopen import MiopenSpec
+from fleet.workers import health
 from fleet.workers.runner import Completed, run
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
@@ -111,9 +112,14 @@ class MiopenWorkload(MiopenSpec, Workload):
             return Built(None, done)
         log = (done.stdout_tail + done.stderr_tail)[-4096:]
         if not done.ok:
+            fault = health.fault_in(done, job.scratch)
+            if fault is not None:
+                raise fault  # the node's disk: never remembered as the configuration's failure
             return Built(None, done.failure("MIOpenDriver (compile only)"), log, done.seconds)
         cache = job.scratch / "kernel-cache"
-        files = {str(p.relative_to(cache)): p.read_bytes() for p in sorted(cache.rglob("*")) if p.is_file()}
+        # The driver ran in the sandbox: what it left is read as regular files, never through a link.
+        kernels = [p for p in sorted(cache.rglob("*")) if p.is_file() and not p.is_symlink()]
+        files = {str(p.relative_to(cache)): p.read_bytes() for p in kernels}
         return Built(pack(files), None, log, done.seconds)
 
     def evaluate(self, job: Job, artifact: bytes) -> Measured:
@@ -129,6 +135,9 @@ class MiopenWorkload(MiopenSpec, Workload):
             return Measured(state="errored", reason=done)
         tails = {"stdout_tail": done.stdout_tail, "stderr_tail": done.stderr_tail}
         if not done.ok:
+            fault = health.fault_in(done, job.scratch)
+            if fault is not None:
+                raise fault
             return Measured(state="errored", reason=done.failure("MIOpenDriver"), **tails)
         times = _TIME.findall(done.stdout)
         if not times:
