@@ -96,7 +96,7 @@ def _remeasure(schedule: Any, target: Any, shape: tuple[int, int, int]) -> float
     import tvm
 
     m, n, k = shape
-    built = tvm.compile(schedule.mod, target=target)
+    built = tvm.compile(schedule.mod, target=target).jit()
     dev = tvm.cpu(0)
     rng = np.random.default_rng(0)
     a = tvm.runtime.tensor(rng.standard_normal((m, k)).astype("float32"), dev)
@@ -123,6 +123,7 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
     fleet_target = cpu_target()
     target = tvm_target(fleet_target)
     rows = [_tune_with("LocalRunner", LocalRunner(), mod, target, trials, per_iter, log)]
+    log(json.dumps({k: v for k, v in rows[0].items() if k != "schedule"}))
     with tempfile.TemporaryDirectory(prefix="fleet-bench-ms-") as home:
         # An embedded fleet of its own: SQLite and a private broker under a scratch home, one evaluation worker.
         os.environ["FLEET_HOME"] = home
@@ -138,6 +139,7 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
             runner = FleetRunner(fleet_target, store=store)
             rows.append(_tune_with("FleetRunner", runner, mod, target, trials, per_iter, log))
             runner.close()
+            log(json.dumps({k: v for k, v in rows[1].items() if k != "schedule"}))
         store.close()
     total = flops(DENSE, p)
     for row in rows:

@@ -485,9 +485,11 @@ def tune(
             cost_model = "random"
     # MetaSchedule logs its progress tables to stdout at the level its logger has: warnings only, unless the
     # caller chose a level; everything still goes to the work directory's logs.
+    # (MetaSchedule's logging config sets its logger to DEBUG after a tune: the level is set again before each.)
     ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
-    if ms_logger.level == logging.NOTSET:
+    if ms_logger.level == logging.NOTSET or getattr(ms_logger, "fleet_quiet", False):
         ms_logger.setLevel(logging.WARNING)
+        ms_logger.fleet_quiet = True  # type: ignore[attr-defined]
     before = len(database)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fleet-ms-") as scratch:
