@@ -5,18 +5,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import namedtuple
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, or_, select, update
+from sqlalchemy import Connection, and_, delete, func, or_, select, update
 
 from fleet.space import build_part
 from fleet.store._base import patient
 from fleet.store._hotpath import claim_params
 from fleet.store._models import Artifact, Trial, utcnow
 from fleet.store._trials import TrialStore
-from fleet.store._types import CompileStart, Requeue, TrialWork
+from fleet.store._types import CompileStart, NewTrial, Requeue, TrialWork
 
 # An artifact's row as a statement that creates it returns it.
 ArtifactRow = namedtuple("ArtifactRow", [column.key for column in Artifact.__table__.columns])  # type: ignore[misc]
@@ -71,6 +71,41 @@ class BuildStore(TrialStore):
                 connection.execute(self._hot.compiled, params)
                 return CompileStart("compiled")
             return CompileStart("claimed", work, artifact)
+
+    def add_trials(
+        self, campaign_id: int, target: str, trials: Sequence[NewTrial], *, remeasure: bool = False
+    ) -> list[tuple[int, str]]:
+        """As :meth:`TrialStore.add_trials`; trials to be measured again (``remeasure``) are built again too.
+
+        A build's failure is remembered for its key and toolchain, and ends every later trial that needs it
+        without a build. A campaign that remeasures (``fleet tune --remeasure``, ``fleet call --remeasure``)
+        builds such a key once more: see :meth:`forget_failed_builds`.
+        """
+        added = super().add_trials(campaign_id, target, trials, remeasure=remeasure)
+        if remeasure and trials:
+            self.forget_failed_builds(campaign_id, {t.build_key for t in trials})
+        return added
+
+    @patient
+    def forget_failed_builds(self, campaign_id: int, build_keys: Iterable[str]) -> int:
+        """Forget the failed builds of ``build_keys`` that failed before the campaign's first trial of their key.
+
+        Its next trial of such a key builds it again (with whatever toolchain its worker has): once per campaign,
+        as a failure of this campaign's own build of the key is newer than its first trial of the key, and stays.
+        Returns how many were forgotten. The trials that failure ended keep their reason and log.
+        """
+        keys = sorted(set(build_keys))
+        if not keys:
+            return 0
+        first = (
+            select(func.min(Trial.created_at))
+            .where(Trial.campaign_id == campaign_id, Trial.build_key == Artifact.build_key)
+            .scalar_subquery()
+        )
+        failed_at = func.coalesce(Artifact.built_at, Artifact.created_at)
+        forget = delete(Artifact).where(Artifact.build_key.in_(keys), Artifact.state == "failed", failed_at < first)
+        with self._steps() as connection:
+            return connection.execute(forget).rowcount
 
     @patient
     def claim_build(self, work: TrialWork, worker: str, lease: float, max_attempts: int, toolchain: str = "") -> Any:

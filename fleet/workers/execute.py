@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -28,7 +29,8 @@ from fleet.workers import health
 from fleet.workers.cache import ArtifactCache
 from fleet.workers.gpus import Device, describe_device
 from fleet.workers.observers import observed
-from fleet.workers.workloads import Job, Workload, load_workload
+from fleet.workers.runner import sandbox_env
+from fleet.workers.workloads import Built, Job, Workload, load_workload
 
 log = logging.getLogger("fleet.worker")
 BUILD_POLL_SECONDS = 0.2
@@ -40,6 +42,54 @@ KNOWN_CAMPAIGNS = 64
 
 class ToolchainError(SpecError):
     """The workload's toolchain command cannot run on this worker."""
+
+
+# What identifies a compiler binary cheaply: the inode, size and modification time of the file its path leads to
+# (``os.stat`` follows links).
+Stamp = tuple[int, int, int]
+
+
+def _compiler_path(workload: Workload) -> str | None:
+    """The file the workload's toolchain command runs, found on the probe's PATH, or None when it has none (TVM's,
+    a replay's) or it is not found (the probe then says so). Its links are followed by each :func:`_stamp`, so
+    that a link turned to another compiler (``update-alternatives``) counts as a change."""
+    argv = getattr(workload, "toolchain_argv", lambda: None)()
+    if not argv:
+        return None
+    return argv[0] if "/" in argv[0] else shutil.which(argv[0], path=sandbox_env().get("PATH", os.defpath))
+
+
+def _stamp(path: str | None) -> Stamp | None:
+    if path is None:
+        return None
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_ino, found.st_size, found.st_mtime_ns)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A toolchain command's answer on this worker, with the compiler binary it ran as it was then.
+
+    Parameters
+    ----------
+    toolchain:
+        The first line the command printed.
+    path:
+        The compiler binary (:func:`_compiler_path`), or None: then the answer holds for the process's life.
+    stamp:
+        Its :func:`_stamp` before the probe ran.
+    """
+
+    toolchain: str
+    path: str | None
+    stamp: Stamp | None
+
+    def stale(self) -> bool:
+        """Whether the compiler changed (upgraded in place, removed, installed) since it was probed."""
+        return self.path is not None and _stamp(self.path) != self.stamp
 
 
 @dataclass
@@ -67,9 +117,11 @@ class WorkerContext:
     gpu: str | None = None
     node: str = field(default_factory=socket.gethostname)
     _workloads: dict[int, Workload] = field(default_factory=dict, repr=False)
-    # The toolchain found for each toolchain command (a workload's toolchain_key), and for each campaign met.
-    _toolchains: dict[str, str] = field(default_factory=dict, repr=False)
+    # The toolchain found for each toolchain command (a workload's toolchain_key), with the stat of the compiler it
+    # ran (see Probe), and for each campaign met; the toolchain command of each campaign met.
+    _toolchains: dict[str, Probe] = field(default_factory=dict, repr=False)
     toolchains: dict[int, str] = field(default_factory=dict, repr=False)
+    _toolchain_keys: dict[int, str] = field(default_factory=dict, repr=False)
     _lap: float = field(default_factory=time.monotonic, repr=False)
     # Why this worker's node is unhealthy (fleet.workers.health), when it was last checked, and the trials a
     # fault gave back, for the task to send.
@@ -126,7 +178,8 @@ class WorkerContext:
         return self._workloads[campaign_id]
 
     def toolchain(self, campaign_id: int, definition: dict, tick: Callable[[], bool]) -> str | None:
-        """The campaign's toolchain on this machine: its workload's toolchain command, run once per process.
+        """The campaign's toolchain on this machine: its workload's toolchain command, run again only when the
+        compiler it runs changed (see :meth:`fresh_toolchains`).
 
         The command may take a while (``nvcc --version`` on a cold disk; importing TVM takes seconds): the
         trial's lease is renewed with ``tick`` meanwhile. Returns None when the lease was lost all the same;
@@ -138,21 +191,42 @@ class WorkerContext:
         workload = self.workload(campaign_id, definition)
         key = workload.toolchain_key()
         held = True
-        if key not in self._toolchains:
+        probe = self._toolchains.get(key)
+        if probe is None or probe.stale():
+            path = _compiler_path(workload)
+            stamp = _stamp(path)  # before the probe: a compiler replaced meanwhile is probed again next time
             with ThreadPoolExecutor(1) as pool:
                 found = pool.submit(workload.toolchain)
                 while True:
                     try:
-                        self._toolchains[key] = found.result(timeout=self.tick_seconds)
+                        probe = Probe(found.result(timeout=self.tick_seconds), path, stamp)
                         break
                     except FutureTimeout:
                         held = tick() and held
                     except SpecError as error:
                         raise ToolchainError(f"{error} (on {self.node})") from None
+            self._toolchains[key] = probe
         if len(self.toolchains) >= KNOWN_CAMPAIGNS:
-            del self.toolchains[next(iter(self.toolchains))]
-        self.toolchains[campaign_id] = self._toolchains[key]
-        return self._toolchains[key] if held else None
+            forgotten = next(iter(self.toolchains))
+            del self.toolchains[forgotten], self._toolchain_keys[forgotten]
+        self.toolchains[campaign_id] = probe.toolchain
+        self._toolchain_keys[campaign_id] = key
+        return probe.toolchain if held else None
+
+    def fresh_toolchains(self) -> dict[int, str]:
+        """The toolchain of each campaign met, for a compile claim (:meth:`Store.start_compile`), less those whose
+        compiler changed on disk since it was probed: a compiler upgraded in place is probed again by the next
+        build of its campaigns, and builds new artifacts, without a restart.
+
+        One ``stat`` per compiler known (a few microseconds), no database round trip: the claim of a campaign
+        left out creates no artifact, and :meth:`toolchain` probes again before the build is claimed.
+        """
+        for key, probe in list(self._toolchains.items()):
+            if probe.stale():
+                del self._toolchains[key]
+                for campaign_id in [c for c, k in self._toolchain_keys.items() if k == key]:
+                    del self.toolchains[campaign_id], self._toolchain_keys[campaign_id]
+        return self.toolchains
 
     @cached_property
     def device(self) -> Device:
@@ -169,7 +243,9 @@ class WorkerContext:
         self.fault, self._fault_checked = str(fault), time.monotonic()
         self.store.set_fault(self.name, self.fault)
         given = self.store.give_back(trial_id, self.owner, phase, build_key)
-        log.warning("this node is unhealthy: %s; trials %s go back to their queue", self.fault, [r.trial_id for r in given])
+        log.warning(
+            "this node is unhealthy: %s; trials %s go back to their queue", self.fault, [r.trial_id for r in given]
+        )
         self._given_back += given
         return "node fault"
 
@@ -223,7 +299,8 @@ def compile_trial(ctx: WorkerContext, trial_id: int, handed: list[int] | None = 
         build, once it is built, are appended here. Without it, such a trial waits for the build.
     """
     s = ctx.settings
-    start = ctx.store.start_compile(trial_id, ctx.owner, s.lease_seconds, s.max_attempts, ctx.toolchains)
+    toolchains = ctx.fresh_toolchains()
+    start = ctx.store.start_compile(trial_id, ctx.owner, s.lease_seconds, s.max_attempts, toolchains)
     if start.outcome != "claimed":
         return start.outcome
     work, artifact = start.work, start.artifact
@@ -302,7 +379,18 @@ def _build(ctx: WorkerContext, work: TrialWork, toolchain: str, handed: list[int
             tick_seconds=ctx.tick_seconds,
             env=ctx.env,
         )
-        built = workload.build(job)
+        try:
+            built = workload.build(job)
+        except (StoreUnavailable, NodeFault):
+            raise  # not the build's: its lease, or the node's fault (see compile_trial), gives the trial back
+        except Exception as error:
+            if isinstance(error, OSError) and health.from_os_error(error, "the build") is not None:
+                raise
+            # The build's own failure, which another try would meet again: recorded as its artifact's, so that
+            # every trial waiting on it ends now. Raised on, it left the artifact building until its lease ran
+            # out, to be taken over and raised again, three times, until it was "lost" for its worker's death.
+            log.exception("trial %d: the build raised", work.trial_id)
+            built = Built(None, f"the build raised {error!r}", traceback.format_exc()[-4096:])
     if built.data is not None and len(built.data) > INLINE_BYTES:
         # The node's cache gets it now, so an evaluation here need not fetch it back; a small artifact
         # comes with the evaluation's claim instead.
