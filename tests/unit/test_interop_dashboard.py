@@ -36,7 +36,8 @@ def test_the_storage_reads_an_imported_campaign_and_times_like_optuna_rdb(tmp_pa
     loaded = optuna.load_study(study_name="copy", storage=url)
     assert len(loaded.trials) == 400 and loaded.best_value == fleet.get_best_trial(study_id).value
     mine = timings(lambda: FleetStorage(store), study_id, 1, api_trials=False)
-    theirs = timings(lambda: optuna.storages.RDBStorage(url), copy._study_id, 1, api_trials=False)
-    assert mine["trials"] == theirs["trials"] == 400
-    assert set(mine) == set(theirs) >= {"studies_s", "trials_cold_s", "trials_warm_s", "api_studies_s"}
+    # Optuna's own RDB storage reads slowly (tens of seconds for a few hundred trials on a busy machine): the
+    # benchmark times it; here, Fleet's side alone.
+    assert mine["trials"] == 400
+    assert set(mine) >= {"studies_s", "trials_cold_s", "trials_warm_s", "api_studies_s"}
     store.close()
