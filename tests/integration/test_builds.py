@@ -10,10 +10,11 @@ from pathlib import Path
 
 from sqlalchemy import delete, select
 
-from fleet.store import Artifact, Campaign, Trial
+from fleet.store import Artifact, Campaign, NewTrial, Store, Trial
 from fleet.store._models import Blob
 from tests.conftest import Fleet, write_spec
 from tests.integration.test_campaign import kernel_spec as campaign_kernel_spec
+from tests.integration.test_store import LEASE, MAX, TARGET, make_campaign, new_trial
 from tests.integration.test_worker_facts import kernel_spec, rows
 
 BROKEN = "fatal error: fleet-config.h: No such file or directory"
@@ -133,3 +134,37 @@ def test_a_failing_build_fails_once_for_every_trial_waiting_on_it(fleet: Fleet) 
     trials = rows(fleet, Trial, "raises")
     assert len(trials) == 4
     assert {(t.state, t.reason) for t in trials} == {("errored", f"build failed: {artifact.reason}")}
+
+
+def test_a_remeasuring_campaign_builds_a_failed_key_again_once(store: Store) -> None:
+    """The store's side of --remeasure, on SQLite and PostgreSQL: a failure from before the campaign is forgotten as
+    the campaign's first trial of the key is created; the failure of the campaign's own build of it stays."""
+    first = make_campaign(store)
+    problem = store.campaign_problems(first.id)[0].id
+    trial = new_trial(problem, {"tile": 2})
+    [(failing, _)] = store.add_trials(first.id, TARGET, [trial])
+    start = store.start_compile(failing, "w1", LEASE, MAX, {first.id: "gcc 13"})
+    assert start.artifact is not None and start.artifact.worker == "w1"
+    assert store.finish_build(trial.build_key, "w1", data=None, reason="no header", toolchain="gcc 13")
+
+    # A campaign that does not remeasure meets the failure: nothing to build.
+    plain = make_campaign(store, name="plain", problem_ids=[problem])
+    [(met, _)] = store.add_trials(plain.id, TARGET, [trial])
+    start = store.start_compile(met, "w2", LEASE, MAX, {plain.id: "gcc 13"})
+    assert start.artifact is not None and (start.artifact.state, start.artifact.reason) == ("failed", "no header")
+
+    # A remeasuring one builds it again, once: its own build's failure stays for its next trial of the key.
+    again = make_campaign(store, name="again", problem_ids=[problem], options={"remeasure": True})
+    [(rebuilt, _)] = store.add_trials(again.id, TARGET, [trial], remeasure=True)
+    start = store.start_compile(rebuilt, "w3", LEASE, MAX, {again.id: "gcc 13"})
+    assert start.artifact is not None and (start.artifact.state, start.artifact.worker) == ("building", "w3")
+    assert store.finish_build(trial.build_key, "w3", data=None, reason="still no header", toolchain="gcc 13")
+    same_key = NewTrial(problem, {"tile": 2, "x": 1}, trial.build_key, trial.measure_key[:-1] + "x")
+    [(later, _)] = store.add_trials(again.id, TARGET, [same_key], remeasure=True)
+    start = store.start_compile(later, "w4", LEASE, MAX, {again.id: "gcc 13"})
+    assert start.artifact is not None and (start.artifact.state, start.artifact.reason) == ("failed", "still no header")
+    # Remembered per toolchain: another compiler builds the key on its own, failure or not.
+    other = make_campaign(store, name="other", problem_ids=[problem])
+    [(newer, _)] = store.add_trials(other.id, TARGET, [trial])
+    start = store.start_compile(newer, "w5", LEASE, MAX, {other.id: "gcc 14"})
+    assert start.artifact is not None and (start.artifact.state, start.artifact.toolchain) == ("building", "gcc 14")
