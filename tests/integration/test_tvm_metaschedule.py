@@ -68,7 +68,8 @@ def test_tune_ms_measures_every_candidate_on_the_fleet_and_survives_a_killed_wor
 
     # Every candidate was a trial measured once by a worker: none lost, none twice.
     trials = ms_trials(fleet.store)
-    assert len(trials) == TRIALS and {t.state for t in trials} == {"evaluated"}
+    assert len(trials) == TRIALS
+    assert {t.state for t in trials} == {"evaluated"}, [(t.id, t.state, t.attempts, t.reason) for t in trials]
     assert max(t.attempts for t in trials) == 2  # the one the killed worker held
     with fleet.store.session() as session:
         ids = [t.id for t in trials]
