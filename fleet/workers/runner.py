@@ -152,7 +152,7 @@ def run(
         tmp.mkdir(exist_ok=True)
         _give(cwd, sandbox.account())
         _give(tmp, sandbox.account())
-        env.update(HOME=str(cwd), TMPDIR=str(tmp))
+        env.update(HOME=sandbox.WORK, TMPDIR=sandbox.TMP)
         info_read, info_write = os.pipe()
         gpu = bool(sandbox.gpu_nodes(env))
         command, options = _launch(sandbox.wrap(argv, cwd=cwd, env=env, network=network, tmp=tmp), None, gpu)

@@ -11,10 +11,11 @@ What a command sees:
 - its own PID namespace (``/proc`` shows only its processes), IPC, UTS and cgroup namespaces;
 - no network unless its spec asks for it (``"network": true``): a measurement has no business there, and a
   cut network keeps a workload off the broker and the database;
-- the filesystem read-only, except its scratch directory and a private temporary directory (``TMPDIR``); the
-  fleet's own state (``FLEET_HOME``, the artifact cache, secret files, the credentials directory, ``/run``) hidden
-  under empty directories. ``/tmp`` stays visible, read-only, because tools and checkouts live there too (a CI
-  clone, a test's compiler): nothing secret may be left world-readable in it;
+- the filesystem read-only, except its scratch directory, which it sees as ``/run/fleet/work`` (its home and
+  working directory, wherever the worker keeps it), and a private temporary directory, ``/run/fleet/tmp``
+  (``TMPDIR``); the fleet's own state (``FLEET_HOME``, the artifact cache, secret files, the credentials
+  directory, ``/run``) hidden under empty directories. ``/tmp`` stays visible, read-only, because tools and
+  checkouts live there too (a CI clone, a test's compiler): nothing secret may be left world-readable in it;
 - a minimal ``/dev``, plus the device nodes of the GPU its worker is pinned to;
 - a workload account: a root worker switches to ``FLEET_WORKLOAD_USER`` (``nobody`` when unset) with every
   capability dropped once the mounts are made; a worker that is not root runs it in a user namespace;
@@ -46,6 +47,11 @@ DEFAULT_FILE_BYTES = 8 << 30
 # Files and folders of the worker's account that hold credentials: hidden from a workload that runs under
 # the same account (a worker that is not root).
 _HOME_SECRETS = (".pgpass", ".netrc", ".ssh", ".aws", ".docker", ".config/fleet", ".redis", ".rediscli_auth")
+
+# Where a command finds its scratch directory and its temporary one: the same for every command on every node,
+# reachable whatever folders above the worker's own copy its account may not pass.
+WORK = "/run/fleet/work"
+TMP = "/run/fleet/tmp"
 
 NOT_ISOLATED = (
     "FLEET_SANDBOX=none: workload commands run without a sandbox: they see this node's processes, network and "
@@ -233,7 +239,8 @@ def wrap(
     tmp: Path | None = None,
     who: pwd.struct_passwd | str | None = "default",
 ) -> list[str]:
-    """``argv`` as the sandbox runs it in ``cwd``: the bubblewrap and setpriv argument list.
+    """``argv`` as the sandbox runs it in ``cwd`` (which it sees as :data:`WORK`): the bubblewrap and setpriv
+    argument list.
 
     The runner starts it under its limits (:class:`Limits`), which the sandbox inherits.
 
@@ -246,7 +253,7 @@ def wrap(
     hide:
         Paths to hide; by default :func:`hidden_paths`.
     tmp:
-        A directory of the command's own, writable, for its temporary files.
+        A directory of the command's own, writable, for its temporary files (seen as :data:`TMP`).
     who:
         The account to run it as; by default :func:`account`.
     """
@@ -264,21 +271,13 @@ def wrap(
     box += ["--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
     box += ["--tmpfs", "/run"]
     for path in hidden_paths() if hide is None else hide:
-        if cwd == path or path in cwd.parents:
-            # The scratch lies inside (the cache): an empty folder over it, with the scratch bound back below
-            # through folders the workload may pass (bubblewrap would copy the modes of the hidden ones).
-            box += ["--tmpfs", str(path)]
-            for folder in reversed(cwd.parents[: cwd.parents.index(path)] if path != cwd else []):
-                box += ["--perms", "0711", "--dir", str(folder)]
-        elif path.is_dir():
-            box += ["--tmpfs", str(path)]
-        else:
-            box += ["--ro-bind", "/dev/null", str(path)]
+        box += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
     for node in gpu_nodes(env):
         box += ["--dev-bind", node, node]
+    box += ["--perms", "0755", "--dir", os.path.dirname(WORK)]
     if tmp is not None:
-        box += ["--bind", str(tmp), str(tmp)]
-    box += ["--bind", str(cwd), str(cwd), "--chdir", str(cwd), "--"]
+        box += ["--bind", str(tmp), TMP]
+    box += ["--bind", str(cwd), WORK, "--chdir", WORK, "--"]
     if who is not None:
         groups = os.getgrouplist(who.pw_name, who.pw_gid)  # video, render: the GPUs' device nodes
         box += [

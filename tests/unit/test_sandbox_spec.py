@@ -77,10 +77,10 @@ def test_the_sandbox_hides_the_fleet_and_passes_only_the_pinned_gpu(
     monkeypatch.setattr(sandbox.glob, "glob", lambda pattern: ["/dev/nvidia0"])
     monkeypatch.setattr(sandbox.os.path, "exists", lambda path: path.startswith("/dev/nvidia"))
     argv = sandbox.wrap(["./k"], cwd=scratch, env={"CUDA_VISIBLE_DEVICES": "1"}, who=None)
-    # The fleet's state and the secret file are hidden; the scratch is bound back, writable.
+    # The fleet's state and the secret file are hidden; the scratch is bound where every command finds it.
     assert ["--tmpfs", str(home)] == argv[argv.index(str(home)) - 1 : argv.index(str(home)) + 1]
     assert ["--ro-bind", "/dev/null", str(secret)] == argv[argv.index(str(secret)) - 2 : argv.index(str(secret)) + 1]
-    assert argv[argv.index("--bind") : argv.index("--bind") + 3] == ["--bind", str(scratch), str(scratch)]
+    assert argv[argv.index("--bind") : argv.index("--bind") + 3] == ["--bind", str(scratch), sandbox.WORK]
     # No network by default; the pinned GPU's node and the driver's, not the others.
     assert "--unshare-net" in argv
     bound = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--dev-bind"]

@@ -459,7 +459,7 @@ def test_runner_environment_keeps_secrets_out_but_passes_gpu_pinning(
     expected = sandbox_env({"HIP_VISIBLE_DEVICES": "1"})
     if sandbox.mode() == "bwrap":
         # The sandbox's own: a home and a /tmp of the workload's, and where bubblewrap started it.
-        expected |= {"HOME": str(tmp_path), "TMPDIR": f"{tmp_path}.tmp", "PWD": str(tmp_path)}
+        expected |= {"HOME": sandbox.WORK, "TMPDIR": sandbox.TMP, "PWD": sandbox.WORK}
     assert set(done.stdout.splitlines()) == {f"{k}={v}" for k, v in expected.items()}
     env = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     assert "hunter2" not in done.stdout
@@ -479,9 +479,11 @@ def test_sandbox_env_extra_overrides_ours(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_runner_runs_in_cwd_and_captures_both_streams(tmp_path: Path) -> None:
-    done = run(["sh", "-c", "pwd; echo oops >&2"], cwd=tmp_path, timeout=30)
+    (tmp_path / "mine").write_text("here")
+    done = run(["sh", "-c", "pwd; cat mine; echo oops >&2"], cwd=tmp_path, timeout=30)
     assert done.ok and done.returncode == 0
-    assert done.stdout.strip() == str(tmp_path)
+    # In the sandbox the scratch directory is seen where every command finds it, whatever its path outside.
+    assert done.stdout.split() == [sandbox.WORK if sandbox.mode() == "bwrap" else str(tmp_path), "here"]
     assert done.stderr == "oops\n"
 
 
