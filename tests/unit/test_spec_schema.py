@@ -66,7 +66,8 @@ GOOD = [
     make(target="gfx90a:104"),
     make(problems=[{"kind": "tiny", "params": {"n": 1.5}}, {"kind": "tiny", "params": {"n": True}, "tags": []}]),
     with_space(knobs={"size": [1, 2], "scale": {"values": [1, 3], "build": False}}, run_time=None),
-    with_space(knobs={"size": {"values": ["a", "b"]}, "scale": [1.5, True]}),
+    # Strings and mixed values; no constraint ("size < 4" holds for no string: a space with nothing to try).
+    with_space(knobs={"size": {"values": ["a", "b"]}, "scale": [1.5, True]}, constraints=None),
     with_space(base={"limit": 4}, constraints=["size * scale <= limit", "min(size, 2) in (1, 2)"]),
     with_strategy(name="grid", budget=None),
     make(strategy={"name": "anneal", "budget": 5, "options": {"temperature": 2.0}}),
