@@ -4,9 +4,9 @@ Two figures, each from the runner that workers use (:func:`fleet.workers.runner.
 turns so that a machine that slows down slows both:
 
 - start and teardown: the wall time of ``true``, sandboxed minus not (medians over ``--starts`` runs each);
-- timing noise: a compiled program that spins for 10 ms and for 1 s and prints the time it measured itself, as
-  a workload does; the median of what it reports, sandboxed over not. A sandbox that disturbed a measurement
-  (its init, its namespaces, its limits) would show here.
+- timing noise: a compiled program that does a fixed amount of work (about 10 ms, and about 1 s) and prints the
+  time it measured itself, as a workload does; the median of what it reports, sandboxed over not. A sandbox
+  that disturbed a measurement (its init, its namespaces, its limits) would show here.
 
 Goals (issue 29): start and teardown under 15 ms; each median within 1% of the unsandboxed one.
 """
@@ -31,9 +31,10 @@ SPIN = r"""
 #include <time.h>
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 int main(int argc, char **argv) {
-    double seconds = atof(argv[1]), start = now();
-    volatile unsigned long spins = 0;
-    while (now() - start < seconds) spins++;
+    unsigned long n = strtoul(argv[1], NULL, 10), i;
+    volatile double x = 1.0;
+    double start = now();
+    for (i = 0; i < n; i++) x = x * 1.0000001 + 1e-9;
     printf("{\"ms\": %.6f}\n", (now() - start) * 1e3);
     return 0;
 }
@@ -75,11 +76,15 @@ def measure(starts: int = 200, rounds: int = 5, spins: int = 20) -> dict[str, An
             for index in range(starts):
                 for mode in MODES if index % 2 else reversed(MODES):
                     walls[mode].append(_run(["true"], scratch, mode)[0])
+            # A fixed amount of work, timed by the program itself as a workload times its kernel: the iterations
+            # that take about 10 ms and 1 s here, found unsandboxed first.
+            probe = 10_000_000
+            per_ms = probe / json.loads(_run(["./spin", str(probe)], scratch, "none")[1])["ms"]
             reported: dict[str, dict[str, list[float]]] = {"10ms": {m: [] for m in MODES}, "1s": {m: [] for m in MODES}}
-            for label, seconds, count in (("10ms", 0.010, spins), ("1s", 1.0, rounds)):
+            for label, ms, count in (("10ms", 10, spins), ("1s", 1000, rounds)):
                 for index in range(count):
                     for mode in MODES if index % 2 else reversed(MODES):
-                        out = _run(["./spin", str(seconds)], scratch, mode)[1]
+                        out = _run(["./spin", str(int(per_ms * ms))], scratch, mode)[1]
                         reported[label][mode].append(json.loads(out)["ms"])
         finally:
             if saved is None:
