@@ -145,15 +145,34 @@ def run(
     if not _found(argv[0], cwd, env):
         # Said here as Popen says it: under setpriv the guard shell would say it in its own words.
         return Completed(argv, 127, "", f"cannot run {argv[0]}: No such file or directory", 0.0)
+    with contextlib.ExitStack() as cleanup:
+        return _run(argv, cwd, env, timeout, tick, tick_seconds, network, start, cleanup)
+
+
+def _run(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    tick: Callable[[], bool] | None,
+    tick_seconds: float,
+    network: bool,
+    start: float,
+    cleanup: contextlib.ExitStack,
+) -> Completed:
+    """:func:`run`'s work; ``cleanup`` removes what the sandbox needed, however the run ends."""
     boxed = sandbox.mode() == "bwrap"
     if boxed:
         sandbox.require()
         tmp = cwd.with_name(cwd.name + ".tmp")
         tmp.mkdir(exist_ok=True)
+        cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)
         _give(cwd, sandbox.account())
         _give(tmp, sandbox.account())
         env.update(HOME=sandbox.WORK, TMPDIR=sandbox.TMP)
         info_read, info_write = os.pipe()
+        cleanup.callback(os.close, info_read)
+        writer = cleanup.enter_context(os.fdopen(info_write, "wb"))  # closed once, here or below
         gpu = bool(sandbox.gpu_nodes(env))
         command, options = _launch(sandbox.wrap(argv, cwd=cwd, env=env, network=network, tmp=tmp), None, gpu)
         command = _info_fd(command, info_write)
@@ -174,12 +193,9 @@ def run(
                 **options,
             )
         except OSError as error:
-            if boxed:
-                os.close(info_read)
-                os.close(info_write)
             return Completed(argv, 127, "", f"cannot run {argv[0]}: {error.strerror}", 0.0)
         if boxed:
-            os.close(info_write)
+            writer.close()  # the child holds it: the pipe ends when bubblewrap does
         timed_out = False
         try:
             with _Exit(proc) as exited:
@@ -200,7 +216,6 @@ def run(
         out.seek(0)
         err.seek(0)
         if boxed:
-            shutil.rmtree(tmp, ignore_errors=True)
             _check_started(info_read, err, timed_out)
             err.seek(0)
         return Completed(
@@ -269,8 +284,7 @@ def _info_fd(command: list[str], fd: int) -> list[str]:
 
 def _check_started(info: int, err: Any, timed_out: bool) -> None:
     """Raise :class:`SandboxUnavailable` when bubblewrap never started the command (its info pipe stayed empty)."""
-    with os.fdopen(info, "rb") as pipe:
-        started = bool(pipe.read())
+    started = bool(os.read(info, 4096))
     if started or timed_out:
         return
     said = [line for line in err.read().decode(errors="replace").splitlines() if line.startswith("bwrap:")]
