@@ -1477,10 +1477,13 @@ def summaries_from_results(store: Store, campaign: Campaign) -> list[Summary]:
             and best is not None
             and all(r.config.get(n) == best.config.get(n) for n in run_knobs)
         ]
+        # A baseline that pins a run-time knob the best differs in is still the baseline asked for (issue 34).
+        pinned = [r for r in mine if r.baseline and r.valid and best is not None]
         counts: dict[str, int] = {}
         for r in mine:
             counts[r.state] = counts.get(r.state, 0) + 1
-        summaries.append(Summary(problem.id, best, same_run[0] if same_run else None, counts, maximize))
+        baseline = (same_run or pinned or [None])[0]
+        summaries.append(Summary(problem.id, best, baseline, counts, maximize))
     return summaries
 
 
@@ -1518,7 +1521,8 @@ def test_summarize_finds_in_sql_what_reading_every_result_found(store: Store, go
     evaluate(store, trial(first, a, 2, 2), score(2.0))
     evaluate(store, trial(first, a, 4, 3), score(1.0), valid=False, state="invalid")
     trial(first, a, 4, 1)  # never ran: not counted
-    # Problem b: the best has no baseline of its scale; problem c: only errors; the fourth: nothing finished.
+    # Problem b: the best has no baseline of its scale (the one at scale 1 stands for it); problem c: only errors;
+    # the fourth: nothing finished.
     evaluate(store, trial(first, b, 1, 1, baseline=True), score(4.0))
     evaluate(store, trial(first, b, 2, 3), score(1.5))
     evaluate(store, trial(first, b, 4, 1), score(3.5))
@@ -1537,7 +1541,7 @@ def test_summarize_finds_in_sql_what_reading_every_result_found(store: Store, go
     assert (a_sum.best.trial_id, a_sum.best.metrics, a_sum.baseline.config) == (  # type: ignore[union-attr]
         best_a, {"gflops": 9.0}, {"tile": 1, "scale": 2})  # fmt: skip
     assert a_sum.counts == {"errored": 1, "evaluated": 5, "invalid": 2} and a_sum.speedup == 4.0
-    assert (b_sum.best.config, b_sum.baseline) == ({"tile": 2, "scale": 3}, None)  # type: ignore[union-attr]
+    assert (b_sum.best.config, b_sum.baseline.config) == ({"tile": 2, "scale": 3}, {"tile": 1, "scale": 1})  # type: ignore[union-attr]
     assert (c_sum.best, c_sum.counts, nothing.best, nothing.counts) == (None, {"errored": 1}, None, {})
     [reusing] = summarize(store, store.campaign(second.id))
     assert (reusing.best.trial_id, reusing.best.reused, reusing.counts) == (reused, True, {"evaluated": 2})  # type: ignore[union-attr]
