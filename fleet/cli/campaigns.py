@@ -83,8 +83,26 @@ def tune(
     note_missing_extras(campaign_spec.strategy)
     store = open_store()
     check_broker()
+    if remeasure:
+        _refuse_remeasure_of_an_existing(store, campaign_spec.name)
     campaign = submit(store, campaign_spec)
     _drive(store, campaign, window=window, local=local, eval_procs=eval_procs, detach=detach, as_json=as_json)
+
+
+def _refuse_remeasure_of_an_existing(store: Any, name: str) -> None:
+    """``--remeasure`` with the name of a campaign that measured without it would resume it, measuring nothing
+    again (its trials are recorded): one line says how to measure again, and nothing is written."""
+    from fleet.errors import NotFound, SpecError
+
+    try:
+        existing = store.campaign(name)
+    except NotFound:
+        return
+    if not existing.options.get("remeasure"):
+        raise SpecError(
+            f"campaign {name!r} exists and was not run with --remeasure: the same name resumes it and measures "
+            f"nothing again; measure again in a new campaign: --name {name}-remeasured"
+        )
 
 
 @click.command()

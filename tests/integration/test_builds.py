@@ -168,3 +168,18 @@ def test_a_remeasuring_campaign_builds_a_failed_key_again_once(store: Store) -> 
     [(newer, _)] = store.add_trials(other.id, TARGET, [trial])
     start = store.start_compile(newer, "w5", LEASE, MAX, {other.id: "gcc 14"})
     assert start.artifact is not None and (start.artifact.state, start.artifact.toolchain) == ("building", "gcc 14")
+
+
+def test_remeasure_with_the_name_of_a_campaign_run_without_it_says_how_and_writes_nothing(fleet: Fleet) -> None:
+    # The same name resumes a campaign, whose recorded trials are not measured again: that is not what was asked.
+    path = write_spec(fleet.home, kernel_spec(fleet, "once"), "once.json")
+    fleet.cli("submit", str(path), check=True)
+    trials = len(fleet.store.trials(fleet.store.campaign("once").id))
+    done = fleet.cli("tune", str(path), "--remeasure")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "fleet: error: campaign 'once' exists and was not run with --remeasure: the same name resumes it and "
+        "measures nothing again; measure again in a new campaign: --name once-remeasured"
+    ]
+    assert len(fleet.store.trials(fleet.store.campaign("once").id)) == trials
+    assert [c.name for c in fleet.store.campaigns()] == ["once"]
