@@ -393,6 +393,11 @@ class Driver:
         baselines = len(baseline_configs(self.space, self.campaign.baseline)) if self.campaign.baseline else 0
         return (per_problem + baselines) * len(self.problems)
 
+    def _label(self, trial: NewTrial) -> str:
+        """Whose trial it is, for a person watching the queues (Flower): campaign, problem, configuration."""
+        config = " ".join(f"{k}={v}" for k, v in trial.config.items())
+        return f"{self.campaign.name}: problem {trial.problem_id}{' baseline' if trial.baseline else ''} {config}"
+
     def _submit(self, proposals: list[tuple[int, Config, bool]]) -> None:
         trials = []
         for index, config, baseline in proposals:
@@ -415,7 +420,8 @@ class Driver:
                 continue
             self.in_flight[trial_id] = (index, asked)
             if state in ("new", "compiled"):
-                send.append(Requeue(trial_id, self.campaign.target, self.first_task if state == "new" else "evaluate"))
+                task = self.first_task if state == "new" else "evaluate"
+                send.append(Requeue(trial_id, self.campaign.target, task, label=self._label(trial)))
                 keys.append(trial.build_key if state == "new" and self.first_task == "compile" else None)
         if len(set(keys) - {None}) > 1:
             within = 3 * self.heartbeat_seconds + 5

@@ -77,8 +77,13 @@ class TrialResult:
 
 @dataclass(frozen=True)
 class Requeue:
-    """Work the reaper gave back: send ``task`` for ``trial_id`` to ``target``'s queue again."""
+    """Work to send: ``task`` for ``trial_id`` to ``target``'s queue (new work, or what the reaper gave back).
+
+    ``label`` says whose it is (campaign, problem, configuration) to a person watching the queues in Flower;
+    the message itself carries ids only.
+    """
 
     trial_id: int
     target: str
     task: str
+    label: str = field(default="", compare=False)

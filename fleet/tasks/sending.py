@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import groupby
 
 from fleet.store import Requeue
@@ -10,6 +10,17 @@ from fleet.tasks._app import app
 
 BATCHED = ("compile", "evaluate")
 """The tasks whose messages may carry several trials (``trial_ids``); the others carry one (``trial_id``)."""
+LABELS = 1000
+"""Characters of the trials' labels a message shows in Flower, at most (Celery cuts its own at 1024)."""
+
+
+def shown(kwargs: dict, labels: Sequence[str]) -> str | None:
+    """What Flower shows as a message's arguments: its ids, and whose trials they are (``"for"``, a label per
+    trial: campaign, problem, configuration). None, Celery's own repr, when no trial has a label."""
+    if not any(labels):
+        return None
+    text = repr({"for": list(labels), **kwargs})  # first: what Flower's task list cuts short is the ids
+    return text if len(text) <= LABELS else text[: LABELS - 4] + "...}"
 
 
 def send_steps(steps: Iterable[tuple[int, int, str]]) -> int:
@@ -36,15 +47,19 @@ def send(work: Iterable[Requeue], batch: int = 1) -> int:
     """
     sent = 0
     with app.producer_or_acquire() as producer:
-        for (name, target), items in groupby(work, key=lambda r: (r.task, r.target)):
+        for (name, target), grouped in groupby(work, key=lambda r: (r.task, r.target)):
             task = app.tasks[f"fleet.{name}"]  # compile, evaluate or tvm_measure
-            ids = [item.trial_id for item in items]
+            items = list(grouped)
             if name not in BATCHED:
-                for trial_id in ids:
-                    task.apply_async(kwargs={"trial_id": trial_id, "target": target}, producer=producer)
+                for item in items:
+                    kwargs = {"trial_id": item.trial_id, "target": target}
+                    task.apply_async(kwargs=kwargs, kwargsrepr=shown(kwargs, [item.label]), producer=producer)
             else:
-                for start in range(0, len(ids), max(1, batch)):
-                    kwargs = {"trial_ids": ids[start : start + max(1, batch)], "target": target}
-                    task.apply_async(kwargs=kwargs, producer=producer)
-            sent += len(ids)
+                size = max(1, batch)
+                for start in range(0, len(items), size):
+                    part = items[start : start + size]
+                    kwargs = {"trial_ids": [item.trial_id for item in part], "target": target}
+                    labels = [item.label for item in part]
+                    task.apply_async(kwargs=kwargs, kwargsrepr=shown(kwargs, labels), producer=producer)
+            sent += len(items)
     return sent

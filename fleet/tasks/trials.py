@@ -7,6 +7,7 @@ leased and recorded on its own, so a dead worker gives each back on its own.
 
 from __future__ import annotations
 
+import ast
 import logging
 import time
 from collections import Counter
@@ -117,6 +118,16 @@ def _each(
     return dict(outcomes)
 
 
+def _labels(task: Task) -> dict[int, str]:
+    """The labels this message's trials came with (``fleet.tasks.sending.shown``), by trial id: the evaluations
+    it sends carry them on, so Flower shows whose each task is. Empty when the message had none."""
+    try:
+        shown = ast.literal_eval(getattr(task.request, "kwargsrepr", None) or "")
+        return dict(zip(shown["trial_ids"], shown["for"], strict=True))
+    except (ValueError, SyntaxError, KeyError, TypeError):  # no labels, or cut short
+        return {}
+
+
 def _ids(trial_ids: list[int] | None, trial_id: int | None) -> list[int]:
     # ``trial_id``: messages from before several trials could share one, and ``celery call`` by hand.
     return list(trial_ids or []) + ([trial_id] if trial_id is not None else [])
@@ -130,14 +141,15 @@ def compile(self: Task, target: str, trial_ids: list[int] | None = None, trial_i
     ctx = context(self.request.hostname)
     ctx.lap()  # as in evaluate
     handed: list[int] = []  # trials other compiles gave to this worker's builds, compiled with them
+    labels = _labels(self)
 
     def then(trial_id: int, outcome: str) -> list[Requeue]:
         for other in handed:
             log.info("trial %d compile end: compiled by trial %d's build (task %s)", other, trial_id, self.request.id)
-        following = [Requeue(other, target, "evaluate") for other in handed]
+        following = [Requeue(other, target, "evaluate", label=labels.get(other, "")) for other in handed]
         handed.clear()
         if outcome == "compiled":
-            following.insert(0, Requeue(trial_id, target, "evaluate"))
+            following.insert(0, Requeue(trial_id, target, "evaluate", label=labels.get(trial_id, "")))
         elif outcome == "lost":  # a database crash may have taken our claim, and the message with it
             following += ctx.store.resend(trial_id)
         return following + ctx.given_back()

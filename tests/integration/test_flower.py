@@ -115,6 +115,11 @@ def test_flower_shows_the_workers_and_the_tasks_with_their_arguments(fleet: Flee
                 [task] = [t for t in seen if t["name"] == name and f"'trial_ids': [{trial}]" in t["kwargs"]]
                 assert f"'target': '{fleet.target}'" in task["kwargs"]
                 assert task["worker"] == worker and task["state"] == "SUCCESS"
+                # Whose it is: the campaign, the problem and the configuration, for the compile the driver sent
+                # and for the evaluation the build worker sent after it.
+                config = next(t.config for t in fleet.store.trials(fleet.store.campaign("watched").id) if t.id == trial)
+                label = f"watched: problem 1 size={config['size']} scale=1"
+                assert f"'for': ['{label}']" in task["kwargs"], task["kwargs"]
         fleet.wait_for(lambda: workers <= set(api(port, "/api/workers?refresh=1")), what="Flower's worker list")
 
         dashboard = page(port, "/", tmp_path, "flower-workers")
@@ -123,6 +128,7 @@ def test_flower_shows_the_workers_and_the_tasks_with_their_arguments(fleet: Flee
         listing = page(port, "/tasks", tmp_path, "flower-tasks")
         for trial in trials:
             assert f"'trial_ids': [{trial}]" in listing.replace("&#39;", "'")
+        assert "watched: problem 1 size=2 scale=1" in listing.replace("&#39;", "'")  # in Flower's task list
         assert "fleet.compile" in listing and "fleet.evaluate" in listing
         assert f"build.{fleet.target}" in listing and f"eval.{fleet.target}" in listing  # the routing keys
         [first] = [t for t in seen if t["name"] == "fleet.evaluate" and f"'trial_ids': [{trials[0]}]" in t["kwargs"]]
