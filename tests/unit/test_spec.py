@@ -414,3 +414,21 @@ def test_how_it_is_measured_changes_only_the_measure_key(change: dict) -> None:
     after = trial_keys(_campaign(workload={**_campaign().workload, **change}), 1, {"size": 1, "scale": 1}, SPACE)
     assert before[0] == after[0]
     assert before[1] != after[1]
+
+
+def test_an_objective_observer_is_a_reading_of_the_gpu_observer_and_typos_are_named() -> None:
+    from fleet.spec.workloads.command import OBSERVED, CommandSpec
+
+    good = {"kind": "command", "run": ["./k"], "objective": {"json": "gflops", "observer": "energy", "goal": "min"}}
+    CommandSpec(good)
+    with pytest.raises(SpecError, match=r"'enrgy' is no reading of a GPU observer \(did you mean 'energy'\?\)"):
+        CommandSpec({**good, "objective": {"json": "gflops", "observer": "enrgy"}})
+    with pytest.raises(SpecError, match=r"unknown field 'gaol' \(did you mean 'goal'\?\)"):
+        CommandSpec({**good, "objective": {"json": "gflops", "gaol": "max"}})
+    with pytest.raises(SpecError, match=r"unknown field 'artifact' \(did you mean 'artifacts'\?\)"):
+        CommandSpec({**good, "artifact": ["k"]})
+    # The readings the spec accepts are the ones the observers give.
+    from fleet.workers.observers import Sample, summarize
+
+    given = summarize([Sample(0.0, 1000.0, 800.0, 100.0, 50.0), Sample(1.0, 900.0, 800.0, 120.0, 60.0)], 1.0)
+    assert set(OBSERVED) <= set(given)

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fleet.errors import SpecError
+from fleet.errors import SpecError, did_you_mean
 from fleet.spec.workloads.base import WorkloadSpec
 
 _FIELD = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -52,6 +52,17 @@ _COMPILERS = {
     "go", "javac", "make", "cmake", "ninja", "python", "python3", "amdclang", "amdclang++", "nvc", "nvc++",
 }  # fmt: skip
 ARTIFACT_NAME_LIMIT = 255
+# What a GPU worker's observer reads while a trial runs (fleet.workers.observers): an objective may be one of them.
+OBSERVED = (
+    "energy",
+    "power_w",
+    "power_max_w",
+    "sm_clock_mhz",
+    "sm_clock_min_mhz",
+    "mem_clock_mhz",
+    "temperature_c",
+    "observed_seconds",
+)
 
 
 def _render(value: Any) -> str:
@@ -117,7 +128,8 @@ class CommandSpec(WorkloadSpec):
         d = self.definition
         unknown = set(d) - _KEYS
         if unknown:
-            raise SpecError(f"workload has an unknown field {sorted(unknown)[0]!r}")
+            first = sorted(unknown)[0]
+            raise SpecError(f"workload has an unknown field {first!r}{did_you_mean(first, sorted(_KEYS))}")
         if d.get("build") is not None:
             _check_template("build", d["build"])
         _check_template("run", d.get("run"))
@@ -126,6 +138,16 @@ class CommandSpec(WorkloadSpec):
             raise SpecError("workload 'objective' must name a 'json' field or a 'regex' with one group")
         if objective.get("goal", "min") not in ("min", "max"):
             raise SpecError("workload objective 'goal' must be 'min' or 'max'")
+        unknown_keys = sorted(set(objective) - {"name", "json", "regex", "goal", "observer"})
+        if unknown_keys:
+            hint = did_you_mean(unknown_keys[0], ("name", "json", "regex", "goal", "observer"))
+            raise SpecError(f"workload objective has an unknown field {unknown_keys[0]!r}{hint}")
+        if "observer" in objective and objective["observer"] not in OBSERVED:
+            hint = did_you_mean(objective["observer"], OBSERVED)
+            raise SpecError(
+                f"workload objective 'observer' {objective['observer']!r} is no reading of a GPU observer{hint}: "
+                f"one of {', '.join(OBSERVED)}"
+            )
         if "regex" in objective:
             try:
                 pattern = re.compile(objective["regex"])
