@@ -4,13 +4,14 @@ Definition (JSON)::
 
     {"kind": "replay", "space": "pnpoly__RTX_2080_Ti.json.gz"}
 
-``space`` is an absolute path or a file name in the tuning-spaces folder (``FLEET_TUNING_SPACES``, default
-the repository's ``examples/tuning-spaces``, see :func:`fleet.replay.tuning_spaces_dir`; ``.json.gz`` may be left out), resolved where the workload
-runs. Nothing is built or run: the build returns the configuration as the artifact, and the evaluation answers
-the recorded time in ms as the objective ``time_ms`` (lower is better). A configuration recorded with an error
-string, or not recorded at all (the space's restrictions exclude it), is an invalid measurement. The recorded
-compile and benchmark seconds go into the metrics, with ``simulated_s``, what the evaluation would have cost, so
-that a campaign on the fleet's real workers can be put on a simulated clock as :func:`fleet.replay.simulate` does.
+``space`` is an absolute path or a file name in the tuning-spaces folder (``FLEET_TUNING_SPACES``, default the
+repository's ``examples/tuning-spaces``, see :func:`fleet.replay.tuning_spaces_dir`; ``.json.gz`` may be left
+out), resolved where the workload runs. Nothing is built or run: the build returns the configuration as the
+artifact, and the evaluation answers the recorded time in ms as the objective ``time_ms`` (lower is better). A
+configuration recorded with an error string, or not recorded at all (the space's restrictions exclude it), is an
+invalid measurement. The recorded compile and benchmark seconds go into the metrics, with ``simulated_s``, what
+the evaluation would have cost, so that a campaign on the fleet's real workers can be put on a simulated clock as
+:func:`fleet.replay.simulate` does.
 """
 
 from __future__ import annotations
