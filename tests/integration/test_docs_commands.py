@@ -113,7 +113,10 @@ def clone() -> Iterator[Path]:
             shutil.copy2(ROOT / page, work / page)
         venv = work / ".venv"
         venv.mkdir()
-        (venv / "bin").symlink_to(ROOT / ".venv" / "bin")
+        # bin, and what makes `python3` found there this environment (Python reads pyvenv.cfg beside the folder
+        # it was started from, and then its lib): a page's `python3 -c 'import kernel_tuner'` needs both.
+        for part in ("bin", "lib", "pyvenv.cfg"):
+            (venv / part).symlink_to(ROOT / ".venv" / part)
         for stamp in (".installed-base", ".installed"):
             (venv / stamp).touch()  # newer than the clone's pyproject.toml: make installs nothing
         yield work
