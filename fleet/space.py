@@ -47,6 +47,8 @@ MAX_CONSTRAINTS = 100
 """Constraints of one space: each is evaluated for every configuration a search looks at."""
 MAX_INTEGER_BITS = 64
 """Integers among values fit in 64 bits: a 5000-digit one cannot even be written as text (Python's limit is 4300)."""
+VALUE_BYTES = 4096
+"""Bytes of a string value (a knob's, a problem parameter's): it fills command arguments, keys and every row."""
 
 
 def check_value(where: str, value: Any) -> Value:
@@ -58,6 +60,9 @@ def check_value(where: str, value: Any) -> Value:
             raise SpecError(f"{where}: {shown(value)} is larger than an integer of {MAX_INTEGER_BITS} bits")
         return value
     if isinstance(value, str):
+        size = len(value.encode(errors="surrogatepass"))
+        if size > VALUE_BYTES:
+            raise SpecError(f"{where}: a string of {size} bytes; at most {VALUE_BYTES} are allowed")
         return check_text(where, value)
     if isinstance(value, float) and math.isfinite(value):
         return value

@@ -100,14 +100,24 @@ def _check_fleet_settings() -> None:
         )
 
 
+
 def _check_workload_account() -> None:
     """Refuse a node where the sandbox cannot start, or an unusable ``FLEET_WORKLOAD_USER``; say what isolates
     the workloads, on every start."""
+    from fleet.settings import get_settings, secrets_in_environment
     from fleet.workers import sandbox
 
     sandbox.require()
     account = sandbox.account()
     click.echo(f"fleet: {sandbox.describe()}", err=True)
+    given = secrets_in_environment()
+    if given and not get_settings().embedded:
+        # Fine on one's own machine; on a shared node, a process environment is the wrong place for a password.
+        click.echo(
+            f"fleet: warning: {' and '.join(given)} given in the environment: on a shared node give "
+            f"{' and '.join(f'{name}_FILE' for name in given)} instead (a file only this account reads)",
+            err=True,
+        )
     if sandbox.mode() == "none" and account is None and os.geteuid() == 0:
         click.echo(
             "fleet: warning: the workers run as root, and so would the workloads, which could then read this "

@@ -134,6 +134,7 @@ def everything_stored(fleet: Fleet, campaign: str) -> str:
 
 def test_a_hostile_spec_reaches_no_secret_and_no_worker_and_leaves_nothing_behind(fleet: Fleet) -> None:
     worker = start_service_worker(fleet)
+    assert "given in the environment" not in (fleet.home / "worker.log").read_text()  # from files: no warning
     workers = {w.name: w.pid for w in fleet.store.workers(within=2)}
     done = fleet.cli("tune", str(attack_spec(fleet, "attack", "hostile")), "--json", check=True)
     assert json.loads(done.stdout)["problems"][0]["trials"] == {"evaluated": 2}
@@ -231,6 +232,15 @@ def start_worker_once(fleet: Fleet, env: dict[str, str]) -> subprocess.Completed
     """``fleet worker`` that is expected to refuse, at once."""
     argv = [sys.executable, "-m", "fleet.cli", "worker", "--target", fleet.target]
     return subprocess.run(argv, env=env, cwd=fleet.home, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_worker_given_the_urls_in_its_environment_says_to_give_them_as_files(fleet: Fleet) -> None:
+    fleet.start_worker()  # the fleet fixture's environment holds both URLs, as a laptop's would
+    log = (fleet.home / "worker.log").read_text()
+    assert (
+        "fleet: warning: FLEET_DATABASE_URL and FLEET_BROKER_URL given in the environment: on a shared node give "
+        "FLEET_DATABASE_URL_FILE and FLEET_BROKER_URL_FILE instead (a file only this account reads)"
+    ) in log
 
 
 def test_a_worker_refuses_to_start_without_its_sandbox_or_without_the_fleets_database(fleet: Fleet) -> None:

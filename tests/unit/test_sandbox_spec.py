@@ -109,3 +109,14 @@ def test_embedded_fleet_without_bubblewrap_runs_unsandboxed_and_says_so_once(tmp
         "fleet: warning: bubblewrap is not installed (apt-get install bubblewrap): workloads run "
         "without a sandbox on this machine"
     ]
+
+
+def test_a_knob_value_or_a_parameter_over_4_kb_is_refused_with_which_it_is(tmp_path: Path) -> None:
+    data = spec()
+    data["space"] = {"knobs": {"x": ["a" * 5000]}}
+    with pytest.raises(SpecError, match=r"knob 'x': a string of 5000 bytes; at most 4096 are allowed"):
+        parse_spec(data, tmp_path)
+    data = spec()
+    data["problems"] = [{"kind": "p", "params": {"n": "é" * 2100}}]
+    with pytest.raises(SpecError, match=r"problem 0 parameter 'n': a string of 4200 bytes; at most 4096"):
+        parse_spec(data, tmp_path)
