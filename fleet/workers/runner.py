@@ -228,6 +228,14 @@ def _run(
         )
 
 
+def seen(path: Path, cwd: Path) -> str:
+    """``path``, a file or folder in ``cwd``, as the command run in ``cwd`` sees it: in the sandbox, its scratch is
+    at :data:`fleet.workers.sandbox.WORK`, wherever the worker keeps it. For paths a command's environment names."""
+    if sandbox.mode() != "bwrap":
+        return str(path)
+    return str(Path(sandbox.WORK) / path.relative_to(cwd))
+
+
 def _text(output: bytes) -> str:
     """A command's output as text the database stores: undecodable bytes and NULs (PostgreSQL's text refuses
     them; ``cat /proc/self/environ`` prints them) become U+FFFD."""

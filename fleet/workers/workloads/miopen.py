@@ -35,7 +35,7 @@ from fleet.bundle import pack, unpack
 from fleet.errors import MIOpenDbError
 from fleet.spec.workloads.miopen import MiopenSpec
 from fleet.workers import health
-from fleet.workers.runner import Completed, run
+from fleet.workers.runner import Completed, run, seen
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
 DRIVER_ENV = "FLEET_MIOPEN_DRIVER"
@@ -70,8 +70,9 @@ class MiopenWorkload(MiopenSpec, Workload):
     def _env(self, job: Job, step: str, compile_only: bool) -> dict[str, str]:
         env = {
             **job.env,
-            "MIOPEN_USER_DB_PATH": str(job.scratch / "user-db"),
-            "MIOPEN_CUSTOM_CACHE_DIR": str(job.scratch / "kernel-cache"),
+            # As the driver sees them: in the sandbox, the scratch is elsewhere than the worker keeps it.
+            "MIOPEN_USER_DB_PATH": seen(job.scratch / "user-db", job.scratch),
+            "MIOPEN_CUSTOM_CACHE_DIR": seen(job.scratch / "kernel-cache", job.scratch),
             "MIOPEN_LOG_LEVEL": "4",
         }
         if compile_only:
