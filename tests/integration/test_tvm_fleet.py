@@ -79,7 +79,9 @@ def test_tune_model_best_build_best_run_model_and_records(fleet: Fleet, tmp_path
     # fleet best answers for (operator problem, target).
     fc = tiny_cnn(1)[2]
     args = [f"--param={k}={v}" for k, v in fc.params.items() if k in ("m", "n", "k")]
-    best = json.loads(fleet.cli("best", "tvm.dense", *args, "--target", fleet.target, "--json", check=True).stdout)
+    best = json.loads(
+        fleet.cli("best", "--kind", "tvm.dense", *args, "--target", fleet.target, "--json", check=True).stdout
+    )
     fc_row = next(layer for layer in layers if layer["layer"] == "fc")
     assert best["gflops"] == fc_row["gflops"] and best["config"] == fc_row["config"]
     assert best["metrics"]["correct"] is True
@@ -115,7 +117,7 @@ def test_tune_model_best_build_best_run_model_and_records(fleet: Fleet, tmp_path
     copy = tmp_path / "copy.jsonl"
     fleet.cli("tvm", "export-records", "-o", str(copy), env=other, check=True)
     assert copy.read_text() == exported.read_text()
-    there = fleet.cli("best", "tvm.dense", *args, "--target", fleet.target, "--json", env=other, check=True)
+    there = fleet.cli("best", "--kind", "tvm.dense", *args, "--target", fleet.target, "--json", env=other, check=True)
     assert json.loads(there.stdout)["config"] == best["config"]
     imported_store = Store(other["FLEET_DATABASE_URL"])
     try:
@@ -137,5 +139,5 @@ def test_a_wrong_result_is_an_invalid_measurement_never_a_best(fleet: Fleet) -> 
     assert all(not m.valid and m.metrics["correct"] is False and m.objective > 0 for m in measurements)
     fc = tiny_cnn(1)[2]
     args = [f"--param={k}={v}" for k, v in fc.params.items() if k in ("m", "n", "k")]
-    done = fleet.cli("best", "tvm.dense", *args, "--target", fleet.target)
+    done = fleet.cli("best", "--kind", "tvm.dense", *args, "--target", fleet.target)
     assert done.returncode == 1 and "no valid measurement" in done.stderr
