@@ -100,7 +100,6 @@ def _check_fleet_settings() -> None:
         )
 
 
-
 def _check_workload_account() -> None:
     """Refuse a node where the sandbox cannot start, or an unusable ``FLEET_WORKLOAD_USER``; say what isolates
     the workloads, on every start."""
