@@ -317,7 +317,7 @@ def test_bad_options_are_spec_errors(name: str, options: dict) -> None:
 
 def test_optuna_missing_is_a_clear_spec_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "optuna", None)  # makes `import optuna` raise ImportError
-    with pytest.raises(SpecError, match=r"optuna is not installed \(pip install fleet-tune\[search\]\)"):
+    with pytest.raises(SpecError, match=r"needs Optuna, which is not installed: pip install 'fleet-tune\[search\]'"):
         make_searcher("optuna", space(CONVEX))
     # The default strategy does without it.
     searcher = make_searcher("auto", space(CONVEX), budget=20)
