@@ -216,7 +216,7 @@ def gpu_nodes(env: Mapping[str, str]) -> list[str]:
     nodes: list[str] = []
     nvidia = env.get("CUDA_VISIBLE_DEVICES")
     if nvidia is not None and glob.glob("/dev/nvidia*"):
-        nodes += [n for n in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")]
+        nodes += ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
         nodes += [f"/dev/nvidia{index}" for index in _indices(nvidia)]
     amd = env.get("HIP_VISIBLE_DEVICES") or env.get("ROCR_VISIBLE_DEVICES")
     if amd is not None and os.path.exists("/dev/kfd"):
