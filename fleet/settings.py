@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 from fleet.errors import ConfigurationError
 
 
-def _number(env: dict[str, str], name: str, default: float) -> float:
+def positive_number(env: Mapping[str, str], name: str, default: float) -> float:
+    """The positive number ``env[name]`` holds, ``default`` when unset; ConfigurationError otherwise."""
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -117,14 +118,14 @@ class Settings:
             broker_url=broker_url,
             embedded_database=not database_url,
             embedded_broker=not env.get("FLEET_BROKER_URL"),
-            lease_seconds=_number(env, "FLEET_LEASE_SECONDS", 60.0),
-            max_attempts=int(_number(env, "FLEET_MAX_ATTEMPTS", 3)),
-            heartbeat_seconds=_number(env, "FLEET_HEARTBEAT_SECONDS", 5.0),
+            lease_seconds=positive_number(env, "FLEET_LEASE_SECONDS", 60.0),
+            max_attempts=int(positive_number(env, "FLEET_MAX_ATTEMPTS", 3)),
+            heartbeat_seconds=positive_number(env, "FLEET_HEARTBEAT_SECONDS", 5.0),
             cache_dir=Path(env.get("FLEET_CACHE_DIR") or home / "cache").absolute(),
-            visibility_timeout=_number(env, "FLEET_VISIBILITY_TIMEOUT", 3600.0),
-            requeue_seconds=_number(env, "FLEET_REQUEUE_SECONDS", 300.0),
-            driver_lease_seconds=_number(env, "FLEET_DRIVER_LEASE_SECONDS", 30.0),
-            outage_seconds=_number(env, "FLEET_DB_OUTAGE_SECONDS", 60.0),
+            visibility_timeout=positive_number(env, "FLEET_VISIBILITY_TIMEOUT", 3600.0),
+            requeue_seconds=positive_number(env, "FLEET_REQUEUE_SECONDS", 300.0),
+            driver_lease_seconds=positive_number(env, "FLEET_DRIVER_LEASE_SECONDS", 30.0),
+            outage_seconds=positive_number(env, "FLEET_DB_OUTAGE_SECONDS", 60.0),
         )
 
 

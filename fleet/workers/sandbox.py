@@ -74,17 +74,10 @@ class Limits:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Limits:
+        from fleet.settings import positive_number
+
         def size(name: str, default: int) -> int:
-            raw = env.get(name, "")
-            if not raw:
-                return default
-            try:
-                value = int(raw)
-            except ValueError:
-                raise ConfigurationError(f"{name}={raw!r} is not a number of bytes") from None
-            if value <= 0:
-                raise ConfigurationError(f"{name}={raw!r} must be positive")
-            return value
+            return int(positive_number(env, name, default))
 
         return cls(
             size("FLEET_SANDBOX_MEMORY", DEFAULT_MEMORY_BYTES),
