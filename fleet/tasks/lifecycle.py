@@ -16,10 +16,11 @@ from typing import Any
 
 from celery import signals
 
-from fleet.errors import StoreError
+from fleet.errors import ConfigurationError, StoreError
 from fleet.settings import get_settings
 from fleet.store import Store
 from fleet.tasks.sending import send, send_steps
+from fleet.workers import sandbox
 from fleet.workers.execute import WorkerContext
 from fleet.workers.runner import conceal
 
@@ -101,6 +102,14 @@ def _register(sender: Any = None, **_: Any) -> None:
     _stop.clear()
     threading.Thread(target=_heartbeat, args=(ctx,), name="fleet-heartbeat", daemon=True).start()
     log.info("registered %s (%s, %s) on %s", name, role, target, ",".join(queues))
+    # What a GPU run's log must show: which GPU this process was given, and what isolates its workloads.
+    for pin in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        if pin in os.environ:
+            log.info("%s is pinned: %s=%s", name, pin, os.environ[pin])
+    try:
+        log.info("%s: %s", name, sandbox.describe())
+    except ConfigurationError as error:  # the first task meets it again, and errs its trial with it
+        log.warning("%s: %s", name, error)
 
 
 def _heartbeat(ctx: WorkerContext) -> None:

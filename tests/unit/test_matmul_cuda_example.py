@@ -194,7 +194,10 @@ def test_gpu_check_dry_run_lists_its_offline_steps(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     steps = [line.removeprefix("+ ").split() for line in done.stderr.splitlines()]
-    assert steps[1][1:] == ["install", "--no-index", "--find-links", str(tmp_path / "wheels"), "fleet-tune[gpu]"]
+    assert steps[0][1:4] == ["-m", "venv", "--without-pip"]  # a Python without ensurepip can make it
+    # The venv is filled by the wheelhouse's own pip, run from its wheel: nothing from the network.
+    assert steps[1][1].startswith(str(tmp_path / "wheels" / "pip-")) and steps[1][1].endswith(".whl/pip")
+    assert steps[1][2:] == ["install", "--no-index", "--find-links", str(tmp_path / "wheels"), "fleet-tune[gpu]"]
     assert steps[2][1:] == ["tune", str(SPEC), "--json"]
     assert steps[3][0] == "nvcc" and "-DMATMUL_CUBLAS" in steps[3] and steps[3][-1] == "-lcublas"
     assert steps[4][1:] == ["4096", "--cublas"]
@@ -221,3 +224,12 @@ def test_gpu_check_summarizes_a_finished_embedded_campaign(tmp_path: Path) -> No
     assert summary["cublas_gflops"] is None and summary["ratio"] is None
     assert summary["observer"] == {}  # a CPU worker observes no GPU
     assert summary["date"].startswith("20") and len(summary["commit"]) == 40
+    # What the database says of the run: the workers of the target, every trial evaluated, nothing observed.
+    fleet = summary["fleet"]
+    assert {w["role"]: w["queues"] for w in fleet["workers"]} == {
+        "build": ["build.cpu-x86_64"],
+        "eval": ["eval.cpu-x86_64"],
+    }
+    assert fleet["states"] == {"evaluated": summary["trials"]["evaluated"]} and fleet["reasons"] == {}
+    assert fleet["measurements"] == fleet["states"]["evaluated"] and fleet["read_in_every_measurement"] == []
+    assert summary["checks"] == {}
