@@ -141,7 +141,9 @@ def run(
     """
     argv = [str(a) for a in argv]
     start = time.monotonic()
-    env = dict(env or {})
+    # The whole environment the command gets, the worker's GPU pinning included: the sandbox chooses the device
+    # nodes it passes from this (a worker pinned by its launcher, with no pinning in the spec, is the usual case).
+    env = sandbox_env(env)
     if not _found(argv[0], cwd, env):
         # Said here as Popen says it: under setpriv the guard shell would say it in its own words.
         return Completed(argv, 127, "", f"cannot run {argv[0]}: No such file or directory", 0.0)
@@ -188,7 +190,7 @@ def _run(
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
-                env=sandbox_env(env),
+                env=env,
                 start_new_session=True,
                 **options,
             )
