@@ -89,6 +89,25 @@ def test_the_sandbox_hides_the_fleet_and_passes_only_the_pinned_gpu(
     assert "--unshare-net" not in sandbox.wrap(["./k"], cwd=scratch, env={}, network=True, who=None)
 
 
+@pytest.mark.skipif(sandbox.probe() is not None, reason="bubblewrap cannot start here")
+def test_a_worker_pinned_by_its_launcher_passes_its_gpu_to_a_command_whose_spec_names_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the first GPU run met (docs/gpu.md): the launcher pins an evaluation process with CUDA_VISIBLE_DEVICES
+    in its own environment, a spec's run names no GPU, and the sandbox was handed no device node: every
+    measurement said "no CUDA device is available". The sandbox must choose the nodes from what the command gets."""
+    from fleet.workers import runner
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    asked: list[dict[str, str]] = []
+    chosen = sandbox.gpu_nodes
+    monkeypatch.setattr(sandbox, "gpu_nodes", lambda env: asked.append(dict(env)) or chosen(env))
+    tmp_path.chmod(0o755)
+    done = runner.run(["sh", "-c", 'echo "$CUDA_VISIBLE_DEVICES"'], cwd=tmp_path, timeout=60, env={})
+    assert (done.returncode, done.stdout.strip()) == (0, "3"), done.stderr
+    assert asked and all(env.get("CUDA_VISIBLE_DEVICES") == "3" for env in asked)
+
+
 def test_embedded_fleet_without_bubblewrap_runs_unsandboxed_and_says_so_once(tmp_path: Path) -> None:
     # No bwrap on PATH: a fleet worker refuses (tests/integration/test_sandbox.py); embedded Fleet warns.
     code = (
