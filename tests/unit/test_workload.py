@@ -726,3 +726,26 @@ def test_unpack_keeps_an_absolute_name_inside_the_destination(tmp_path: Path) ->
 def test_runner_says_a_command_the_sandbox_saw_killed_by_a_signal_was_killed_by_it(tmp_path: Path) -> None:
     done = run(["sh", "-c", "kill -SEGV $$"], cwd=tmp_path, timeout=30)
     assert done.failure("the run") == "the run was killed by signal 11 (SIGSEGV)"
+
+
+NVCC_VERSION = """nvcc: NVIDIA (R) Cuda compiler driver
+Copyright (c) 2005-2025 NVIDIA Corporation
+Built on Wed_Aug_20_01:58:59_PM_PDT_2025
+Cuda compilation tools, release 13.0, V13.0.88
+Build cuda_13.0.r13.0/compiler.36424714_0
+"""
+
+
+def test_a_toolchain_is_named_with_its_version_even_where_its_first_line_has_none() -> None:
+    """The first GPU run recorded every trial's toolchain as "nvcc: NVIDIA (R) Cuda compiler driver", the same for
+    every CUDA release; a configuration measured with one must not pass for another's (docs/gpu.md)."""
+    from fleet.workers.workloads.command import toolchain_line
+
+    assert toolchain_line(NVCC_VERSION) == (
+        "nvcc: NVIDIA (R) Cuda compiler driver (Cuda compilation tools, release 13.0, V13.0.88)"
+    )
+    assert toolchain_line(NVCC_VERSION.replace("13.0", "12.4")) != toolchain_line(NVCC_VERSION)
+    gcc = "gcc (Debian 12.2.0-14+deb12u1) 12.2.0\nCopyright (C) 2022 Free Software Foundation, Inc.\n"
+    assert toolchain_line(gcc) == "gcc (Debian 12.2.0-14+deb12u1) 12.2.0"  # what earlier trials hold, unchanged
+    assert toolchain_line("mytool\nno version here\n") == "mytool"
+    assert toolchain_line("\n\n") == ""

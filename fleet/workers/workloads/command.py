@@ -36,7 +36,7 @@ class CommandWorkload(CommandSpec, Workload):
         return bool(self.definition.get("network", False))
 
     def toolchain(self) -> str:
-        """The first line the toolchain probe prints, run in the sandbox like the build it describes."""
+        """What the toolchain probe prints (:func:`toolchain_line`), run in the sandbox like the build it describes."""
         argv = self.toolchain_argv()
         if not argv:
             return ""
@@ -45,8 +45,7 @@ class CommandWorkload(CommandSpec, Workload):
         if done.returncode == 127 or done.timed_out:
             why = "timed out after 30 s" if done.timed_out else done.stderr_tail.strip().rpartition(": ")[2]
             raise SpecError(f"cannot run the toolchain command {argv}: {why}")
-        first = (done.stdout or done.stderr).strip().splitlines()
-        return first[0] if first else ""
+        return toolchain_line(done.stdout or done.stderr)
 
     def build(self, job: Job) -> Built:
         self._sources(job)
@@ -188,3 +187,17 @@ def _read_inside(scratch: Path, name: str) -> bytes:
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
             raise ArtifactError(f"the build left {name!r} as something else than a regular file of its own")
         return file.read()
+
+
+_VERSION = re.compile(r"\d+\.\d+")
+
+
+def toolchain_line(text: str) -> str:
+    """The toolchain's identity in what its version command printed: the first line, and where that names no
+    version, the first line that does with it (``nvcc --version`` opens with its name and gives its release on
+    the fourth line: two nvcc releases must not look the same)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines or _VERSION.search(lines[0]):
+        return lines[0] if lines else ""
+    versioned = next((line for line in lines[1:] if _VERSION.search(line)), None)
+    return f"{lines[0]} ({versioned})" if versioned else lines[0]
