@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
@@ -33,6 +34,12 @@ def route(name: str, args: Any, kwargs: dict[str, Any], options: dict[str, Any],
     return {"queue": queue, "routing_key": queue}
 
 
+def _no_hostname_warning(record: logging.LogRecord) -> bool:
+    """Drop kombu's warning that a filesystem broker URL has no host: it never has one, and users saw it on every
+    embedded campaign without redis-server (the first GPU run's output)."""
+    return not str(record.msg).startswith("No hostname was supplied")
+
+
 def configure(app: Celery, settings: Settings) -> Celery:
     """Apply Fleet's settings: JSON only, late acks, prefetch 1, events on, no result backend."""
     options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
@@ -40,6 +47,7 @@ def configure(app: Celery, settings: Settings) -> Celery:
         folder = str(settings.broker_folder)
         settings.broker_folder.mkdir(parents=True, exist_ok=True)
         options |= {"data_folder_in": folder, "data_folder_out": folder, "store_processed": False}
+        logging.getLogger("kombu.connection").addFilter(_no_hostname_warning)
     app.conf.update(
         broker_url=settings.broker_url,
         broker_transport_options=options,
