@@ -6,9 +6,11 @@
 - the candidate's module (``RunnerInput.artifact_path``, a tar) and its argument shapes are packed and stored as
   the trial's artifact, content-addressed (a candidate built twice is stored once); the tuning host is its
   builder, so the trial reaches ``compiled`` there and only its evaluation is sent;
-- the evaluation is the ``command`` workload: on the worker, a child Python process started through the worker's
-  sandboxed runner loads the module and times it with MetaSchedule's evaluator config (number, repeat,
-  min_repeat_ms, cooldown), as MetaSchedule's ``LocalRunner`` does; a crash ends that child, not the worker;
+- the evaluation is a ``resident`` ``command`` workload: on the worker, a child Python process started through
+  the worker's sandboxed runner, and kept there between candidates (TVM imported once, as in ``LocalRunner``'s
+  pool process), loads each module and times it with MetaSchedule's evaluator config (number, repeat,
+  min_repeat_ms, cooldown), as ``LocalRunner`` does; a crash ends that child, not the worker, and the next
+  candidate gets a fresh one;
 - the results come back as ``RunnerResult`` futures; a worker that dies mid-measurement loses its lease and the
   trial is measured again by another (the reaper, in every worker's heartbeat and in this runner's wait), and it
   is recorded once: no candidate is lost, none is reported twice.
@@ -40,34 +42,40 @@ from fleet.tvm.available import require_tvm
 KIND = "tvm.metaschedule"
 """The problem kind of a FleetRunner's candidates: one problem per runner."""
 
-# The measuring child: argv is number, repeat, min_repeat_ms, cooldown_ms, cache flush (0/1); its working directory
-# holds the candidate (mod.tar, candidate.json). TVM's runtime library alone loads and times a module (0.4 s to
-# import instead of 1 s). It prints one JSON line: the mean seconds and each repeat's.
+# The measuring child, a resident command (fleet.workers.runner.Resident): started once by an evaluation worker's
+# process and kept, in the sandbox, so that TVM is imported once, as in LocalRunner's pool process. argv is number,
+# repeat, min_repeat_ms, cooldown_ms, cache flush (0/1). Each line on stdin names the folder of a candidate
+# (mod.tar, candidate.json); it answers with one JSON line: the mean seconds and each repeat's. TVM's runtime
+# library alone loads and times a module (0.4 s to import instead of 1 s). A candidate that raises ends it, as a
+# crash would: the worker says why and starts another for the next candidate.
 CHILD = """
 import json, os, sys
 os.environ["TVM_USE_RUNTIME_LIB"] = "1"
 import tvm
 number, repeat, min_ms, cooldown_ms, flush = (int(a) for a in sys.argv[1:6])
-with open("candidate.json") as f:
-    info = json.load(f)
-mod = tvm.runtime.load_module(os.path.abspath("mod.tar"))
-dev = tvm.runtime.device(info["device_type"], 0)
 fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure", allow_missing=True)
-args = []
-for _, dtype, shape in info["args_info"]:
-    arg = tvm.runtime.empty(shape, dtype, dev)
-    if fill is not None:
-        fill(arg)
-    args.append(arg)
-evaluator = mod.time_evaluator(
-    mod.entry_name, dev, number=number, repeat=repeat, min_repeat_ms=min_ms,
-    cooldown_interval_ms=cooldown_ms, f_preproc="cache_flush_cpu_non_first_arg" if flush else "",
-)
-dev.sync()
-costs = [float(c) for c in evaluator(*args).results]
-out = {"seconds": sum(costs) / len(costs), "repeats": len(costs)}
-out.update({"run_sec_%d" % i: c for i, c in enumerate(costs)})
-print(json.dumps(out))
+for line in sys.stdin:
+    folder = json.loads(line)["dir"]
+    with open(os.path.join(folder, "candidate.json")) as f:
+        info = json.load(f)
+    mod = tvm.runtime.load_module(os.path.join(folder, "mod.tar"))
+    dev = tvm.runtime.device(info["device_type"], 0)
+    args = []
+    for _, dtype, shape in info["args_info"]:
+        arg = tvm.runtime.empty(shape, dtype, dev)
+        if fill is not None:
+            fill(arg)
+        args.append(arg)
+    evaluator = mod.time_evaluator(
+        mod.entry_name, dev, number=number, repeat=repeat, min_repeat_ms=min_ms,
+        cooldown_interval_ms=cooldown_ms, f_preproc="cache_flush_cpu_non_first_arg" if flush else "",
+    )
+    dev.sync()
+    costs = [float(c) for c in evaluator(*args).results]
+    out = {"seconds": sum(costs) / len(costs), "repeats": len(costs)}
+    out.update({"run_sec_%d" % i: c for i, c in enumerate(costs)})
+    del evaluator, args, mod
+    print(json.dumps(out), flush=True)
 """
 
 MEASURED: dict[tuple[float, ...], dict[str, Any]] = {}
@@ -90,7 +98,7 @@ def tvm_target(target: str, cores: int | None = None) -> Any:
 def workload_definition(
     number: int, repeat: int, min_repeat_ms: int, cooldown_ms: int, flush: bool, timeout: float, python: str
 ) -> dict[str, Any]:
-    """The ``command`` workload that measures a candidate on a worker (see :data:`CHILD`)."""
+    """The ``command`` workload that measures a candidate on a worker: :data:`CHILD`, resident."""
     argv = [python, "-c", CHILD, str(number), str(repeat), str(min_repeat_ms), str(cooldown_ms), str(int(flush))]
     return {
         "kind": "command",
@@ -99,6 +107,7 @@ def workload_definition(
         "repeats": 1,
         "warmup": 0,
         "run_timeout": timeout,
+        "resident": True,
     }
 
 

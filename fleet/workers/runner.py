@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import json
 import os
 import pwd
 import select
@@ -408,3 +409,210 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+class Resident:
+    """A command kept running in the sandbox between runs, given one run at a time (a ``resident`` workload).
+
+    Started like any command (:func:`run`: the sandbox, its limits, a workload account, dying with the worker),
+    with ``cwd`` as its working directory, which it keeps. Each run's files go in a fresh folder of it
+    (:meth:`fresh_folder`), and the run is one line on the command's stdin, ``{"dir": FOLDER}`` (the folder as
+    the command sees it); the command answers with one line on stdout, a JSON object. It pays its start
+    (importing a library, loading a model) once, not once a run. A run that exceeds its time, whose lease is lost, or whose command exits ends the
+    command, sandbox and all; the next run starts a fresh one.
+
+    Parameters
+    ----------
+    argv:
+        The command: program and arguments, never a shell string.
+    cwd:
+        Its own directory (created, and removed by :meth:`close`); each run's files are in a folder of it.
+    env, network:
+        As for :func:`run`.
+    """
+
+    def __init__(
+        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, network: bool = False
+    ) -> None:
+        self.argv = [str(a) for a in argv]
+        self.cwd = cwd
+        self.env = dict(env or {})
+        self.network = network
+        self.folder = cwd / "run-0"
+        self.runs = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._cleanup = contextlib.ExitStack()
+        self._err: Any = None
+        self._info: int | None = None
+        self._pending = b""
+        self.starts = 0
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def fresh_folder(self) -> Path:
+        """An empty folder for the next run's files, the last run's removed.
+
+        Each run has a folder of its own name (``run-N``): a command that loads a library by its path (TVM's
+        ``load_module``, ``dlopen``) would otherwise be given the one it loaded before, still in memory.
+        """
+        if self._proc is not None and not self.alive:
+            self.close()  # it ended between runs: what it left goes now, not once the next run's files are there
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.runs += 1
+        self.folder = self.cwd / f"run-{self.runs}"
+        self.folder.mkdir(parents=True)
+        return self.folder
+
+    def _start(self) -> Completed | None:
+        """Start the command; a Completed when it cannot run at all (no such program)."""
+        self.close()
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        env = sandbox_env(self.env)
+        if not _found(self.argv[0], self.cwd, env):
+            return Completed(self.argv, 127, "", f"cannot run {self.argv[0]}: No such file or directory", 0.0)
+        cleanup = self._cleanup
+        cleanup.callback(shutil.rmtree, self.cwd, ignore_errors=True)
+        self._err = cleanup.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (it lives as the command does)
+        if sandbox.mode() == "bwrap":
+            sandbox.require()
+            tmp = self.cwd.with_name(self.cwd.name + ".tmp")
+            tmp.mkdir(exist_ok=True)
+            cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)
+            _give(self.cwd, sandbox.account())
+            _give(tmp, sandbox.account())
+            env.update(HOME=sandbox.WORK, TMPDIR=sandbox.TMP)
+            info_read, info_write = os.pipe()
+            self._info = info_read
+            cleanup.callback(os.close, info_read)
+            gpu = bool(sandbox.gpu_nodes(env))
+            wrapped = sandbox.wrap(self.argv, cwd=self.cwd, env=env, network=self.network, tmp=tmp)
+            command, options = _launch(wrapped, None, gpu)
+            command = _info_fd(command, info_write)
+            options["pass_fds"] = (info_write,)
+        else:
+            info_write = None
+            self._info = None
+            command, options = _launch(self.argv, _as_account(self.cwd, env))
+        try:
+            self._proc = subprocess.Popen(
+                command,
+                cwd=self.cwd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._err,
+                env=env,
+                start_new_session=True,
+                **options,
+            )
+        except OSError as error:
+            return Completed(self.argv, 127, "", f"cannot run {self.argv[0]}: {error.strerror}", 0.0)
+        finally:
+            if info_write is not None:
+                os.close(info_write)  # the child holds it: the pipe ends when bubblewrap does
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            self._cleanup.callback(_quietly_close, pipe)
+        self._cleanup.callback(_kill_group, self._proc)  # first of all: the pipes are closed once it is gone
+        self._pending = b""
+        self.starts += 1
+        return None
+
+    def call(self, *, timeout: float, tick: Callable[[], bool] | None = None, tick_seconds: float = 5.0) -> Completed:
+        """Run once with the files in :attr:`folder`, starting the command first if it is not running; wait at
+        most ``timeout`` seconds (its start included) for its answer.
+
+        ``returncode`` is 0 once the command answered: ``stdout`` is what it printed for this run, its answer the
+        last line; otherwise the command has ended, and the Completed says how, as :func:`run`'s would.
+
+        Raises
+        ------
+        SandboxUnavailable
+            When the sandbox cannot start: the node's fault, not the command's.
+        """
+        start = time.monotonic()
+        if not self.alive:
+            failed = self._start()
+            if failed is not None:
+                return failed
+        assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
+        if sandbox.mode() == "bwrap":
+            _give(self.folder, sandbox.account())
+        self._err.seek(0)
+        self._err.truncate()
+        out = bytearray()
+        request = json.dumps({"dir": seen(self.folder, self.cwd)}).encode() + b"\n"
+        try:
+            self._proc.stdin.write(request)
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            return self._ended(out, start, timed_out=False)
+        fd = self._proc.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLIN | select.POLLHUP)
+        while True:
+            line, nl, rest = self._pending.partition(b"\n")
+            if nl:
+                self._pending = rest
+                out += line + b"\n"
+                if _answer(line):
+                    self._err.seek(0)
+                    return Completed(self.argv, 0, _text(bytes(out)), _text(self._err.read()), time.monotonic() - start)
+                continue
+            left = timeout - (time.monotonic() - start)
+            if left <= 0:
+                return self._ended(out, start, timed_out=True)
+            if poll.poll(min(left, tick_seconds) * 1000):
+                chunk = os.read(fd, 65536)
+                if not chunk:  # the command closed its output: it has ended, or is of no more use
+                    out += self._pending
+                    return self._ended(out, start, timed_out=False)
+                self._pending += chunk
+            elif tick is not None and not tick():
+                return self._ended(out, start, timed_out=False)
+
+    def _ended(self, out: bytearray, start: float, timed_out: bool) -> Completed:
+        """End the command (it may have ended already) and say how, as :func:`run` would have."""
+        assert self._proc is not None
+        proc = self._proc
+        if not timed_out:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.5)  # it closed its output as it exited: its status, not our kill
+        _kill_group(proc)
+        self._err.seek(0)
+        if self._info is not None:
+            _check_started(self._info, self._err, timed_out)
+            self._err.seek(0)
+        done = Completed(
+            self.argv,
+            None if timed_out else _status(proc.returncode, self._info is not None),
+            _text(bytes(out)),
+            _text(self._err.read()),
+            time.monotonic() - start,
+            timed_out,
+        )
+        self.close()
+        return done
+
+    def close(self) -> None:
+        """End the command, sandbox and all, and remove its directory."""
+        self._proc = None
+        self._info = None
+        self._cleanup.close()
+        self._cleanup = contextlib.ExitStack()
+
+
+def _quietly_close(pipe: Any) -> None:
+    with contextlib.suppress(OSError):
+        pipe.close()
+
+
+def _answer(line: bytes) -> bool:
+    """Whether a line of a resident command's output is its answer: a JSON object."""
+    text = line.strip()
+    if not text.startswith(b"{"):
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False

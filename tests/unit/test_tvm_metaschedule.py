@@ -25,11 +25,11 @@ from fleet.tvm.metaschedule import InProcessBuilder, pack_candidate, run_secs, t
 from fleet.workers.workloads import Job, load_workload
 
 
-def built_candidate() -> tuple[str, list]:
-    a = te.placeholder((32, 32), name="A")
-    b = te.placeholder((32, 32), name="B")
-    k = te.reduce_axis((0, 32), name="k")
-    c = te.compute((32, 32), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+def built_candidate(n: int = 32) -> tuple[str, list]:
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
     mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
     [result] = InProcessBuilder().build([ms.builder.BuilderInput(mod, tvm_target("cpu-x86_64", 2))])
     assert result.error_msg is None
@@ -52,6 +52,23 @@ def test_a_candidate_is_measured_in_a_child_with_the_evaluator_config(tmp_path: 
     secs = run_secs(measured.metrics, measured.objective)
     assert len(secs) == 3 and all(0 < s < 1 for s in secs)  # one per repeat, as LocalRunner's run_secs
     assert measured.objective == pytest.approx(sum(secs) / 3)
+
+
+def test_one_child_measures_candidate_after_candidate_each_its_own_module(tmp_path: Path) -> None:
+    from fleet.workers.workloads import command
+
+    small, large = (pack_candidate(path, "cpu", args) for path, args in (built_candidate(16), built_candidate(128)))
+    try:
+        seconds = [measure(data, tmp_path, repeat=1).objective for data in (small, large, small)]
+        resident = command._RESIDENT
+        assert resident is not None and resident.starts == 1  # TVM imported once for the three
+    finally:
+        if command._RESIDENT is not None:
+            command._RESIDENT.close()
+            command._RESIDENT = None
+    # The naive 128^3 matmul does 512 times the work of the 16^3 one: each measurement timed its own module (the
+    # same path for each would have given the first module loaded, still in memory, every time).
+    assert seconds[1] > 20 * seconds[0] and seconds[1] > 20 * seconds[2], seconds
 
 
 def test_a_candidate_that_crashes_errors_its_trial_not_the_worker(tmp_path: Path) -> None:

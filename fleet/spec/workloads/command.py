@@ -9,12 +9,18 @@ Definition (JSON)::
      "run": ["./k", "{n}"],
      "objective": {"name": "gflops", "goal": "max", "json": "gflops"},   # or "regex": "GFLOPS: (\\S+)"
      "repeats": 3, "warmup": 1, "build_timeout": 120, "run_timeout": 60,
-     "network": false}                                                  # true: the commands keep the network
+     "network": false,                                                  # true: the commands keep the network
+     "resident": false}                                                 # true: the run command is kept running
 
 ``{name}`` in an argument is replaced by the knob or problem parameter ``name`` (``{{`` for a brace);
 booleans become ``1``/``0``. An ``{"if": KNOB, "then": [...], "else": [...]}`` item adds arguments when the
 knob is true. The result is always a list of arguments; no shell ever sees it. Both commands, and the
 toolchain probe, run in the worker's sandbox (:mod:`fleet.workers.sandbox`).
+
+A ``resident`` run command is started once by an evaluation process and kept between runs, in the sandbox
+(:class:`fleet.workers.runner.Resident`): each run is a line on its stdin, ``{"dir": FOLDER}``, the folder holding
+the run's artifact, and it answers with one JSON line on stdout (the objective must be ``json``). For commands
+whose start costs more than their run (importing TVM to time a module).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ _KEYS = {
     "toolchain",
     "env",
     "network",
+    "resident",
 }
 # Shells whose script names the compiler: the default toolchain probe looks for it there.
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
@@ -175,6 +182,12 @@ class CommandSpec(WorkloadSpec):
             _check_artifact_name(name)
         if not isinstance(d.get("network", False), bool):
             raise SpecError("workload 'network' must be true or false")
+        if not isinstance(d.get("resident", False), bool):
+            raise SpecError("workload 'resident' must be true or false")
+        if d.get("resident") and "json" not in objective:
+            raise SpecError(
+                "a resident workload answers each run with a JSON line: its objective must name a 'json' field"
+            )
 
     @property
     def objective_name(self) -> str:

@@ -18,7 +18,7 @@ from fleet.bundle import pack, unpack
 from fleet.errors import SpecError
 from fleet.spec.workloads.command import CommandSpec, fill, names_in
 from fleet.workers import health
-from fleet.workers.runner import Completed, run
+from fleet.workers.runner import Completed, Resident, run
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
 __all__ = ["CommandWorkload", "fill", "names_in"]
@@ -74,25 +74,32 @@ class CommandWorkload(CommandSpec, Workload):
         return Built(pack(files), None, log, done.seconds)
 
     def evaluate(self, job: Job, artifact: bytes) -> Measured:
-        unpack(artifact, job.scratch)
         argv = fill(self.definition["run"], {**job.problem, **job.config})
         timeout = float(self.definition.get("run_timeout", 300))
+        resident = _resident(argv, job, self.network) if self.definition.get("resident") else None
+        if resident is None:
+            unpack(artifact, job.scratch)
+        else:
+            unpack(artifact, resident.fresh_folder())
         samples: list[float] = []
         metrics: list[dict[str, Any]] = []
         valid = True
         last: Completed | None = None
         for index in range(int(self.definition.get("warmup", 0)) + int(self.definition.get("repeats", 1))):
-            last = run(
-                argv,
-                cwd=job.scratch,
-                timeout=timeout,
-                env=job.env,
-                tick=job.tick,
-                tick_seconds=job.tick_seconds,
-                network=self.network,
-            )
+            if resident is not None:
+                last = resident.call(timeout=timeout, tick=job.tick, tick_seconds=job.tick_seconds)
+            else:
+                last = run(
+                    argv,
+                    cwd=job.scratch,
+                    timeout=timeout,
+                    env=job.env,
+                    tick=job.tick,
+                    tick_seconds=job.tick_seconds,
+                    network=self.network,
+                )
             if not last.ok:
-                fault = health.fault_in(last, job.scratch)
+                fault = health.fault_in(last, job.scratch if resident is None else resident.folder)
                 if fault is not None:
                     raise fault
                 return Measured(
@@ -142,6 +149,24 @@ class CommandWorkload(CommandSpec, Workload):
             if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
                 return float(value), record
         return None
+
+
+_RESIDENT: Resident | None = None
+"""This process's resident command: one at a time, the last campaign's (a worker's process measures one trial at
+a time, and a resident command may hold a lot of memory)."""
+
+
+def _resident(argv: list[str], job: Job, network: bool) -> Resident:
+    """The resident command that runs ``argv`` with the job's environment, started afresh if another is running."""
+    global _RESIDENT
+    env = dict(job.env)
+    folder = job.scratch.with_name(job.scratch.name + ".resident")
+    now = _RESIDENT
+    if now is None or (now.argv, now.env, now.network, now.cwd) != (argv, env, network, folder):
+        if now is not None:
+            now.close()
+        _RESIDENT = Resident(argv, cwd=folder, env=env, network=network)
+    return _RESIDENT
 
 
 class ArtifactError(Exception):
