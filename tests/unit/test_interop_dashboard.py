@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select, update
 
 from fleet.bench.dashboard import make_cache, timings
 from fleet.interop.optuna_export import add_trials
 from fleet.interop.optuna_storage import SHIFT, FleetStorage, ReadOnlyStorageError
 from fleet.interop.records import import_kt
-from fleet.store import Store
+from fleet.store import Store, Trial
 
 
 def test_the_storage_reads_an_imported_campaign_and_times_like_optuna_rdb(tmp_path: Path) -> None:
@@ -40,4 +41,41 @@ def test_the_storage_reads_an_imported_campaign_and_times_like_optuna_rdb(tmp_pa
     # benchmark times it; here, Fleet's side alone.
     assert mine["trials"] == 400
     assert set(mine) >= {"studies_s", "trials_cold_s", "trials_warm_s", "api_studies_s"}
+    store.close()
+
+
+def _seen(trials: list) -> list[tuple]:
+    return [
+        (t.number, t.state, t.value, t.params, t.distributions, t.user_attrs, t.datetime_start, t.datetime_complete)
+        for t in trials
+    ]
+
+
+def test_a_warm_read_of_a_running_campaign_gives_what_a_cold_read_gives(tmp_path: Path) -> None:
+    """The storage keeps finished trials and rereads the others: trials that finish later, and a value outside the
+    space (which changes every trial's distributions), read warm as a new storage reads them cold."""
+    import optuna
+
+    store = Store(f"sqlite:///{tmp_path / 'fleet.db'}")
+    store.upgrade()
+    make_cache(tmp_path / "bench.json", 1000)
+    done = import_kt(store, tmp_path / "bench.json")
+    campaign = store.campaign(done.campaign)
+    study_id = campaign.id << SHIFT
+    with store.transaction() as connection:
+        ids = list(connection.scalars(select(Trial.id).where(Trial.campaign_id == campaign.id).order_by(Trial.id)))
+        running = ids[-10:]
+        connection.execute(update(Trial).where(Trial.id.in_(running)).values(state="evaluating", finished_at=None))
+    warm = FleetStorage(store)
+    before = warm.get_all_trials(study_id, deepcopy=False)
+    assert [t.state for t in before[-10:]] == [optuna.trial.TrialState.RUNNING] * 10
+    assert all(t.datetime_complete is None for t in before[-10:])
+    assert _seen(before) == _seen(FleetStorage(store).get_all_trials(study_id, deepcopy=False))
+    with store.transaction() as connection:
+        connection.execute(update(Trial).where(Trial.id.in_(running[:5])).values(state="evaluated"))
+        connection.execute(update(Trial).where(Trial.id == running[5]).values(config={"x": 0, "y": 5000}))
+    after = warm.get_all_trials(study_id, deepcopy=False)
+    assert [t.state for t in after[-10:-5]] == [optuna.trial.TrialState.COMPLETE] * 5
+    assert after[-5].params == {"x": 0, "y": 5000} and 5000 in after[0].distributions["y"].choices
+    assert _seen(after) == _seen(FleetStorage(store).get_all_trials(study_id, deepcopy=False))
     store.close()
