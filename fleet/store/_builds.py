@@ -327,3 +327,26 @@ class BuildStore(TrialStore):
                 .returning(Trial.id, Trial.target)
             ).all()
         return [Requeue(row.id, row.target, phase) for row in rows]
+
+    def give_back_lost(self, trial_ids: Sequence[int], owner: str) -> list[Requeue]:
+        """Give back what the lost worker process ``owner`` held of ``trial_ids``: its node's fault.
+
+        Each trial it was compiling or evaluating waits again as :meth:`give_back` leaves it (``node_faults``
+        counted, the evaluation attempt returned), and the builds it was making are forgotten. Trials it had
+        finished, or that another process holds, are left as they are.
+        """
+        with self.session() as session:
+            held = session.execute(
+                select(Trial.id, Trial.state, Trial.build_key, Trial.toolchain).where(
+                    Trial.id.in_(list(trial_ids)),
+                    Trial.worker == owner,
+                    Trial.state.in_(("compiling", "evaluating")),
+                )
+            ).all()
+        given: list[Requeue] = []
+        for trial_id, state, build_key, toolchain in held:
+            if state == "compiling":
+                given += self.give_back(trial_id, owner, "compile", build_key, toolchain)
+            else:
+                given += self.give_back(trial_id, owner, "evaluate")
+        return given

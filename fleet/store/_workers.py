@@ -124,6 +124,11 @@ class WorkerStore(StoreBase):
             return list(session.scalars(select(Machine).order_by(Machine.hostname)))
 
     @patient
+    def worker_fault(self, name: str) -> str | None:
+        """Why worker ``name``'s node is unhealthy, as last said, or None."""
+        with self.session() as session:
+            return session.scalar(select(Worker.fault).where(Worker.name == name))
+
     def set_fault(self, name: str, fault: str | None) -> None:
         """Say that worker ``name``'s node is unhealthy and why (``fault``), or healthy again (None)."""
         with self.session() as session:

@@ -133,7 +133,7 @@ def _ids(trial_ids: list[int] | None, trial_id: int | None) -> list[int]:
     return list(trial_ids or []) + ([trial_id] if trial_id is not None else [])
 
 
-@app.task(name="fleet.compile", bind=True)
+@app.task(name="fleet.compile", bind=True, Request="fleet.tasks.lost:NodeAwareRequest")
 def compile(self: Task, target: str, trial_ids: list[int] | None = None, trial_id: int | None = None) -> dict:
     """Build (or reuse) each trial's artifact, then send the evaluations of those compiled to ``eval.<target>``."""
     from fleet.workers.execute import compile_trial
@@ -158,7 +158,7 @@ def compile(self: Task, target: str, trial_ids: list[int] | None = None, trial_i
     return _each(self, "compile", target, trials, lambda t: compile_trial(ctx, t, handed), then, ctx.healthy)
 
 
-@app.task(name="fleet.evaluate", bind=True)
+@app.task(name="fleet.evaluate", bind=True, Request="fleet.tasks.lost:NodeAwareRequest")
 def evaluate(self: Task, target: str, trial_ids: list[int] | None = None, trial_id: int | None = None) -> dict:
     """Measure each trial on this worker's device and record it."""
     from fleet.workers.execute import evaluate_trial

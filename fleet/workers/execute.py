@@ -129,6 +129,7 @@ class WorkerContext:
     # The target this worker serves (the launcher's FLEET_WORKER_TARGET): a claimed trial of another is given back.
     target: str | None = field(default_factory=lambda: os.environ.get("FLEET_WORKER_TARGET") or None)
     _fault_checked: float = 0.0
+    _fault_read: bool = False
     _given_back: list[Requeue] = field(default_factory=list, repr=False)
 
     def lap(self) -> float:
@@ -269,6 +270,10 @@ class WorkerContext:
 
     def healthy(self) -> bool:
         """Whether this worker may take work: its node has no fault, or a new check (every few seconds) passed."""
+        if not self._fault_read:
+            # A process the pool started in place of a lost one (fleet.tasks.lost) learns its node's fault here.
+            self._fault_read = True
+            self.fault = self.fault or self.store.worker_fault(self.name)
         if self.fault is None:
             return True
         if time.monotonic() - self._fault_checked < HEALTH_SECONDS:

@@ -1,9 +1,10 @@
 """Whether a fault is the node's, and whether the node is healthy again.
 
-A full disk, a read-only or unwritable cache, a sandbox that cannot start: none of these says anything about the
-configuration being tried. A trial that meets one goes back to its queue for another worker (counted in its
-``node_faults``, not as an attempt), no build is recorded as failed for it, and the worker says its node is
-unhealthy (``fleet status``) and hands work back until :func:`check` passes again.
+A full disk, a read-only or unwritable cache, a sandbox that cannot start, a worker process the kernel's OOM
+killer took (:mod:`fleet.tasks.lost`): none of these says anything about the configuration being tried. A trial
+that meets one goes back to its queue for another worker (counted in its ``node_faults``, not as an attempt), no
+build is recorded as failed for it, and the worker says its node is unhealthy (``fleet status``) and hands work
+back until :func:`check` passes again.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ _NODE_WORDS = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, e
 LOW_SPACE_BYTES = 16 << 20
 # A write of this size must succeed for the node to count as healthy again.
 PROBE_BYTES = 1 << 20
+# Less memory available than this (MemAvailable): the node is short of it, and a worker process may be the
+# next the kernel's OOM killer takes.
+LOW_MEMORY_BYTES = 256 << 20
 
 
 def from_os_error(error: OSError, where: str) -> NodeFault | None:
@@ -53,8 +57,22 @@ def fault_in(done: Completed, scratch: Path) -> NodeFault | None:
     return NodeFault(f"{said or 'the disk is full'} under {scratch} ({free >> 20} MiB free)")
 
 
+def memory_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Bytes of memory available for new work (the kernel's ``MemAvailable``), or None where it is not told."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def check(cache_dir: Path) -> str | None:
-    """Why this node is still unhealthy, or None: its cache takes a write, and the sandbox starts."""
+    """Why this node is still unhealthy, or None: it has memory, its cache takes a write, and the sandbox starts."""
+    available = memory_available()
+    if available is not None and available < LOW_MEMORY_BYTES:
+        return f"only {available >> 20} MiB of memory available"
     probe = cache_dir / f".fleet-health-{os.getpid()}"
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)

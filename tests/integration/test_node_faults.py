@@ -5,17 +5,19 @@ gcc, and a small tmpfs as the worker's cache."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
-from fleet.store import Artifact, Trial
+from fleet.store import Artifact, Measurement, Trial
 from tests.conftest import Fleet, write_spec
 from tests.integration.test_campaign import kernel_spec
 
@@ -104,3 +106,133 @@ def test_a_trial_sent_to_a_worker_of_another_target_is_given_back_to_its_own_que
     assert again.state == "new" and again.worker is None and again.attempts == 0 and again.node_faults == 0
     with fleet.store.session() as session:
         assert session.scalars(select(Artifact)).all() == []  # nothing built for it here
+
+
+# The first run the test marks (its OOM score raised to 1 from outside) eats memory until the kernel's OOM killer
+# takes the worker process above it, whose score the test raised to 1000: the OOM killer's first choice. A run
+# left unmarked for a few seconds prints. The eating stops at 2 GiB, should the run not be in the small cgroup.
+EATER = r"""
+import json, sys, time
+deadline = time.monotonic() + 4
+while time.monotonic() < deadline:
+    if open("/proc/self/oom_score_adj").read().strip() == "1":
+        hoard = [bytearray(16 << 20) for _ in range(128)]
+        time.sleep(60)
+    time.sleep(0.05)
+print(json.dumps({"score": float(sys.argv[1])}))
+"""
+
+
+@pytest.fixture
+def small_memory(tmp_path: Path) -> Path:
+    """A memory cgroup of 256 MiB (cgroup v2, or v1's memory hierarchy) that the test can put processes in."""
+    if os.geteuid() != 0:
+        pytest.skip("making a memory cgroup needs root (CI runs as root)")
+    unified = Path("/sys/fs/cgroup")
+    if (unified / "cgroup.controllers").exists():
+        own = Path(Path("/proc/self/cgroup").read_text().strip().split("::", 1)[1].lstrip("/"))
+        group, limit = unified / own.parent / f"fleet-oom-{os.getpid()}", "memory.max"
+    else:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        line = next(line for line in lines if line.split(":")[1] == "memory")
+        group = Path("/sys/fs/cgroup/memory") / line.strip().split(":", 2)[2].lstrip("/") / f"fleet-oom-{os.getpid()}"
+        limit = "memory.limit_in_bytes"
+    group.mkdir()
+    (group / limit).write_text(str(256 << 20))
+    yield group
+    for pid in (group / "cgroup.procs").read_text().split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (group / "cgroup.procs").read_text().strip():
+        time.sleep(0.1)
+    group.rmdir()
+
+
+def oom_kills() -> int:
+    return int(
+        next(line for line in Path("/proc/vmstat").read_text().splitlines() if line.startswith("oom_kill ")).split()[1]
+    )
+
+
+def process(pid: int) -> tuple[list[str], int]:
+    """A process's argument list and its parent."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return [arg.decode(errors="replace") for arg in argv], parent
+
+
+def eating_run() -> tuple[int, int] | None:
+    """The run's process (sandboxed: bubblewrap and setpriv above it) and the Celery pool process above that."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv, parent = process(int(entry.name))
+            if argv[:3] != [sys.executable, "-c", EATER]:
+                continue
+            while parent > 1:
+                above, grand = process(parent)
+                if any("celery" in arg for arg in above):
+                    return int(entry.name), parent
+                parent = grand
+        except (OSError, IndexError, ValueError):
+            continue
+    return None
+
+
+def test_a_worker_process_the_oom_killer_takes_gives_its_trial_back_without_spending_an_attempt(
+    fleet: Fleet, small_memory: Path
+) -> None:
+    """Issue 29: the kernel's OOM killer takes the worker's own pool process (not the run) while it measures. The
+    trial goes back to its queue counted as a node fault, and is measured once more without an attempt spent;
+    before, it waited for its lease and was claimed again as a second attempt against its configuration."""
+    fleet.start_worker()
+    spec = {
+        "name": "oom",
+        "target": fleet.target,
+        "problems": [{"kind": "eater", "params": {}}],
+        "space": {"knobs": {"x": {"values": [1, 2], "build": False}}},
+        "strategy": {"name": "grid"},
+        "workload": {"kind": "command", "run": [sys.executable, "-c", EATER, "{x}"], "objective": {"json": "score"}},
+    }
+    kills = oom_kills()
+    tune = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "tune", str(write_spec(fleet.home, spec)), "--json", "--window", "1"],
+        env=fleet.env,
+        cwd=fleet.home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        found: list[tuple[int, int]] = []
+        fleet.wait_for(lambda: found.append(eating_run()) or found[-1], timeout=120, what="the first run to start")
+        run, pool = found[-1]
+        for pid in (pool, run):
+            (small_memory / "cgroup.procs").write_text(str(pid))
+        Path(f"/proc/{pool}/oom_score_adj").write_text("1000")
+        Path(f"/proc/{run}/oom_score_adj").write_text("1")  # the run starts eating
+        out, err = tune.communicate(timeout=240)
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+            tune.wait()
+    assert tune.returncode == 0, err
+    assert oom_kills() > kills  # the kernel's OOM killer, not the test, took the process
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pool, 0)
+        pytest.fail(f"the pool process {pool} outlived the OOM killer")
+    assert json.loads(out)["problems"][0]["trials"] == {"evaluated": 2}
+    with fleet.store.session() as session:
+        rows = {t.config["x"]: t for t in session.scalars(select(Trial))}
+        measured = dict(
+            session.execute(select(Measurement.trial_id, func.count()).group_by(Measurement.trial_id)).all()
+        )
+    assert {x: (t.state, t.attempts, t.node_faults) for x, t in rows.items()} == {
+        1: ("evaluated", 1, 1),  # given back once, for the node's fault; its one attempt is the run that measured
+        2: ("evaluated", 1, 0),
+    }
+    assert all(measured[t.id] == 1 for t in rows.values())
+    log = (fleet.home / "worker.log").read_text(errors="replace")
+    assert f"the kernel's OOM killer took worker process {pool}" in log
