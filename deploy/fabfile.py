@@ -24,9 +24,9 @@ The artifact cache (``FLEET_CACHE_DIR``) is outside the virtual environment, so 
 Environment read here: ``FLEET_DATABASE_URL`` and ``FLEET_BROKER_URL`` (required), ``FLEET_STOP_TIMEOUT``
 (seconds a stop waits for a measurement, default 840), ``FLEET_WHEELHOUSE`` (a wheelhouse to reuse),
 ``FLEET_NODE_PYTHON`` (the interpreter that builds it: the nodes' Python, default ``python3``), and
-``FLEET_LEASE_SECONDS``, ``FLEET_HEARTBEAT_SECONDS``, ``FLEET_MAX_ATTEMPTS``, ``FLEET_REQUEUE_SECONDS``,
-``FLEET_VISIBILITY_TIMEOUT``, ``FLEET_DRIVER_LEASE_SECONDS``, ``FLEET_DB_OUTAGE_SECONDS``, which are passed on to
-the nodes.
+``FLEET_LEASE_SECONDS``, ``FLEET_HEARTBEAT_SECONDS``, ``FLEET_MAX_ATTEMPTS``, ``FLEET_MAX_NODE_FAULTS``,
+``FLEET_REQUEUE_SECONDS``, ``FLEET_VISIBILITY_TIMEOUT``, ``FLEET_DRIVER_LEASE_SECONDS``, ``FLEET_DB_OUTAGE_SECONDS``,
+which are passed on to the nodes.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ PASSED_ON = (
     "FLEET_LEASE_SECONDS",
     "FLEET_HEARTBEAT_SECONDS",
     "FLEET_MAX_ATTEMPTS",
+    "FLEET_MAX_NODE_FAULTS",
     "FLEET_REQUEUE_SECONDS",
     "FLEET_VISIBILITY_TIMEOUT",
     "FLEET_DRIVER_LEASE_SECONDS",

@@ -49,6 +49,10 @@ class Settings:
         How long claimed work stays owned without a renewal before the reaper gives it back.
     max_attempts:
         Claims of one trial (or one build) before it is errored instead of tried again.
+    max_node_faults:
+        Node faults one trial may meet, each on a node that took it while healthy, before it is errored: a
+        configuration that fills every node's disk, or runs every node out of memory, is its own fault.
+        ``FLEET_MAX_NODE_FAULTS``.
     heartbeat_seconds:
         How often workers renew their registration and run the reaper.
     cache_dir:
@@ -72,6 +76,7 @@ class Settings:
     embedded_broker: bool
     lease_seconds: float = 60.0
     max_attempts: int = 3
+    max_node_faults: int = 5
     heartbeat_seconds: float = 5.0
     cache_dir: Path = Path(".fleet/cache")
     visibility_timeout: float = 3600.0
@@ -120,6 +125,7 @@ class Settings:
             embedded_broker=not env.get("FLEET_BROKER_URL"),
             lease_seconds=positive_number(env, "FLEET_LEASE_SECONDS", 60.0),
             max_attempts=int(positive_number(env, "FLEET_MAX_ATTEMPTS", 3)),
+            max_node_faults=int(positive_number(env, "FLEET_MAX_NODE_FAULTS", 5)),
             heartbeat_seconds=positive_number(env, "FLEET_HEARTBEAT_SECONDS", 5.0),
             cache_dir=Path(env.get("FLEET_CACHE_DIR") or home / "cache").absolute(),
             visibility_timeout=positive_number(env, "FLEET_VISIBILITY_TIMEOUT", 3600.0),

@@ -509,6 +509,23 @@ class TrialStore(StoreBase):
             )
 
     @patient
+    def fail_faulted(self, trial_ids: Sequence[int], max_node_faults: int, why: str) -> set[int]:
+        """Error the waiting trials of ``trial_ids`` that have met ``max_node_faults`` node faults; their ids."""
+        reason = f"met a node fault on {max_node_faults} workers, the last: {why}; the configuration may be the cause"
+        with self.session() as session:
+            failed = session.scalars(
+                update(Trial)
+                .where(
+                    Trial.id.in_(list(trial_ids)),
+                    Trial.state.in_(("new", "compiled")),
+                    Trial.node_faults >= max_node_faults,
+                )
+                .values(state="errored", reason=reason, finished_at=utcnow())
+                .returning(Trial.id)
+            ).all()
+        return set(failed)
+
+    @patient
     def reap(self, max_attempts: int) -> list[Requeue]:
         """Give back work whose lease expired; error trials that have lost ``max_attempts`` workers."""
         now = utcnow()

@@ -73,10 +73,14 @@ class NodeAwareRequest(Request):
         trial_ids = _ids(self.kwargs.get("trial_ids"), self.kwargs.get("trial_id"))
         fault = f"the kernel's OOM killer took worker process {pid}: this node ran short of memory"
         try:
-            store = context(name).store
-            given = store.give_back_lost(trial_ids, f"{name}/{pid}")
-            store.set_fault(name, fault)
+            ctx = context(name)
+            given = ctx.store.give_back_lost(trial_ids, f"{name}/{pid}")
+            failed = ctx.store.fail_faulted([r.trial_id for r in given], ctx.settings.max_node_faults, fault)
+            ctx.store.set_fault(name, fault)
         except Exception as error:  # the leases expire and the trials are claimed again, attempts counted
             log.warning("%s; could not give its trials back: %s", fault, error)
             return
-        log.warning("%s; trials %s go back to their queue, no attempt spent", fault, [r.trial_id for r in given])
+        back = [r.trial_id for r in given if r.trial_id not in failed]
+        log.warning("%s; trials %s go back to their queue, no attempt spent", fault, back)
+        if failed:
+            log.warning("trials %s errored: %d node faults each", sorted(failed), ctx.settings.max_node_faults)

@@ -244,9 +244,13 @@ class WorkerContext:
         self.fault, self._fault_checked = str(fault), time.monotonic()
         self.store.set_fault(self.name, self.fault)
         given = self.store.give_back(trial_id, self.owner, phase, build_key)
+        failed = self.store.fail_faulted([r.trial_id for r in given], self.settings.max_node_faults, self.fault)
+        given = [r for r in given if r.trial_id not in failed]
         log.warning(
             "this node is unhealthy: %s; trials %s go back to their queue", self.fault, [r.trial_id for r in given]
         )
+        if failed:
+            log.warning("trials %s errored: %d node faults each", sorted(failed), self.settings.max_node_faults)
         self._given_back += given
         return "node fault"
 

@@ -108,6 +108,54 @@ def test_a_trial_sent_to_a_worker_of_another_target_is_given_back_to_its_own_que
         assert session.scalars(select(Artifact)).all() == []  # nothing built for it here
 
 
+# A run that fills its scratch's disk and fails with the disk's words: every node it meets looks at fault.
+FILLER = r"""
+import json, sys
+if sys.argv[1] == "fill":
+    with open("fill", "wb") as file:
+        while True:
+            file.write(bytes(1 << 16))
+            file.flush()
+print(json.dumps({"score": 1.0}))
+"""
+
+
+def test_a_configuration_that_fills_every_nodes_disk_is_errored_after_its_node_faults(
+    fleet: Fleet, small_disk: Path
+) -> None:
+    """A node fault sends a trial to another worker; a run that fills the disk wherever it goes would be sent on
+    forever, every node it meets made unhealthy in turn. After FLEET_MAX_NODE_FAULTS it is errored, as its own."""
+    fleet.start_worker(env={"FLEET_CACHE_DIR": str(small_disk / "cache"), "FLEET_MAX_NODE_FAULTS": "2"})
+    spec = {
+        "name": "filler",
+        "target": fleet.target,
+        "problems": [{"kind": "filler", "params": {}}],
+        "space": {"knobs": {"mode": {"values": ["fill", "ok"], "build": False}}},
+        "strategy": {"name": "grid"},
+        "workload": {
+            "kind": "command",
+            "run": [sys.executable, "-c", FILLER, "{mode}"],
+            "objective": {"json": "score"},
+        },
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "fleet.cli", "tune", str(write_spec(fleet.home, spec)), "--json"],
+        env=fleet.env,
+        cwd=fleet.home,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr  # a campaign that found its best
+    assert json.loads(done.stdout)["problems"][0]["trials"] == {"evaluated": 1, "errored": 1}
+    with fleet.store.session() as session:
+        rows = {t.config["mode"]: t for t in session.scalars(select(Trial))}
+    assert (rows["fill"].state, rows["fill"].node_faults) == ("errored", 2)
+    assert rows["fill"].reason.startswith("met a node fault on 2 workers, the last: No space left on device")
+    assert (rows["ok"].state, rows["ok"].node_faults) == ("evaluated", 0)
+    assert not list((small_disk / "cache").rglob("fill"))  # its scratch went with it: the node is whole again
+
+
 # The first run the test marks (its OOM score raised to 1 from outside) eats memory until the kernel's OOM killer
 # takes the worker process above it, whose score the test raised to 1000: the OOM killer's first choice. A run
 # left unmarked for a few seconds prints. The eating stops at 2 GiB, should the run not be in the small cgroup.
