@@ -31,6 +31,8 @@ from fleet.workers import sandbox
 from fleet.workers.sandbox import SandboxUnavailable
 
 TAIL_BYTES = 4096
+# How often a running command's scratch is looked at (see _ScratchWatch).
+WATCH_SECONDS = 1.0
 _PASSED_ENV = (
     "PATH",
     "HOME",
@@ -59,6 +61,8 @@ class Completed:
         Wall time.
     timed_out:
         True when the time limit killed it.
+    scratch_limit:
+        The limit its scratch outgrew, when that killed it (:class:`fleet.workers.sandbox.Limits`).
     """
 
     argv: list[str]
@@ -67,6 +71,7 @@ class Completed:
     stderr: str
     seconds: float
     timed_out: bool = False
+    scratch_limit: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -84,6 +89,10 @@ class Completed:
         """One line saying how the command failed, for a trial's reason."""
         if self.timed_out:
             return f"{what} timed out after {self.seconds:.1f} s"
+        if self.scratch_limit is not None:
+            size = f"{self.scratch_limit / (1 << 30):g} GiB" if self.scratch_limit >= 1 << 30 else ""
+            size = size or f"{self.scratch_limit / (1 << 20):g} MiB"
+            return f"{what} was killed: its scratch grew past {size} (FLEET_SANDBOX_SCRATCH)"
         if self.returncode is not None and self.returncode < 0:
             return f"{what} was killed by signal {-self.returncode}{_signal_name(-self.returncode)}"
         lines = [line for line in self.stderr.splitlines() if line.strip()]
@@ -165,6 +174,7 @@ def _run(
 ) -> Completed:
     """:func:`run`'s work; ``cleanup`` removes what the sandbox needed, however the run ends."""
     boxed = sandbox.mode() == "bwrap"
+    tmp: Path | None = None
     if boxed:
         sandbox.require()
         tmp = cwd.with_name(cwd.name + ".tmp")
@@ -200,17 +210,26 @@ def _run(
         if boxed:
             writer.close()  # the child holds it: the pipe ends when bubblewrap does
         timed_out = False
+        scratch = _ScratchWatch([cwd] + ([tmp] if tmp is not None else []), sandbox.Limits.from_env(os.environ))
+        overgrown = False
+        next_tick = start + tick_seconds
         try:
             with _Exit(proc) as exited:
                 while True:
-                    left = timeout - (time.monotonic() - start)
+                    now = time.monotonic()
+                    left = timeout - (now - start)
                     if left <= 0:
                         timed_out = True
                         break
-                    if exited.wait(min(left, tick_seconds)):
+                    if exited.wait(max(0.0, min(left, next_tick - now, WATCH_SECONDS))):
                         break
-                    if tick is not None and not tick():
+                    if scratch.overgrown():
+                        overgrown = True
                         break
+                    if time.monotonic() >= next_tick:
+                        next_tick += tick_seconds
+                        if tick is not None and not tick():
+                            break
         finally:
             # Always, however the wait ended (a lease lost, the database gone, the task stopped): nothing
             # the command started may outlive it, run beside the retry and disturb its measurement.
@@ -228,6 +247,7 @@ def _run(
             _text(err.read()),
             seconds,
             timed_out,
+            scratch.limit if overgrown else None,
         )
 
 
@@ -405,6 +425,50 @@ class _Exit:
         return True
 
 
+class _ScratchWatch:
+    """Whether a command's scratch (its folder and temporary folder) has grown past its limit.
+
+    No quota is needed: the free space of the scratch's filesystem is read every :data:`WATCH_SECONDS` (a
+    ``statvfs``, microseconds), and only once it has fallen by the limit since the command started are the
+    folders themselves walked, to tell the command's files from whatever else the node wrote meanwhile.
+    """
+
+    def __init__(self, folders: list[Path], limits: sandbox.Limits) -> None:
+        self.folders = folders
+        self.limit = limits.scratch
+        self.free = _free(folders[0])
+
+    def overgrown(self) -> bool:
+        free = _free(self.folders[0])
+        if self.free is None or free is None or self.free - free <= self.limit:
+            return False
+        return sum(_usage(folder) for folder in self.folders) > self.limit
+
+
+def _free(folder: Path) -> int | None:
+    try:
+        room = os.statvfs(folder)
+    except OSError:
+        return None
+    return room.f_bavail * room.f_frsize
+
+
+def _usage(folder: Path) -> int:
+    """Bytes the files under ``folder`` take on disk; links are not followed."""
+    total = 0
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                total += _usage(Path(entry.path))
+            else:
+                total += entry.stat(follow_symlinks=False).st_blocks * 512
+    return total
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -418,8 +482,8 @@ class Resident:
     with ``cwd`` as its working directory, which it keeps. Each run's files go in a fresh folder of it
     (:meth:`fresh_folder`), and the run is one line on the command's stdin, ``{"dir": FOLDER}`` (the folder as
     the command sees it); the command answers with one line on stdout, a JSON object. It pays its start
-    (importing a library, loading a model) once, not once a run. A run that exceeds its time, whose lease is lost, or whose command exits ends the
-    command, sandbox and all; the next run starts a fresh one.
+    (importing a library, loading a model) once, not once a run. A run that exceeds its time, whose lease is
+    lost, or whose command exits ends the command, sandbox and all; the next run starts a fresh one.
 
     Parameters
     ----------

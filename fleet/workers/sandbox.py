@@ -19,7 +19,8 @@ What a command sees:
 - a minimal ``/dev``, plus the device nodes of the GPU its worker is pinned to;
 - a workload account: a root worker switches to ``FLEET_WORKLOAD_USER`` (``nobody`` when unset) with every
   capability dropped once the mounts are made; a worker that is not root runs it in a user namespace;
-- limits on address space, processes and file size, set by the runner before bubblewrap starts.
+- limits on address space, processes and file size, set by the runner before bubblewrap starts, and on what
+  its scratch and temporary directories hold together, which the runner watches while it runs.
 
 ``FLEET_SANDBOX=none`` turns it off; a worker then says on every start what is not isolated.
 """
@@ -44,6 +45,7 @@ from fleet.errors import ConfigurationError, NodeFault
 DEFAULT_MEMORY_BYTES = 32 << 30
 DEFAULT_PROCESSES = 4096
 DEFAULT_FILE_BYTES = 8 << 30
+DEFAULT_SCRATCH_BYTES = 32 << 30
 # Files and folders of the worker's account that hold credentials: hidden from a workload that runs under
 # the same account (a worker that is not root).
 _HOME_SECRETS = (".pgpass", ".netrc", ".ssh", ".aws", ".docker", ".config/fleet", ".redis", ".rediscli_auth")
@@ -71,6 +73,8 @@ class Limits:
     memory: int = DEFAULT_MEMORY_BYTES
     processes: int = DEFAULT_PROCESSES
     file_size: int = DEFAULT_FILE_BYTES
+    # What its scratch and temporary directories may hold together; the runner watches it (no quota needed).
+    scratch: int = DEFAULT_SCRATCH_BYTES
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Limits:
@@ -83,6 +87,7 @@ class Limits:
             size("FLEET_SANDBOX_MEMORY", DEFAULT_MEMORY_BYTES),
             size("FLEET_SANDBOX_PROCESSES", DEFAULT_PROCESSES),
             size("FLEET_SANDBOX_FILE_SIZE", DEFAULT_FILE_BYTES),
+            size("FLEET_SANDBOX_SCRATCH", DEFAULT_SCRATCH_BYTES),
         )
 
 

@@ -139,3 +139,26 @@ def test_a_knob_value_or_a_parameter_over_4_kb_is_refused_with_which_it_is(tmp_p
     data["problems"] = [{"kind": "p", "params": {"n": "é" * 2100}}]
     with pytest.raises(SpecError, match=r"problem 0 parameter 'n': a string of 4200 bytes; at most 4096"):
         parse_spec(data, tmp_path)
+
+
+def test_a_command_whose_scratch_grows_past_its_limit_is_killed_and_it_is_its_own_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Limits on memory, processes, file size: and on what a command's scratch holds, which no rlimit gives.
+    A run that writes many files, none large, is stopped at FLEET_SANDBOX_SCRATCH; its trial errs with the
+    reason, and the node is not blamed (its disk had room: only the command's own share ran out)."""
+    from fleet.workers import health, runner
+
+    monkeypatch.setenv("FLEET_SANDBOX_SCRATCH", str(4 << 20))
+    tmp_path.chmod(0o755)
+    writer = (
+        "import os, time\nfor i in range(10000):\n    open(f'f{i}', 'wb').write(os.urandom(1 << 18)); time.sleep(0.01)"
+    )
+    done = runner.run([sys.executable, "-c", writer], cwd=tmp_path, timeout=120, env={})
+    assert not done.ok and done.scratch_limit == 4 << 20
+    assert done.failure("the run") == "the run was killed: its scratch grew past 4 MiB (FLEET_SANDBOX_SCRATCH)"
+    assert done.seconds < 60  # stopped within a look or two, not at its time limit
+    assert health.fault_in(done, tmp_path) is None
+    # Below the limit nothing is looked at twice: a command that writes less runs to its end.
+    small = "open('f', 'wb').write(bytes(1 << 20)); print('ok')"
+    assert runner.run([sys.executable, "-c", small], cwd=tmp_path, timeout=60, env={}).stdout.strip() == "ok"
