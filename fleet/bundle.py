@@ -43,3 +43,9 @@ def unpack(data: bytes, destination: Path) -> list[str]:
 def read_files(base: Path, names: list[str]) -> dict[str, bytes]:
     """Read ``names`` (relative to ``base``) for :func:`pack`."""
     return {name: (base / name).read_bytes() for name in names}
+
+
+def unpack_files(data: bytes) -> dict[str, bytes]:
+    """The files of a bundle (name -> bytes), read in memory: :func:`pack` undone."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]

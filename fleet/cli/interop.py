@@ -122,16 +122,17 @@ def import_kt_command(files: tuple[Path, ...], target: str | None, kernel: str |
     "directory",
     type=click.Path(path_type=Path, file_okay=False),
     required=True,
-    help="The folder to write <kernel>-<problem>/<device>.json and <device>_T4.json in.",
+    help="The folder to write <kernel>-<problem>/<device>.json, <device>_T4.json and <kernel>_T1.json in.",
 )
 def export_kt_command(campaign: str, directory: Path) -> None:
     """Every finished trial of CAMPAIGN as a Kernel Tuner cache file and its T4 twin, per problem.
 
     Fleet's compile and evaluation times become compile_time and benchmark_time, its samples times, numeric
-    metrics stay metrics; failed trials get Kernel Tuner's failure strings and T4's invalidity. What cannot be
-    mapped is counted on stderr.
+    metrics stay metrics; failed trials get Kernel Tuner's failure strings and T4's invalidity. Beside them, the
+    campaign's space as a T1 input file (with the kernel's file, for a campaign made from a T1 file) where T1 can
+    express it. What cannot be mapped is counted on stderr.
     """
-    from fleet.interop.records import export_kt, write_kt
+    from fleet.interop.records import export_kt, write_kt, write_t1
 
     store = open_store(read_only=True)
     found = _campaign(store, campaign)
@@ -140,9 +141,15 @@ def export_kt_command(campaign: str, directory: Path) -> None:
         raise NotFound(f"campaign {found.name} has no problems")
     for exported in exports:
         _say_unmapped(exported.unmapped, f"problem {exported.problem.id}")
+        for what, count in sorted(exported.t1_unwritable.items()):
+            click.echo(f"fleet: no T1 file (problem {exported.problem.id}): {count} {what}", err=True)
+        for note in exported.t1_notes:
+            click.echo(f"fleet: T1 (problem {exported.problem.id}): {note}", err=True)
     paths = write_kt(exports, directory, found.target)
     for exported, path in zip(exports, paths[::2], strict=True):
         click.echo(f"{len(exported.results.records)} configurations of problem {exported.problem.id} -> {path}")
+    for path in write_t1(exports, directory):
+        click.echo(f"T1 input file -> {path}")
 
 
 def register(main: Any, export: click.Group) -> None:

@@ -113,8 +113,25 @@ class KTResults:
     format: str = "cache"
 
     def problem(self) -> dict[str, Any]:
-        """The Fleet problem these are results of: the kernel and its problem size."""
-        return {"kernel_name": self.kernel, "problem_size": self.problem_size}
+        """The Fleet problem these are results of: the kernel and its problem size (see :func:`problem_size_param`)."""
+        return {"kernel_name": self.kernel, "problem_size": problem_size_param(self.problem_size)}
+
+
+def problem_size_param(size: Any) -> Any:
+    """Kernel Tuner's ``problem_size`` as a problem parameter, which is a scalar: a list of sizes comma-joined
+    (``[4096, 4096]`` is ``"4096,4096"``, as ``--param problem_size=4096,4096`` gives it), anything else as it is. A
+    T1 file's ``ProblemSize`` is the same parameter, so its campaigns and imported results share their problem."""
+    if isinstance(size, (list, tuple)):
+        return ",".join(str(s) for s in size)
+    return size
+
+
+def problem_size_value(param: Any) -> Any:
+    """The ``problem_size`` of a problem parameter (:func:`problem_size_param` undone): a list of integers where the
+    text is comma-joined integers."""
+    if isinstance(param, str) and re.fullmatch(r"\d+(,\d+)*", param):
+        return [int(s) for s in param.split(",")]
+    return param
 
 
 def read_text(path: Path) -> str:

@@ -25,7 +25,8 @@ from typing import Any
 from sqlalchemy import func, select
 
 from fleet.errors import SpecError
-from fleet.interop.kerneltuner import FAILURES, KTRecord, KTResults, target_of_device
+from fleet.interop.kerneltuner import FAILURES, KTRecord, KTResults, problem_size_value, target_of_device
+from fleet.interop.t1 import t1_document
 from fleet.space import digest
 from fleet.spec.targets import check_target
 from fleet.store import Campaign, Measurement, Problem, Store, Trial, utcnow
@@ -219,6 +220,12 @@ class Exported:
     problem: Problem
     results: KTResults
     unmapped: Counter[str] = field(default_factory=Counter)
+    t1: dict[str, Any] | None = None
+    """The campaign's space as a T1 input file for this problem (None where it cannot be written in T1)."""
+    t1_unwritable: Counter[str] = field(default_factory=Counter)
+    t1_notes: list[str] = field(default_factory=list)
+    kernel: tuple[str, bytes] | None = None
+    """The kernel's file (name, content), for a campaign made from a T1 file."""
 
 
 @dataclass
@@ -326,6 +333,13 @@ def export_kt(store: Store, campaign: Campaign) -> list[Exported]:
     values = {
         k: list(v["values"] if isinstance(v, dict) else v) for k, v in (campaign.space or {}).get("knobs", {}).items()
     }
+    origin = (campaign.options or {}).get("interop", {}).get("t1")
+    kernel = None
+    if origin:
+        from fleet.bundle import unpack_files
+
+        kernel_name = origin["kernel_file"]
+        kernel = (kernel_name, unpack_files(store.get_blob(origin["kernel_bundle"]))[kernel_name])
     out = []
     for problem in problems:
         mine = [t for t in trials if t.problem_id == problem.id]
@@ -343,7 +357,7 @@ def export_kt(store: Store, campaign: Campaign) -> list[Exported]:
             header = {
                 "device_name": devices.most_common(1)[0][0] if devices else campaign.target,
                 "kernel_name": str(problem.params.get("kernel_name") or f"{problem.kind}-{problem.id}"),
-                "problem_size": problem.params.get("problem_size", [1]),
+                "problem_size": problem_size_value(problem.params.get("problem_size", [1])),
             }
         records: dict[str, KTRecord] = {}
         for trial in mine:
@@ -380,7 +394,10 @@ def export_kt(store: Store, campaign: Campaign) -> list[Exported]:
             objective=objective,
             records=list(records.values()),
         )
-        out.append(Exported(problem, results, unmapped))
+        document, unwritable, notes = t1_document(
+            campaign.space or {}, campaign.options or {}, campaign.strategy or {}, problem, campaign.target
+        )
+        out.append(Exported(problem, results, unmapped, document, unwritable, notes, kernel))
     return out
 
 
@@ -435,3 +452,22 @@ def write_kt(exports: Sequence[Exported], directory: Path, target: str) -> list[
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return [p for p, _ in texts]
+
+
+def write_t1(exports: Sequence[Exported], directory: Path) -> list[Path]:
+    """Write each problem's T1 input file (``<kernel>_T1.json``, and the kernel's file when Fleet has it) beside
+    its cache file; the paths of the T1 files written."""
+    import json
+
+    written = []
+    for exported in exports:
+        if exported.t1 is None:
+            continue
+        folder = directory / problem_dir(exported)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{problem_dir(exported).rpartition('-')[0]}_T1.json"
+        path.write_text(json.dumps(exported.t1, indent=2) + "\n")
+        if exported.kernel is not None:
+            (folder / exported.kernel[0]).write_bytes(exported.kernel[1])
+        written.append(path)
+    return written
