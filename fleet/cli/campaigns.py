@@ -431,7 +431,8 @@ def status(campaign: str | None, as_json: bool) -> None:
 @click.option(
     "--target",
     "-t",
-    help="With --kind or --problem: the target, e.g. sm_90, cpu-x86_64 (default: the one it has results on).",
+    help="With --kind or --problem: the target, e.g. sm_90, cpu-x86_64 (default: the one it has results on; for a "
+    "TVM operator with none, this machine's CPU).",
 )
 @click.option("--param", "params", multiple=True, metavar="K=V", help="With --kind: the problem with K=V.")
 @click.option("-n", "limit", type=click.IntRange(1), default=1, show_default=True, help="How many to show.")
@@ -446,7 +447,7 @@ def best(
     as_json: bool,
 ) -> None:
     """The best configuration CAMPAIGN found, one line per problem; --kind or --problem: the best known of a
-    problem, whichever campaign measured it."""
+    problem, whichever campaign measured it (for a TVM operator, its MetaSchedule records too)."""
     from fleet.campaign import check_target
 
     if sum(given is not None for given in (campaign, kind, problem_id)) != 1:
@@ -462,18 +463,17 @@ def best(
     if target is not None:
         check_target(target)
     store = open_store(read_only=True)
-    found = _find_problem(store, problem, params, by_id=kind is None)
+    found, tvm = _find_problem_or_tvm(store, problem, params, by_id=kind is None)
     if target is None:
-        target = _only_target(store, found)
-    rows = store.best(found.id, target, limit)
-    if not rows:
-        raise NotFound(f"no valid measurement of problem {found.id} ({found.kind}) on {target}")
+        target = _target_of(store, found, tvm is not None)
+    rows = store.best(found.id, target, limit) if found is not None else []
     out = [
         {
             "problem": found.id,
             "kind": found.kind,
             "params": found.params,
             "target": target,
+            "source": "fleet",
             "config": config,
             m.objective_name: m.objective,
             "metrics": m.metrics,
@@ -487,12 +487,60 @@ def best(
         }
         for m, config in rows
     ]
+    if tvm is not None:
+        # A TVM operator's MetaSchedule records (fleet tvm tune-ms, import-ms) are among its bests, in GFLOPS too.
+        from fleet.tvm.best import metaschedule_rows
+
+        out += metaschedule_rows(store, tvm[0], tvm[1], target, limit)
+        out = sorted(out, key=lambda row: -row["gflops"])[:limit]
+    if not out:
+        what = f"problem {found.id} ({found.kind})" if found is not None else f"{tvm[0] if tvm else problem}"
+        raise NotFound(f"no valid measurement of {what} on {target}")
     if as_json:
         click.echo(json.dumps(out if limit > 1 else out[0], indent=2))
         return
-    for row, (m, config) in zip(out, rows, strict=True):
-        click.echo(f"{m.objective_name} {m.objective:.4g}  {format_config(config)}")
-        click.echo(f"  trial {row['trial']} on {row['node']} ({row['worker']}), {row['measured_at']}; {m.toolchain}")
+    for row in out:
+        if row["source"] == "metaschedule":
+            click.echo(f"gflops {row['gflops']:.4g}  metaschedule record {row['record']} ({row['steps']} trace steps)")
+            where = f"trial {row['trial']} on {row['node']}" if row["trial"] else f"imported from {row['worker']}"
+            click.echo(f"  {where} ({row['worker']}), {row['measured_at']}; {row['toolchain'] or 'tvm'}")
+            continue
+        name = rows[0][0].objective_name  # a fleet row: there are rows of Fleet's measurements
+        click.echo(f"{name} {row[name]:.4g}  {format_config(row['config'])}")
+        click.echo(
+            f"  trial {row['trial']} on {row['node']} ({row['worker']}), {row['measured_at']}; {row['toolchain']}"
+        )
+
+
+def _find_problem_or_tvm(
+    store: Any, ref: str, params: tuple[str, ...], by_id: bool
+) -> tuple[Any, tuple[str, dict[str, Any]] | None]:
+    """The problem ``fleet best`` asks for, and for a TVM operator its (kind, params); a TVM operator that only
+    MetaSchedule tuned has no problem of Fleet's (None)."""
+    from fleet.tvm.operators import KINDS
+
+    try:
+        found = _find_problem(store, ref, params, by_id=by_id)
+    except NotFound:
+        if by_id or ref not in KINDS:
+            raise
+        return None, (ref, _wanted(params))
+    return found, ((found.kind, dict(found.params)) if found.kind in KINDS else None)
+
+
+def _target_of(store: Any, problem: Any, tvm: bool) -> str:
+    """The target ``fleet best`` answers for when none is given: the one the problem has results on; for a TVM
+    operator with none of Fleet's, this machine's CPU (its MetaSchedule records may be there)."""
+    from fleet.spec.targets import cpu_target
+
+    try:
+        if problem is None:
+            raise NotFound("no problem")
+        return _only_target(store, problem)
+    except NotFound:
+        if tvm:
+            return cpu_target()
+        raise
 
 
 def _only_target(store: Any, problem: Any) -> str:
@@ -561,9 +609,8 @@ def _best_of_campaign(name: str, as_json: bool) -> None:
         raise click.exceptions.Exit(1)
 
 
-def _find_problem(store: Any, ref: str, params: tuple[str, ...], by_id: bool = False) -> Any:
-    if by_id:
-        return store.problem(int(ref))
+def _wanted(params: tuple[str, ...]) -> dict[str, Any]:
+    """``--param K=V`` options as a dict, each value read as JSON where it is JSON."""
     wanted: dict[str, Any] = {}
     for item in params:
         key, sep, value = item.partition("=")
@@ -573,6 +620,13 @@ def _find_problem(store: Any, ref: str, params: tuple[str, ...], by_id: bool = F
             wanted[key] = json.loads(value)
         except json.JSONDecodeError:
             wanted[key] = value
+    return wanted
+
+
+def _find_problem(store: Any, ref: str, params: tuple[str, ...], by_id: bool = False) -> Any:
+    if by_id:
+        return store.problem(int(ref))
+    wanted = _wanted(params)
     problems = store.find_problems(kind=ref, params=wanted)
     if not problems:
         raise NotFound(f"no problem {ref!r}" + (f" with {wanted}" if wanted else "") + f" in {database_url()}")

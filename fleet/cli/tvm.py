@@ -100,8 +100,10 @@ def tune_model_command(
 @click.option("--repeats", type=click.IntRange(1), default=5, show_default=True, help="Timed repeats per operator.")
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 def run_model_command(model_name: str, target: str | None, batch: int, repeats: int, as_json: bool) -> None:
-    """Run MODEL's operators with their best configurations: time per operator and in all, against NumPy and the
-    untuned default schedule. Nothing is tuned; an operator with no best runs its default schedule."""
+    """Run MODEL's operators with their best schedules: time per operator and in all, against NumPy and the untuned
+    default schedule. The best is an operator's fastest MetaSchedule record on the target where there is one
+    (tune-ms, import-ms), else its best configuration of Fleet's space; the last column says which. Nothing is
+    tuned; an operator with neither runs its default schedule."""
     from fleet.api import connect
     from fleet.tvm.available import require_tvm
     from fleet.tvm.models import model

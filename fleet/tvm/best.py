@@ -93,3 +93,45 @@ def build_best(problem: Any, target: str, store: Any = None) -> Compiled:
         raise NotFound(f"no valid measurement of {kind} {p} on {target}: tune it first")
     config, measurement = found[0]
     return Compiled(kind, p, target, dict(config), measurement, build(kind, p, config, target))
+
+
+def metaschedule_rows(
+    store: Any, kind: str, params: Mapping[str, Any], target: str, limit: int = 1
+) -> list[dict[str, Any]]:
+    """``fleet best``'s rows for the fastest MetaSchedule records of a TVM problem on ``target`` (none when TVM is
+    not installed here, or the store has none): as its rows of Fleet's measurements, in GFLOPS, with
+    ``"source": "metaschedule"``, the record's id and its trace's length."""
+    from fleet.tvm.available import TvmMissing, check_tvm
+    from fleet.tvm.msdb import best_records
+    from fleet.tvm.operators import flops
+
+    try:
+        check_tvm()
+    except TvmMissing:
+        return []
+    p = check_problem(kind, params)
+    rows = []
+    for found in best_records(store, kind, p, target, limit):
+        where = found.provenance
+        rows.append(
+            {
+                "problem": None,
+                "kind": kind,
+                "params": p,
+                "target": target,
+                "source": "metaschedule",
+                "record": found.record_id,
+                "config": None,
+                "steps": len(found.schedule.trace.insts),
+                "gflops": flops(kind, p) / found.mean_seconds / 1e9,
+                "metrics": {"time_s": found.mean_seconds, "run_secs": found.run_secs},
+                "samples": found.run_secs,
+                "trial": where.get("trial"),
+                "node": where.get("node"),
+                "gpu": where.get("gpu"),
+                "worker": where.get("worker") or where.get("source"),
+                "toolchain": f"tvm {where['tvm']}" if where.get("tvm") else None,
+                "measured_at": found.created_at.isoformat(timespec="seconds"),
+            }
+        )
+    return rows

@@ -18,6 +18,7 @@ import json
 import math
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,97 @@ def export_dir(store: Any, directory: Path) -> tuple[int, int]:
         partial.write_text("".join(line + "\n" for line in lines))
         partial.replace(directory / name)
     return len(workloads), len(records)
+
+
+@dataclass
+class Best:
+    """A MetaSchedule record of a TVM operator on a Fleet target: what ``fleet tvm run-model`` builds and
+    ``fleet best`` shows.
+
+    ``schedule`` is the record's trace applied to its workload (a ``tvm.s_tir.Schedule``), ``run_secs`` the
+    seconds of each repeat as its runner measured them, ``provenance`` where (worker, node, trial, TVM version).
+    """
+
+    record_id: int
+    workload_id: int
+    mean_seconds: float
+    run_secs: list[float]
+    target: dict[str, Any]
+    provenance: dict[str, Any]
+    created_at: Any
+    schedule: Any
+
+    def describe(self) -> str:
+        """One line: which record, and where it was measured."""
+        where = self.provenance.get("worker") or self.provenance.get("source") or self.provenance.get("node") or "?"
+        trial = self.provenance.get("trial")
+        return f"metaschedule record {self.record_id} ({where}" + (f", trial {trial})" if trial else ")")
+
+    def build(self, target: str) -> Any:
+        """The schedule compiled for the Fleet ``target``, as a runtime module whose function is ``main``."""
+        from fleet.tvm.measure import tvm_target
+
+        tvm = require_tvm()
+        return tvm.compile(self.schedule.mod, target=tvm_target(target)).jit()
+
+
+def matches(record_target: Mapping[str, Any], provenance: Mapping[str, Any], target: str) -> bool:
+    """Whether a record tuned for the TVM target ``record_target`` serves the Fleet ``target``: the Fleet target it
+    was measured on, where its provenance says; else the same TVM target kind and CPU or GPU architecture (a
+    record imported from MetaSchedule's files)."""
+    from fleet.tvm.measure import tvm_target
+
+    if provenance.get("target"):
+        return provenance["target"] == target
+    wanted = dict(tvm_target(target).export())
+    return all(str(record_target.get(k)) == str(wanted[k]) for k in ("kind", "mcpu", "arch") if k in wanted)
+
+
+def best_records(store: Any, kind: str, params: Mapping[str, Any], target: str, limit: int = 1) -> list[Best]:
+    """The fastest MetaSchedule records of the TVM operator ``kind`` with ``params`` (its workload as
+    :func:`fleet.tvm.operators.define` writes it, found by structure) on the Fleet ``target``, fastest first.
+
+    Parameters
+    ----------
+    limit:
+        How many at most.
+    """
+    from fleet.store import MsRecord
+    from fleet.tvm.operators import check_problem, define
+
+    tvm = require_tvm()
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    mod = tvm.IRModule({"main": define(kind, check_problem(kind, params))})
+    workload_id, workload = database(store, target)._find(mod)
+    if workload_id is None:
+        return []
+    with store.session() as session:
+        rows = session.execute(
+            select(MsRecord)
+            .where(MsRecord.workload_id == workload_id, MsRecord.mean_seconds.is_not(None))
+            .order_by(MsRecord.mean_seconds, MsRecord.id)
+        ).scalars()
+        found = [(r.id, r.record, r.mean_seconds, dict(r.provenance or {}), r.created_at) for r in rows]
+    if found:
+        from fleet.tvm.measure import tvm_target
+        from fleet.tvm.metaschedule import load_intrinsics
+
+        load_intrinsics(tvm_target(target))  # a trace that tensorizes names its intrinsic
+    out = []
+    for record_id, text, mean_seconds, provenance, created_at in found:
+        parsed = json.loads(text)
+        record_target = parsed[2] if isinstance(parsed[2], dict) else {}
+        if not matches(record_target, provenance, target):
+            continue
+        record = TuningRecord.from_json(parsed, workload)
+        schedule = tvm.s_tir.Schedule(workload.mod)
+        record.trace.apply_to_schedule(schedule, remove_postproc=False)
+        secs = [float(s) for s in parsed[1]]
+        out.append(Best(record_id, workload_id, mean_seconds, secs, record_target, provenance, created_at, schedule))
+        if len(out) == limit:
+            break
+    return out
 
 
 def database(store: Any, target: str = "", tvm_version: str | None = None) -> Any:

@@ -8,8 +8,13 @@ from fleet.tvm.models import Layer
 
 
 def run_layers(store: Any, layers: list[Layer], target: str, *, repeats: int = 5) -> list[dict[str, Any]]:
-    """Per layer: seconds of the untuned default schedule, of the best configuration (the default where there is
-    none), and of NumPy, on this machine; each output checked against NumPy.
+    """Per layer: seconds of the untuned default schedule, of the best schedule (the default where there is none),
+    and of NumPy, on this machine; each output checked against NumPy.
+
+    The best schedule is the fastest MetaSchedule record of the layer's operator on the target where there is one
+    (``fleet tvm tune-ms``, ``import-ms``: :func:`fleet.tvm.msdb.best_records`), else the best configuration of
+    Fleet's own space; each row's ``schedule`` says which (``metaschedule``, ``fleet`` or ``default``) and its
+    ``source`` which record or knobs.
 
     Parameters
     ----------
@@ -21,6 +26,7 @@ def run_layers(store: Any, layers: list[Layer], target: str, *, repeats: int = 5
     from fleet.errors import WorkloadError
     from fleet.tvm.best import best
     from fleet.tvm.measure import TOLERANCE, build, numpy_seconds, relative_error, run_module, time_module
+    from fleet.tvm.msdb import best_records
     from fleet.tvm.operators import describe, random_inputs, reference
 
     rows = []
@@ -28,13 +34,23 @@ def run_layers(store: Any, layers: list[Layer], target: str, *, repeats: int = 5
         kind, p = layer.kind, layer.params
         inputs = random_inputs(kind, p)
         expected = reference(kind, p, inputs)
-        found = best((kind, p), target, store)
+        records = best_records(store, kind, p, target)
+        found = [] if records else best((kind, p), target, store)
+        if records:
+            schedule, source = "metaschedule", records[0].describe()
+        elif found:
+            schedule, source = "fleet", " ".join(f"{k}={v}" for k, v in found[0][0].items())
+        else:
+            schedule, source = "default", "default"
         times = {}
-        for name, config in (("default", None), ("tuned", found[0][0] if found else None)):
-            if name == "tuned" and config is None:
+        for name in ("default", "tuned"):
+            if name == "tuned" and schedule == "default":
                 times[name] = times["default"]
                 continue
-            module = build(kind, p, config, target)
+            if name == "tuned" and records:
+                module = records[0].build(target)
+            else:
+                module = build(kind, p, found[0][0] if name == "tuned" else None, target)
             output, arrays = run_module(module, kind, p, inputs, target)
             error = relative_error(output, expected)
             if error > TOLERANCE:
@@ -47,8 +63,9 @@ def run_layers(store: Any, layers: list[Layer], target: str, *, repeats: int = 5
                 "default_s": times["default"],
                 "tuned_s": times["tuned"],
                 "numpy_s": numpy_seconds(lambda: reference(kind, p, inputs), repeats=repeats),  # noqa: B023
-                "tuned": bool(found),
-                "source": " ".join(f"{k}={v}" for k, v in found[0][0].items()) if found else "default",
+                "tuned": schedule != "default",
+                "schedule": schedule,
+                "source": source,
             }
         )
     return rows

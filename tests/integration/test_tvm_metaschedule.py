@@ -1,8 +1,13 @@
 """MetaSchedule on a real fleet: `fleet tvm tune-ms` runs ms.tune_tir with FleetRunner, a `fleet worker` measures
-every candidate, its records land in Fleet's database, and its JSON files go out and come back line for line.
+every candidate (in one resident sandboxed child), its records land in Fleet's database, `fleet best` and
+`fleet tvm run-model` use the best of them, and its JSON files go out and come back line for line.
 
-fleet/tvm/metaschedule.py, fleet/tvm/msdb.py, fleet/cli/tvm.py (tune-ms, import-ms, export-ms),
-fleet/store/_metaschedule.py.
+One tuning serves every check: the matmul is tiny-cnn's classifier at batch 16 (16 x 128 x 10), so that run-model
+has a layer to use the record for, and it is measured with the shortest repeats (it is the records' handling that
+is checked here, not their speed).
+
+fleet/tvm/metaschedule.py, fleet/tvm/msdb.py, fleet/cli/tvm.py (tune-ms, import-ms, export-ms, run-model),
+fleet/cli/campaigns.py (best), fleet/store/_metaschedule.py.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from tests.conftest import Fleet
 pytestmark = pytest.mark.integration
 
 TRIALS = 8
-SHAPE = {"m": 64, "n": 64, "k": 64}
+BATCH = 16
+SHAPE = {"m": BATCH, "k": 128, "n": 10}  # tiny-cnn's "fc" at --batch 16
 
 
 def ms_trials(store: Store) -> list[Trial]:
@@ -95,11 +101,39 @@ def test_tune_ms_measures_every_candidate_on_the_fleet_and_survives_a_killed_wor
     assert schedule is not None
     built = tvm.compile(schedule.mod, target=target)
     rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((64, 64)).astype("float32") for _ in range(2))
+    m, k, n = SHAPE["m"], SHAPE["k"], SHAPE["n"]
+    a, b = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((k, n)).astype("float32")
     dev = tvm.cpu(0)
-    c = tvm.runtime.empty((64, 64), "float32", dev)
+    c = tvm.runtime.empty((m, n), "float32", dev)
     built["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
     np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+    # fleet best shows the fastest record the fleet measured (Fleet's own space has no measurement of it) ...
+    fastest = min((r for r in records if r.mean_seconds is not None), key=lambda r: (r.mean_seconds, r.id))
+    best = json.loads(
+        fleet.cli("best", "--kind", "tvm.dense", *params, "--target", fleet.target, "--json", check=True).stdout
+    )
+    assert best["source"] == "metaschedule" and best["record"] == fastest.id
+    assert best["trial"] == fastest.provenance["trial"] and best["worker"].startswith("eval-")
+    assert best["metrics"]["time_s"] == pytest.approx(fastest.mean_seconds)
+    # ... and run-model builds it for tiny-cnn's classifier, checked against NumPy, and says which it used.
+    ran = fleet.cli(
+        "tvm",
+        "run-model",
+        "tiny-cnn",
+        "--batch",
+        str(BATCH),
+        "--target",
+        fleet.target,
+        "--repeats",
+        "1",
+        "--json",
+        check=True,
+    )
+    rows = {row["layer"]: row for row in json.loads(ran.stdout)["layers"]}
+    assert rows["fc"]["schedule"] == "metaschedule", ran.stderr[-2000:]
+    assert rows["fc"]["source"].startswith(f"metaschedule record {fastest.id} (eval-")
+    assert rows["conv1"]["schedule"] == "default"  # nothing tuned it
 
     # MetaSchedule's own JSON database of these records, written by MetaSchedule ...
     import tvm.s_tir.meta_schedule as ms
