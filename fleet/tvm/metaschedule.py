@@ -200,15 +200,15 @@ class _Session:
             news.append(NewTrial(self.problem_id, config, build_key, measure_key, self.seq))
             datas[build_key] = data
         created = self.store.add_trials(self.campaign.id, self.target, news, remeasure=True)
-        work = []
-        for new, (trial_id, state) in zip(news, created, strict=True):
-            if (state == "new" and self._compile(trial_id, new.build_key, datas[new.build_key])) or state == "compiled":
-                work.append(Requeue(trial_id, self.target, "evaluate"))
         batch = _Batch([trial_id for trial_id, _ in created])
         with self.lock:
             for trial_id in batch.trial_ids:
                 self.pending.setdefault(trial_id, []).append(batch)
-        send(work)  # one trial to a message: every evaluation slot of the target takes its share
+        for new, (trial_id, state) in zip(news, created, strict=True):
+            if (state == "new" and self._compile(trial_id, new.build_key, datas[new.build_key])) or state == "compiled":
+                # Sent as soon as it is stored: the workers measure the first candidates while the rest are stored.
+                # One trial to a message: every evaluation slot of the target takes its share.
+                send([Requeue(trial_id, self.target, "evaluate")])
         return batch
 
     def _compile(self, trial_id: int, build_key: str, data: bytes) -> bool:
@@ -460,6 +460,41 @@ class Tuned:
     database: Any
 
 
+# The tensor intrinsics each kind of TVM target's schedule rules use (tvm/s_tir/tensor_intrin/__init__.py imports
+# them all; CUDA's take 18 s of CPU to define, the rest 5 s).
+_INTRINSICS = {"llvm": ("x86", "arm_cpu", "riscv_cpu", "hexagon"), "cuda": ("cuda",), "rocm": ("rocm",)}
+
+
+def load_intrinsics(target: Any) -> None:
+    """Define the tensor intrinsics MetaSchedule may use for the TVM ``target``, and no others.
+
+    MetaSchedule's ``TuneContext`` imports ``tvm.s_tir.tensor_intrin``, which defines every target's intrinsics:
+    22 s of CPU here (minutes on a loaded machine), 18 of them CUDA's, before the first candidate of a CPU tuning.
+    Where that package is not imported yet, an empty one stands in for it, and only the target's kind's modules
+    are imported (a later tuning for another kind imports its own); a kind not known here imports the whole
+    package, as TVM does.
+    """
+    import importlib
+    import types
+
+    tvm = require_tvm()
+    name = "tvm.s_tir.tensor_intrin"
+    wanted = _INTRINSICS.get(str(tvm.target.Target(target).kind.name))
+    if wanted is None or (name in sys.modules and not getattr(sys.modules[name], "fleet_partial", False)):
+        importlib.import_module(name)  # all of them (nothing more when they are already there)
+        return
+    if name not in sys.modules:
+        import tvm.s_tir
+
+        package = types.ModuleType(name, "TVM's tensor intrinsics, imported a target's kind at a time by Fleet.")
+        package.__path__ = [str(Path(tvm.s_tir.__file__).parent / "tensor_intrin")]
+        package.fleet_partial = True  # type: ignore[attr-defined]
+        sys.modules[name] = package
+        tvm.s_tir.tensor_intrin = package  # type: ignore[attr-defined]
+    for module in wanted:
+        importlib.import_module(f"{name}.{module}")
+
+
 def tune(
     mod: Any,
     target: Any,
@@ -499,6 +534,7 @@ def tune(
     if ms_logger.level == logging.NOTSET or getattr(ms_logger, "fleet_quiet", False):
         ms_logger.setLevel(logging.WARNING)
         ms_logger.fleet_quiet = True  # type: ignore[attr-defined]
+    load_intrinsics(target)
     before = len(database)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fleet-ms-") as scratch:
