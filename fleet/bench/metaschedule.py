@@ -2,11 +2,11 @@
 ``FleetRunner``, on this machine, in one run.
 
 Both tune a float32 matmul (1024^3 by default) with the same builder
-(:class:`~fleet.tvm.metaschedule.InProcessBuilder`), cost model, seed and number of trials; each measures with
-one process (``LocalRunner``'s one pool process, one evaluation worker of an embedded fleet). Reported for each:
-candidates measured per second of the runner's time (from a batch's ``run`` to its last result), the whole
-tuning's seconds, and the best schedule's GFLOPS, as its runner measured it and measured again here, side by
-side, so the two bests are compared under the same load.
+(:class:`~fleet.tvm.metaschedule.InProcessBuilder`), cost model, seed, number of trials, evaluator config and time
+limit per candidate (``LocalRunner``'s); each measures with one process (``LocalRunner``'s one pool process, one
+evaluation worker of an embedded fleet). Reported for each: candidates measured per second of the runner's time
+(from a batch's ``run`` to its last result), the whole tuning's seconds, and the best schedule's GFLOPS, as its
+runner measured it and measured again here, side by side, so the two bests are compared under the same load.
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
     mod = tvm.IRModule({"main": define(DENSE, p)})
     fleet_target = cpu_target()
     target = tvm_target(fleet_target)
-    rows = [_tune_with("LocalRunner", LocalRunner(), mod, target, trials, per_iter, log)]
+    local_runner = LocalRunner()
+    rows = [_tune_with("LocalRunner", local_runner, mod, target, trials, per_iter, log)]
     log(json.dumps({k: v for k, v in rows[0].items() if k != "schedule"}))
     with tempfile.TemporaryDirectory(prefix="fleet-bench-ms-") as home:
         # An embedded fleet of its own: SQLite and a private broker under a scratch home, one evaluation worker.
@@ -136,7 +137,8 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
         store = Store(settings.database_url)
         store.upgrade()
         with LocalFleet(settings, fleet_target, eval_procs=1, build_procs=1):
-            runner = FleetRunner(fleet_target, store=store)
+            # LocalRunner's settings: its evaluator config (the default, both), and its time limit per candidate.
+            runner = FleetRunner(fleet_target, store=store, timeout_sec=local_runner.timeout_sec)
             rows.append(_tune_with("FleetRunner", runner, mod, target, trials, per_iter, log))
             runner.close()
             log(json.dumps({k: v for k, v in rows[1].items() if k != "schedule"}))
