@@ -16,7 +16,7 @@ from fleet.tasks.lifecycle import context
 from fleet.tasks.sending import send
 
 
-@app.task(name="fleet.tvm_measure", bind=True)
+@app.task(name="fleet.tvm_measure", bind=True, Request="fleet.tasks.lost:NodeAwareRequest")
 def tvm_measure(self: Task, trial_id: int, target: str) -> str:
     """Build the trial's schedule for this worker's target, time it, check it against NumPy, record it."""
     from fleet.workers.execute import compile_trial, evaluate_trial
