@@ -2,7 +2,8 @@
 
 ``steps_csv`` writes one row per trial (per chain step, for annealing chains on the fleet) with its
 execution statistics: configuration, objective and every sample, build and step times, where it ran, and
-what it was built and measured with (the build worker's toolchain, the evaluation worker's device).
+what it was built and measured with (the build worker's toolchain, the evaluation worker's device), and, for a
+trial proposed from history, its rank and score there.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ COLUMNS = [
     "started_at",
     "finished_at",
     "reason",
+    "history_rank",
+    "history_score",
 ]
 
 
@@ -75,6 +78,9 @@ def _trials(store: Store, campaign: Campaign) -> dict[int, dict[str, Any]]:
             "started_at": t.started_at,
             "finished_at": t.finished_at,
             "step_seconds": (t.finished_at - t.started_at).total_seconds() if t.finished_at and t.started_at else None,
+            # Proposed from history: its rank and score there (fleet trial ID has its sources).
+            "history_rank": (t.history or {}).get("rank", ""),
+            "history_score": (t.history or {}).get("score", ""),
         }
         for t, m, build in rows
     }

@@ -21,6 +21,11 @@ def _objective(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+def _from_history(history: dict[str, Any] | None) -> str:
+    """A trial's mark in the table when it was proposed from history: `` (history #3)``, its rank there."""
+    return "" if not history else f" (history #{history.get('rank', '?')})"
+
+
 @click.command("trials")
 @click.argument("campaign")
 @click.option(
@@ -46,7 +51,10 @@ def _objective(value: float | None) -> str:
     help="With --csv: the file to write (default: standard output).",
 )
 def trials(campaign: str, states: tuple[str, ...], as_json: bool, as_csv: bool, output: Path) -> None:
-    """A table of CAMPAIGN's trials: id, problem, state, objective, attempts, worker, configuration, reason."""
+    """A table of CAMPAIGN's trials: id, problem, state, objective, attempts, worker, configuration, reason.
+
+    A trial proposed from what related problems found best says so after its configuration: (history #RANK).
+    """
     from fleet.store import TRIAL_STATES
 
     unknown = [s for s in states if s not in TRIAL_STATES]
@@ -78,6 +86,7 @@ def trials(campaign: str, states: tuple[str, ...], as_json: bool, as_csv: bool, 
                 "attempts": r.attempts,
                 "baseline": r.baseline,
                 "reused_from": r.source_trial_id,
+                "history": r.history,
             }
             for r in rows
         ]
@@ -89,7 +98,7 @@ def trials(campaign: str, states: tuple[str, ...], as_json: bool, as_csv: bool, 
     table = [("ID", "PROBLEM", "STATE", "OBJECTIVE", "ATTEMPTS", "WORKER", "CONFIG", "REASON")]
     for r in rows:
         reason = "" if r.reason is None and r.state not in ("errored", "invalid") else first_line(r.reason, r.state)
-        config = format_config(r.config) + (" (baseline)" if r.baseline else "")
+        config = format_config(r.config) + (" (baseline)" if r.baseline else "") + _from_history(r.history)
         problem = f"{r.problem_id} {r.problem_kind}"
         table.append(
             (str(r.id), problem, r.state, _objective(r.objective), str(r.attempts), r.worker or "-", config, reason)

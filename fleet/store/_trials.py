@@ -45,6 +45,7 @@ class TrialRow:
     attempts: int
     baseline: bool
     source_trial_id: int | None
+    history: dict[str, Any] | None = None  # what history said of it, when it was proposed from there
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,7 @@ class TrialStore(StoreBase):
                 Trial.attempts,
                 Trial.baseline,
                 Trial.source_trial_id,
+                Trial.history,
             )
             .join(Problem, Problem.id == Trial.problem_id)
             .outerjoin(source, source.id == Trial.source_trial_id)

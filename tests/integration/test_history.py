@@ -7,7 +7,9 @@ over a part of their knobs' values so that the first campaign can measure all of
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import uuid
 
@@ -101,6 +103,16 @@ def test_a_campaign_on_one_target_seeds_the_same_kernel_on_another(fleet: Fleet)
     # fleet trial and the report say so.
     shown = fleet.cli("trial", str(seeded[0].id), check=True).stdout
     assert "proposed from history: rank 1" in shown and first_target in shown
+    # So does fleet trials: the table after the configuration, --json and --csv in fields of their own.
+    table = fleet.cli("trials", "a4000", check=True).stdout.splitlines()
+    marked = [line.split()[0] for line in table[1:] if "(history #" in line]
+    assert marked == [str(t.id) for t in from_history]
+    assert "(history #1)" in next(line for line in table if line.startswith(f"{seeded[0].id} "))
+    listed = json.loads(fleet.cli("trials", "a4000", "--json", check=True).stdout)["trials"]
+    assert {t["id"]: t["history"] for t in listed} == {t.id: t.history for t in seeded}
+    rows = list(csv.DictReader(io.StringIO(fleet.cli("trials", "a4000", "--csv", check=True).stdout)))
+    ranks = {int(row["trial"]): row["history_rank"] for row in rows}
+    assert ranks == {t.id: str(t.history["rank"]) if t.history else "" for t in seeded}
     report = fleet.cli("report", "a4000", "-o", str(fleet.home / "r.html"), check=True)
     assert report.returncode == 0
     page = (fleet.home / "r.html").read_text()
