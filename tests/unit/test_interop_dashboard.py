@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 
 from fleet.bench.dashboard import make_cache, timings
 from fleet.interop.optuna_export import add_trials
@@ -78,4 +78,17 @@ def test_a_warm_read_of_a_running_campaign_gives_what_a_cold_read_gives(tmp_path
     assert [t.state for t in after[-10:-5]] == [optuna.trial.TrialState.COMPLETE] * 5
     assert after[-5].params == {"x": 0, "y": 5000} and 5000 in after[0].distributions["y"].choices
     assert _seen(after) == _seen(FleetStorage(store).get_all_trials(study_id, deepcopy=False))
+    # Every trial finished: a count and the last id say nothing changed, until a new trial comes.
+    with store.transaction() as connection:
+        connection.execute(update(Trial).where(Trial.id.in_(running[5:])).values(state="evaluated"))
+    settled = warm.get_all_trials(study_id, deepcopy=False)
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in settled[-5:])
+    assert _seen(warm.get_all_trials(study_id, deepcopy=False)) == _seen(settled)
+    with store.transaction() as connection:
+        first = connection.execute(select(Trial).where(Trial.id == ids[0])).mappings().one()
+        row = {**{k: v for k, v in first.items() if k != "id"}, "config": {"x": 1, "y": 1}, "config_key": "new"}
+        connection.execute(insert(Trial).values({**row, "state": "new"}))
+    grown = warm.get_all_trials(study_id, deepcopy=False)
+    assert len(grown) == 1001 and grown[-1].state == optuna.trial.TrialState.WAITING
+    assert _seen(grown) == _seen(FleetStorage(store).get_all_trials(study_id, deepcopy=False))
     store.close()
