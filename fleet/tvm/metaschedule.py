@@ -78,6 +78,9 @@ for line in sys.stdin:
     print(json.dumps(out), flush=True)
 """
 
+POLL_MAX = 0.25
+"""The longest a runner waits between two looks at its candidates' results (seconds)."""
+
 MEASURED: dict[tuple[float, ...], dict[str, Any]] = {}
 """Where each candidate this process's runners measured ran, by its run_secs: the database's provenance."""
 _MEASURED_LOCK = threading.Lock()
@@ -145,6 +148,7 @@ class _Session:
         self.definition = definition
         self.name = name or f"ms-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.poll_seconds = poll_seconds
+        self.interval = poll_seconds  # longer while nothing comes back (see poll)
         self.settings = get_settings()
         self.owner = f"fleet-ms-runner@{socket.gethostname()}/{os.getpid()}"
         self.log = log
@@ -239,7 +243,7 @@ class _Session:
         from fleet.tasks import send
 
         now = time.monotonic()
-        if not force and now - self.last_poll < self.poll_seconds:
+        if not force and now - self.last_poll < self.interval:
             return
         with self.lock:
             self.last_poll = now
@@ -247,6 +251,9 @@ class _Session:
             if not waiting:
                 return
             finished = self.store.results(waiting[:500])
+            # While nothing comes back, look less often, up to POLL_MAX: a candidate measured for seconds is not
+            # waited for with a query every 50 ms, on a database every runner shares and beside the measurement.
+            self.interval = self.poll_seconds if finished else min(POLL_MAX, self.interval * 1.5)
             where = self._where([r.trial_id for r in finished if r.state == "evaluated"])
             for result in finished:
                 value = self._result(result, where.get(result.trial_id))
@@ -291,7 +298,7 @@ class _Session:
         while trial_id not in batch.results:
             self.poll()
             if trial_id not in batch.results:
-                time.sleep(self.poll_seconds)
+                time.sleep(self.interval)
         return batch.results[trial_id]
 
     def close(self) -> None:
