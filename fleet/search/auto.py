@@ -37,13 +37,11 @@ MODEL_MEMORY = 200
 INIT = 20
 """Points of the first design (a Latin hypercube): chosen out of sample by ``fleet bench search --cv``."""
 
-HISTORY_INIT = 0.5
-"""With history, the first design is this fraction of ``init``: chosen with ``fleet bench search --history`` among
-0, 0.5 and 1 on four spaces (docs/strategies.md), 0.5 best or within noise of the best on each."""
-
-REFINE = True
-"""With history, a climber from the best of everything (history's first trials included) joins the bandit: without
-it, dedispersion_milo__A100 scored 0.77 instead of 0.86 (history's best is near the optimum; a climb finds it)."""
+PATIENCE = 10
+"""With history, when history's best beat every point of the first design, a climb from it goes next, while one of
+its last this many runs found a new overall best: where history is nearly right the climb finishes its work
+(dedispersion_milo__A100: 0.88, 0.62 without history); where it is not, it stops after this many runs, and the
+search is today's (docs/strategies.md)."""
 
 CREDITS = ("time", "count")
 """How a technique's credit is counted: new bests per second its proposals cost, or per proposal (OpenTuner)."""
@@ -108,9 +106,9 @@ class Auto(TechniqueSearcher):
         What related problems found best (:func:`fleet.search.history.to_options`, which the campaign driver
         fills from the store): its ``first`` best configurations are measured first (by default as many as the
         sources' leaders make, see :func:`fleet.search.history.first_count`) and hidden from the techniques;
-        then the design, shrunk to ``init`` x :data:`HISTORY_INIT`, and the bandit, which gets two techniques
-        more: ``transfer`` (the other transferred configurations, in history's order) and ``refine`` (a climb
-        from the best of every run, history's first included). Empty or absent: today's behaviour.
+        then the design; then, when the best of them beat every design point, a climb from it while it pays
+        (:data:`PATIENCE`); then the bandit, whose techniques see neither history's trials nor the climb's.
+        Empty or absent: today's behaviour.
     init:
         Points of the first design (0 for none).
     credit:
@@ -201,61 +199,29 @@ class Auto(TechniqueSearcher):
 
     def technique(self, grid: Grid, history: History) -> Technique:
         first = set(self.first_points(grid)[len(self.seed_configs) :]) if self.history else set()
-        # With history, the techniques see every run but those of the history first: a related problem's best
-        # may sit in a basin that is not the best here, and climbing or breeding from it would keep the search
-        # there. Measured first, they cost only their own time; after them the search is today's. One technique
-        # of its own, ``refine``, climbs from the best of everything, history's included: the prior knowledge.
+        # With history: its first trials, the design, then (when history's best beat the whole design) a climb
+        # from history's best for as long as it finds new overall bests, then the bandit. The techniques see every
+        # run but history's and the climb's: a related problem's best may sit in a basin that is not the best
+        # here, and breeding or climbing from it would keep the search there (convolution_milo__A100 scored 0.74
+        # so, 0.83 without history). What history costs is then its first trials and the climb's last runs.
         blind = History(grid) if first else history
         if first:
             blind.seen, blind.pending = history.seen, history.pending
         techniques = {
             name: TECHNIQUES[name](grid, blind, random.Random(f"{self.seed}:{name}")) for name in self.techniques
         }
-        rest = self._history_points(grid)[self.history_first :]
-        if rest:
-            techniques["transfer"] = Transferring(grid, blind, random.Random(0), rest, self)
-        init = round(self.init * HISTORY_INIT) if self.history else self.init
-        informed: dict[str, Technique] = {}
-        if first and REFINE:
-            informed["refine"] = Climbing(grid, history, random.Random(f"{self.seed}:refine"))
         return Bandit(
             grid,
             blind,
             random.Random(self.seed),
             techniques,
-            design=Designing(grid, blind, random.Random(f"{self.seed}:design"), count=init),
+            design=Designing(grid, blind, random.Random(f"{self.seed}:design"), count=self.init),
             exploration=self.exploration,
             by_time=self.credit == "time",
             hidden=first,
-            informed=informed,
+            lead=Climbing(grid, history, random.Random(f"{self.seed}:refine")) if first else None,
             full=history,
         )
-
-
-class Transferring(Technique):
-    """The transferred configurations that were not measured first, in history's order: one of ``auto``'s
-    techniques when it has history, credited as the others are.
-
-    Parameters
-    ----------
-    points:
-        The points, best first.
-    owner:
-        The searcher, told of each point proposed (so that its trial says it came from history).
-    """
-
-    def __init__(self, grid: Grid, history: History, rng: random.Random, points: list[Point], owner: Auto) -> None:
-        super().__init__(grid, history, rng)
-        self.points = list(points)
-        self.owner = owner
-
-    def propose(self) -> Point | None:
-        while self.points:
-            point = self.points.pop(0)
-            if point not in self.history.seen:
-                self.owner._remember(self.grid, point)
-                return point
-        return None
 
 
 class Bandit(Technique):
@@ -267,6 +233,17 @@ class Bandit(Technique):
         The techniques by name, in the order that breaks ties.
     design:
         A technique whose proposals all go first, credited to no one.
+    hidden:
+        Runs the techniques do not see (history's first trials): only ``lead`` does.
+    lead:
+        A technique that goes after the design and before the others, credited to no one, when the best run
+        after the design is a hidden one (history's best beat every design point), and then while it pays: until
+        ``patience`` of its runs are back, then while one of its last ``patience`` was a new best of ``full``.
+        Its runs are hidden from the techniques too.
+    patience:
+        See ``lead``.
+    full:
+        Every run, hidden ones included (default ``history``): what the lead's runs are judged against.
     window:
         Recent uses of each technique its credit counts.
     exploration:
@@ -287,14 +264,18 @@ class Bandit(Technique):
         exploration: float = EXPLORATION,
         by_time: bool = True,
         hidden: set[Point] | None = None,
-        informed: Mapping[str, Technique] | None = None,
+        lead: Technique | None = None,
+        patience: int = PATIENCE,
         full: History | None = None,
     ) -> None:
         super().__init__(grid, history, rng)
-        self.hidden = hidden or set()
-        self.informed = dict(informed or {})
+        self.hidden = set(hidden or ())
+        self.lead, self.patience = lead, patience
+        self.lead_results: deque[bool] = deque(maxlen=patience)  # per run of the lead's: a new overall best?
+        self.lead_out: set[Point] = set()
+        self.trusted: bool | None = None
         self.full = full if full is not None else history
-        self.techniques = {**dict(techniques), **self.informed}
+        self.techniques = dict(techniques)
         self.design = design
         self.exploration = exploration
         self.by_time = by_time
@@ -335,12 +316,28 @@ class Bandit(Technique):
         mean_cost = self._mean_cost() if self.by_time else None
         return sorted(self.techniques, key=lambda name: -self.score(name, mean_cost))
 
+    def leading(self) -> bool:
+        """Whether the lead goes next (see the class docstring); asked once the design is out."""
+        if self.lead is None:
+            return False
+        if self.trusted is None:
+            # Decided once: the space's first samples are the judge of whether history knows this space.
+            self.trusted = self.full.best in self.hidden
+        if not self.trusted:
+            return False
+        return len(self.lead_results) + len(self.lead_out) < self.patience or any(self.lead_results)
+
     def propose(self) -> Point | None:
         if self.design is not None:
             point = self.design.propose()
             if point is not None:
                 return point
             self.design = None
+        if self.leading():
+            point = self.lead.propose()  # type: ignore[union-attr]
+            if point is not None:
+                self.lead_out.add(point)
+                return point
         for name in self.ranked():
             point = self.techniques[name].propose()
             if point is not None:
@@ -350,12 +347,16 @@ class Bandit(Technique):
         return None
 
     def observe(self, point: Point, value: float) -> None:
+        if self.lead is not None:
+            self.lead.observe(point, value)
+        if point in self.lead_out:
+            self.lead_out.discard(point)
+            # The searcher recorded the run in full first: it is the best now exactly when it beat every other.
+            self.lead_results.append(self.full.best == point and math.isfinite(value))
+            return  # hidden from the techniques, as history's trials are
+        if point in self.hidden:
+            return  # the techniques' own history leaves out the hidden runs; the searcher recorded every run
         if self.full is not self.history:
-            # The techniques' own history leaves out the hidden runs; the searcher recorded every run in full.
-            if point in self.hidden:
-                for technique in self.informed.values():
-                    technique.observe(point, value)
-                return
             self.history.record(point, value, self.full.costs.get(point))
         name = self.owner.pop(point, None)
         if name is not None:

@@ -184,8 +184,9 @@ def test_a_wrong_history_loses_at_most_what_its_history_trials_cost() -> None:
     wrong = [cost_to_optimum(history_of(WRONG), seed) for seed in seeds]
     spent = statistics.fmean(s for _, s in wrong)
     assert spent > 0
-    # Averaged over seeds (each run's own path differs): no worse than without history plus its history trials.
-    assert statistics.fmean(t for t, _ in wrong) <= statistics.fmean(without) + spent
+    # History's best (the worst corner here) loses to the first design's best: no climb from it, and after the
+    # history trials the search is today's. Averaged over seeds: no worse than without history plus those trials.
+    assert statistics.fmean(t for t, _ in wrong) <= statistics.fmean(without) + spent + 1e-9
 
 
 def test_a_right_history_reaches_the_optimum_sooner() -> None:
