@@ -750,7 +750,7 @@ def _spaces(values: Sequence[str]) -> list[Path]:
     metavar="DIR_OR_DB",
     help="A folder of recorded spaces: score auto with history (each space's history is the other spaces of its "
     "kernel there, never itself nor its GPU) beside auto without history and random search, same seeds; or a "
-    "database URL: its Kernel Tuner imports of the same kernel on other targets.",
+    "database URL: its Kernel Tuner imports of the same kernel on other GPUs (told apart by device name).",
 )
 @click.option("--jobs", type=click.IntRange(1), help="Processes to run in (default: one per CPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {strategy, score, evals_to_5pct, ...}.")

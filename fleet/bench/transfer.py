@@ -13,11 +13,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.errors import SpecError
 from fleet.replay import RecordedSpace, load_recorded, recorded_files
 from fleet.search.history import Source, first_count, to_options, transfer
+
+if TYPE_CHECKING:
+    from fleet.store import HistorySource
 
 WITH = "auto history"
 WITHOUT = "auto"
@@ -82,8 +85,13 @@ def histories(spaces: Sequence[Path], history: Path | str) -> dict[str, dict[str
 
 def store_histories(spaces: Sequence[Path], url: str) -> dict[str, dict[str, Any]]:
     """Per space name, ``auto``'s ``history`` option from a database's Kernel Tuner imports (``fleet import kt``:
-    problems of kind ``kernel``) of the same kernel on other targets than the space's GPU (its target, as the
-    import names it: two GPUs of one target are one source there, and never history for each other).
+    problems of kind ``kernel``) of the same kernel on other GPUs than the space's.
+
+    Each imported GPU is a source of its own, told apart by the device name its file gave (the import keeps it):
+    two GPUs of one target (an RTX A4000 and an RTX A6000 are both sm_86) are two sources, each history for the
+    other, and neither mixes its best runs with the other's. A space or an import whose file names no device is
+    told apart by target only (every source on its target is left out), and a source that is the space's own
+    records, imported under whatever name, never counts.
 
     Parameters
     ----------
@@ -98,7 +106,7 @@ def store_histories(spaces: Sequence[Path], url: str) -> dict[str, dict[str, Any
 
     store = Store(url)
     try:
-        found = store.history(KIND)
+        found = store.history(KIND, by_device=True)
     finally:
         store.close()
     result = {}
@@ -111,7 +119,9 @@ def store_histories(spaces: Sequence[Path], url: str) -> dict[str, dict[str, Any
         sources = [
             Source(s.name, tuple(s.runs))  # type: ignore[arg-type]
             for s in found
-            if s.params.get("kernel_name") == recorded.kernel and s.target != mine and not _same(recorded, s.runs)
+            if s.params.get("kernel_name") == recorded.kernel
+            and not _same_gpu(recorded.device, mine, s)
+            and not _same(recorded, s.runs)
         ]
         transferred = transfer(recorded.space, sources)
         if transferred:
@@ -120,6 +130,14 @@ def store_histories(spaces: Sequence[Path], url: str) -> dict[str, dict[str, Any
                 "related": [s.name for s in sources],
             }
     return result
+
+
+def _same_gpu(device: str, target: str | None, source: HistorySource) -> bool:
+    """Whether ``source`` was measured on the GPU named ``device`` (of ``target``): by device name where both have
+    one, else by target."""
+    if device and source.device:
+        return source.device == device
+    return source.target == target
 
 
 def _same(recorded: RecordedSpace, runs: Sequence[tuple[Mapping[str, Any], float]]) -> bool:

@@ -33,6 +33,9 @@ class HistorySource:
         The problem.
     target:
         Where it was measured.
+    device:
+        The device it was measured on, when sources are told apart by device (:meth:`HistoryStore.history`'s
+        ``by_device``); "" otherwise, or where the measurements named none.
     toolchains:
         The toolchains of those measurements ("" for one that recorded none).
     runs:
@@ -43,15 +46,18 @@ class HistorySource:
     kind: str
     params: dict[str, Any]
     target: str
+    device: str = ""
     toolchains: list[str] = field(default_factory=list)
     runs: list[tuple[dict[str, Any], float]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
-        """Provenance in a few words: ``problem 3 {"n": 512} on sm_80 (nvcc 12.4)``."""
+        """Provenance in a few words: ``problem 3 {"n": 512} on sm_80 (nvcc 12.4)``, or ``... on sm_86, NVIDIA RTX
+        A4000 (...)`` when sources are told apart by device."""
         tools = ", ".join(t for t in self.toolchains if t)
         params = json.dumps(self.params, sort_keys=True, separators=(", ", ": "))
-        return f"problem {self.problem_id} {params} on {self.target}" + (f" ({tools})" if tools else "")
+        where = f"{self.target}, {self.device}" if self.device else self.target
+        return f"problem {self.problem_id} {params} on {where}" + (f" ({tools})" if tools else "")
 
 
 class HistoryStore(StoreBase):
@@ -67,8 +73,10 @@ class HistoryStore(StoreBase):
         targets: Sequence[str] | None = None,
         tags: Sequence[str] | None = None,
         per_source: int = PER_SOURCE,
+        by_device: bool = False,
     ) -> list[HistorySource]:
-        """The best valid measurements of every problem of ``kind`` on every target, per problem and target.
+        """The best valid measurements of every problem of ``kind`` on every target, per problem and target (and
+        device, with ``by_device``).
 
         Parameters
         ----------
@@ -84,6 +92,11 @@ class HistoryStore(StoreBase):
             Only problems with one of these tags (None: every one).
         per_source:
             Best runs per problem and target.
+        by_device:
+            One source per problem, target and device (the measurements' ``device_kind``): two GPUs of one target
+            (an RTX A4000 and an RTX A6000 are both sm_86) are two sources, not one whose best runs mix them. Read
+            by a window over every measurement of the kind, not the index's first rows: for benchmarks and
+            imports, not a campaign's start.
         """
         sources = (
             select(CampaignProblem.problem_id, Campaign.target)
@@ -105,8 +118,8 @@ class HistoryStore(StoreBase):
         if exclude_campaign is not None:
             chosen.append(Trial.campaign_id != exclude_campaign)
         order = Measurement.objective.desc() if maximize else Measurement.objective.asc()
-        columns = (Measurement.objective, Measurement.toolchain, Trial.config)
-        if self.dialect == "postgresql":
+        columns = (Measurement.objective, Measurement.toolchain, Measurement.device_kind, Trial.config)
+        if self.dialect == "postgresql" and not by_device:
             wanted = sources.subquery("sources")
             best = (
                 select(*columns)
@@ -118,16 +131,16 @@ class HistoryStore(StoreBase):
             )
             query = select(wanted.c.problem_id, wanted.c.target, best).select_from(wanted).join(best, true())
         else:
-            # SQLite has no lateral join: number each source's rows instead (an embedded store is small).
+            # SQLite has no lateral join, and no index leads with the device: number each source's rows instead
+            # (an embedded store is small).
             wanted = sources.subquery("sources")
+            partition = (Measurement.problem_id, Measurement.target, *([Measurement.device_kind] if by_device else []))
             numbered = (
                 select(
                     Measurement.problem_id,
                     Measurement.target,
                     *columns,
-                    func.row_number()
-                    .over(partition_by=(Measurement.problem_id, Measurement.target), order_by=order)
-                    .label("rank"),
+                    func.row_number().over(partition_by=partition, order_by=order).label("rank"),
                 )
                 .join(Trial, Trial.id == Measurement.trial_id)
                 .join(
@@ -142,6 +155,7 @@ class HistoryStore(StoreBase):
                 numbered.c.target,
                 numbered.c.objective,
                 numbered.c.toolchain,
+                numbered.c.device_kind,
                 numbered.c.config,
             ).where(numbered.c.rank <= per_source)
         with self.transaction() as connection:
@@ -154,20 +168,21 @@ class HistoryStore(StoreBase):
                     )
                 )
             }
-        found: dict[tuple[int, str], HistorySource] = {}
+        found: dict[tuple[int, str, str], HistorySource] = {}
         for row in rows:
             problem = problems[row.problem_id]
-            source = found.get((row.problem_id, row.target))
+            device = (row.device_kind or "") if by_device else ""
+            source = found.get((row.problem_id, row.target, device))
             if source is None:
-                source = found[row.problem_id, row.target] = HistorySource(
-                    row.problem_id, problem.kind, dict(problem.params), row.target
+                source = found[row.problem_id, row.target, device] = HistorySource(
+                    row.problem_id, problem.kind, dict(problem.params), row.target, device
                 )
             if row.toolchain not in source.toolchains:
                 source.toolchains.append(row.toolchain or "")
             source.runs.append((dict(row.config), float(row.objective)))
         for source in found.values():
             source.runs.sort(key=lambda run: -run[1] if maximize else run[1])
-        return sorted(found.values(), key=lambda s: (s.problem_id, s.target))
+        return sorted(found.values(), key=lambda s: (s.problem_id, s.target, s.device))
 
     @patient
     def history_trials(self, campaign_id: int) -> list[tuple[int, int, dict[str, Any], float | None]]:

@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import uuid
+from pathlib import Path
 
 from fleet.store import NewTrial, Store
 from tests.conftest import SHARED, Fleet, write_spec
@@ -175,3 +176,50 @@ def test_history_finds_each_related_problem_and_target_best_first(store: Store) 
     ]
     assert store.history("conv", maximize=True) == []
     assert store.history("nothing") == []
+
+
+# -- fleet bench search --history DB: two GPUs of one target -------------------------------------------------------
+
+
+def test_a_database_history_tells_two_gpus_of_one_target_apart(store: Store, tmp_path: Path) -> None:
+    from fleet.bench.transfer import histories
+    from fleet.interop.records import KIND, import_kt
+    from fleet.replay import tuning_spaces_dir
+
+    names = ["convolution_milo__A100", "convolution_milo__A4000", "convolution_milo__A6000"]
+    paths = {name: tuning_spaces_dir() / f"{name}.json.gz" for name in names}
+    for path in paths.values():
+        import_kt(store, path)
+        (tmp_path / path.name).symlink_to(path)
+
+    # The RTX A4000 and the RTX A6000 are both sm_86: one source per target would mix their best runs.
+    assert sorted(s.target for s in store.history(KIND)) == ["sm_80", "sm_86"]
+    by_device = store.history(KIND, by_device=True)
+    assert sorted((s.target, s.device) for s in by_device) == [
+        ("sm_80", "NVIDIA A100-PCIE-40GB"),
+        ("sm_86", "NVIDIA RTX A4000"),
+        ("sm_86", "NVIDIA RTX A6000"),
+    ]
+    a6000 = next(s for s in by_device if s.device == "NVIDIA RTX A6000")
+    assert [objective for _, objective in a6000.runs] == recorded_best("convolution_milo__A6000", 10)
+    assert "on sm_86, NVIDIA RTX A6000" in a6000.name
+
+    found = histories([paths["convolution_milo__A4000"]], store.url)["convolution_milo__A4000"]
+    # The A4000's history is the A100 and the A6000 (the other GPU of its target), never its own records.
+    assert [name.split(" on ")[1].split(" (")[0] for name in found["related"]] == [
+        "sm_80, NVIDIA A100-PCIE-40GB",
+        "sm_86, NVIDIA RTX A6000",
+    ]
+    # The same history as the folder of recorded spaces gives: the same sources, the same best runs.
+    folder = histories([paths["convolution_milo__A4000"]], tmp_path)["convolution_milo__A4000"]
+    assert folder["related"] == ["convolution_milo__A100", "convolution_milo__A6000"]
+    assert [c["config"] for c in found["configs"]] == [c["config"] for c in folder["configs"]]
+    assert found["first"] == folder["first"]
+
+
+def recorded_best(name: str, top: int) -> list[float]:
+    """The ``top`` best valid times of a recorded space."""
+    with gzip.open(SHARED / "tuning-spaces" / f"{name}.json.gz") as handle:
+        data = json.loads(handle.read())
+    times = sorted(float(r["time"]) for r in data["cache"].values() if isinstance(r["time"], int | float))
+    return times[:top]
