@@ -45,12 +45,13 @@ KIND = "tvm.metaschedule"
 # The measuring child, a resident command (fleet.workers.runner.Resident): started once by an evaluation worker's
 # process and kept, in the sandbox, so that TVM is imported once, as in LocalRunner's pool process. argv is number,
 # repeat, min_repeat_ms, cooldown_ms, cache flush (0/1). Each line on stdin names the folder of a candidate
-# (mod.tar, candidate.json); it answers with one JSON line: the mean seconds and each repeat's. TVM's runtime
-# library alone loads and times a module (0.4 s to import instead of 1 s). A candidate that raises ends it, as a
-# crash would: the worker says why and starts another for the next candidate.
+# (mod.tar, candidate.json); it answers with one JSON line: the mean seconds and each repeat's. The arguments are
+# filled with random numbers as LocalRunner's are, by TVM's random_fill_for_measure: that needs the whole TVM library
+# (1 s to import, once; TVM's runtime library alone has no random fill, and left the arguments as whatever memory
+# they were given, denormal numbers included, which slow a matmul down). A candidate that raises ends it, as a crash
+# would: the worker says why and starts another for the next candidate.
 CHILD = """
 import json, os, sys
-os.environ["TVM_USE_RUNTIME_LIB"] = "1"
 import tvm
 number, repeat, min_ms, cooldown_ms, flush = (int(a) for a in sys.argv[1:6])
 fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure", allow_missing=True)
