@@ -189,6 +189,26 @@ def test_a_wrong_history_loses_at_most_what_its_history_trials_cost() -> None:
     assert statistics.fmean(t for t, _ in wrong) <= statistics.fmean(without) + spent + 1e-9
 
 
+def test_a_climb_from_history_best_follows_the_design_only_when_history_beat_it() -> None:
+    from fleet.search.auto import INIT
+
+    def after_design(history: dict) -> list[dict]:
+        trace = simulate(HERE, make_searcher("auto", HERE.space, seed=2, options={"history": history}), max_evals=40)
+        return [e.config for e in trace[history["first"] + INIT :][:3]]
+
+    def moves(config: dict, start: dict) -> int:
+        return sum(config[k] != start[k] for k in start)
+
+    # Right: history's best (the optimum here) beat every design point; the climb goes from it, one knob at a time.
+    right = history_of(RIGHT)
+    best = right["configs"][0]["config"]
+    assert all(moves(config, best) == 1 for config in after_design(right))
+    # Wrong: history's best is the worst corner; no climb from it, the search goes on as without history.
+    wrong = history_of(WRONG)
+    corner = wrong["configs"][0]["config"]
+    assert not any(moves(config, corner) == 1 for config in after_design(wrong))
+
+
 def test_a_right_history_reaches_the_optimum_sooner() -> None:
     seeds = range(12)
     without = statistics.fmean(cost_to_optimum(None, seed)[0] for seed in seeds)
