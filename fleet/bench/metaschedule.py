@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -87,6 +88,46 @@ def _tune_with(
         "tune_seconds": tuned.seconds,
         "best_seconds": tuned.best_seconds,
         "schedule": tuned.schedule,
+        "records": records,
+    }
+
+
+def _candidates(records: list[Any], target: Any) -> tuple[list[Any], list[str]]:
+    """The measured candidates of a tuning, built again as ``RunnerInput``s (and the folders to remove after)."""
+    import tvm
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    from fleet.tvm.metaschedule import InProcessBuilder
+
+    builder = InProcessBuilder()
+    inputs, folders = [], []
+    for record in records:
+        if not record.run_secs or any(float(s) >= 1e9 for s in record.run_secs):
+            continue  # failed (past the time limit): it would only measure the limit
+        sch = tvm.s_tir.Schedule(record.workload.mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        [built] = builder.build([BuilderInput(sch.mod, target)])
+        if built.error_msg is None:
+            inputs.append(RunnerInput(built.artifact_path, "cpu", record.args_info))
+            folders.append(os.path.dirname(built.artifact_path))
+    return inputs, folders
+
+
+def _replay(name: str, runner: Any, inputs: list[Any], log: Callable[[str], None]) -> dict[str, Any]:
+    """Measure ``inputs`` with ``runner``: candidates per second, and each candidate's mean seconds."""
+    log(f"{name}: the same {len(inputs)} candidates ...")
+    started = time.monotonic()
+    results = [future.result() for future in runner.run(inputs)]
+    seconds = time.monotonic() - started
+    means = [statistics.mean(float(s) for s in r.run_secs) if r.error_msg is None else None for r in results]
+    return {
+        "runner": name,
+        "candidates": len(inputs),
+        "measured": sum(m is not None for m in means),
+        "runner_seconds": seconds,
+        "candidates_per_second": len(inputs) / seconds if seconds else 0.0,
+        "means": means,
     }
 
 
@@ -124,7 +165,10 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
     target = tvm_target(fleet_target)
     local_runner = LocalRunner()
     rows = [_tune_with("LocalRunner", local_runner, mod, target, trials, per_iter, log)]
-    log(json.dumps({k: v for k, v in rows[0].items() if k != "schedule"}))
+    log(json.dumps({k: v for k, v in rows[0].items() if k not in ("schedule", "records")}))
+    # MetaSchedule's search is not the same from one tuning to the next, seed or not (its sampling runs on threads),
+    # and one slow candidate drawn more weighs seconds: both runners also measure the same candidates, LocalRunner's.
+    inputs, folders = _candidates(rows[0]["records"], target)
     with tempfile.TemporaryDirectory(prefix="fleet-bench-ms-") as home:
         # An embedded fleet of its own: SQLite and a private broker under a scratch home, one evaluation worker.
         os.environ["FLEET_HOME"] = home
@@ -140,12 +184,17 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
             # LocalRunner's settings: its evaluator config (the default, both), and its time limit per candidate.
             runner = FleetRunner(fleet_target, store=store, timeout_sec=local_runner.timeout_sec)
             rows.append(_tune_with("FleetRunner", runner, mod, target, trials, per_iter, log))
+            log(json.dumps({k: v for k, v in rows[1].items() if k not in ("schedule", "records")}))
+            same = [_replay("LocalRunner", local_runner, inputs, log), _replay("FleetRunner", runner, inputs, log)]
             runner.close()
-            log(json.dumps({k: v for k, v in rows[1].items() if k != "schedule"}))
         store.close()
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    pairs = [(a, b) for a, b in zip(same[0].pop("means"), same[1].pop("means"), strict=True) if a and b]
     total = flops(DENSE, p)
     for row in rows:
         log(f"{row['runner']}: measuring its best schedule again here ...")
+        row.pop("records")
         schedule = row.pop("schedule")
         row["best_gflops"] = total / row["best_seconds"] / 1e9 if row["best_seconds"] else None
         row["best_gflops_here"] = total / _remeasure(schedule, target, (size,) * 3) / 1e9 if schedule else None
@@ -159,6 +208,21 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
         "fleet_over_local_candidates_per_second": (
             fleet["candidates_per_second"] / local["candidates_per_second"] if local["candidates_per_second"] else None
         ),
+        "same_candidates": {
+            "local": same[0],
+            "fleet": same[1],
+            "fleet_over_local_candidates_per_second": (
+                same[1]["candidates_per_second"] / same[0]["candidates_per_second"]
+                if same[0]["candidates_per_second"]
+                else None
+            ),
+            # Each candidate as the two measured it: the median of Fleet's seconds over LocalRunner's, and the best.
+            "median_fleet_over_local_seconds": statistics.median(b / a for a, b in pairs) if pairs else None,
+            "best_gflops": {
+                "local": total / min(a for a, _ in pairs) / 1e9 if pairs else None,
+                "fleet": total / min(b for _, b in pairs) / 1e9 if pairs else None,
+            },
+        },
         "machine": {"cores": os.cpu_count(), "load_average": os.getloadavg()[0]},
     }
 
@@ -190,4 +254,16 @@ def metaschedule_bench_command(size: int, trials: int, per_iter: int, as_json: b
         )
     ratio = result["fleet_over_local_candidates_per_second"]
     click.echo(f"  Fleet / Local candidates per second: {ratio:.2f}" if ratio else "  no candidates measured")
+    same = result["same_candidates"]
+    click.echo(f"the same {same['local']['candidates']} candidates (LocalRunner's tuning's), measured by each:")
+    for row in (same["local"], same["fleet"]):
+        click.echo(
+            f"  {row['runner']:<12} {row['candidates_per_second']:6.2f} candidates/s ({row['measured']} measured in "
+            f"{row['runner_seconds']:.1f} s); best {same['best_gflops'][row['runner'][:5].lower()] or 0.0:.1f} GFLOPS"
+        )
+    ratio = same["fleet_over_local_candidates_per_second"]
+    median = same["median_fleet_over_local_seconds"]
+    click.echo(
+        f"  Fleet / Local candidates per second: {ratio:.2f}; a candidate's seconds, Fleet / Local: {median:.2f}"
+    )
     sys.stdout.flush()
