@@ -107,8 +107,8 @@ class Auto(TechniqueSearcher):
         fills from the store): its ``first`` best configurations are measured first (by default as many as the
         sources' leaders make, see :func:`fleet.search.history.first_count`) and hidden from the techniques;
         then the design; then, when the best of them beat every design point, a climb from it while it pays
-        (:data:`PATIENCE`); then the bandit, whose techniques see neither history's trials nor the climb's.
-        Empty or absent: today's behaviour.
+        (:data:`PATIENCE`); then the bandit, whose techniques see neither history's trials nor the climb's, but
+        for the climb's best where it improved on history. Empty or absent: today's behaviour.
     init:
         Points of the first design (0 for none).
     credit:
@@ -201,9 +201,10 @@ class Auto(TechniqueSearcher):
         first = set(self.first_points(grid)[len(self.seed_configs) :]) if self.history else set()
         # With history: its first trials, the design, then (when history's best beat the whole design) a climb
         # from history's best for as long as it finds new overall bests, then the bandit. The techniques see every
-        # run but history's and the climb's: a related problem's best may sit in a basin that is not the best
-        # here, and breeding or climbing from it would keep the search there (convolution_milo__A100 scored 0.74
-        # so, 0.83 without history). What history costs is then its first trials and the climb's last runs.
+        # run but history's and the climb's (but for the climb's best, where it improved on history): a related
+        # problem's best may sit in a basin that is not the best here, and breeding or climbing from it would keep
+        # the search there (convolution_milo__A100 scored 0.74 so, 0.83 without history). What history costs is
+        # then its first trials and the climb's last runs.
         blind = History(grid) if first else history
         if first:
             blind.seen, blind.pending = history.seen, history.pending
@@ -239,7 +240,7 @@ class Bandit(Technique):
         A technique that goes after the design and before the others, credited to no one, when the best run
         after the design is a hidden one (history's best beat every design point), and then while it pays: until
         ``patience`` of its runs are back, then while one of its last ``patience`` was a new best of ``full``.
-        Its runs are hidden from the techniques too.
+        Its runs are hidden from the techniques too, but for its best, handed over when it is the best of all.
     patience:
         See ``lead``.
     full:
@@ -274,6 +275,8 @@ class Bandit(Technique):
         self.lead_results: deque[bool] = deque(maxlen=patience)  # per run of the lead's: a new overall best?
         self.lead_out: set[Point] = set()
         self.trusted: bool | None = None
+        self.lead_points: set[Point] = set()
+        self.handed = False
         self.full = full if full is not None else history
         self.techniques = dict(techniques)
         self.design = design
@@ -337,7 +340,18 @@ class Bandit(Technique):
             point = self.lead.propose()  # type: ignore[union-attr]
             if point is not None:
                 self.lead_out.add(point)
+                self.lead_points.add(point)
                 return point
+        elif self.trusted and not self.handed:
+            # The climb is over. Where it improved on history, the basin holds something here: its best run (that
+            # one, not the basin's others) is handed to the techniques to build on. Where it did not, history's
+            # best is a local optimum here, and nothing of it is handed over.
+            self.handed = True
+            best = self.full.best
+            if best in self.lead_points and best not in self.history.losses:
+                self.history.record(best, self.full.best_loss, self.full.costs.get(best))
+                for technique in self.techniques.values():
+                    technique.observe(best, self.full.best_loss)
         for name in self.ranked():
             point = self.techniques[name].propose()
             if point is not None:
