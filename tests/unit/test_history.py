@@ -209,6 +209,30 @@ def test_a_climb_from_history_best_follows_the_design_only_when_history_beat_it(
     assert not any(moves(config, corner) == 1 for config in after_design(wrong))
 
 
+def test_the_climb_hands_the_techniques_its_best_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet.search import auto
+
+    made = []
+    original = auto.Auto.technique
+
+    def keep(self: auto.Auto, grid: auto.Grid, history: auto.History) -> auto.Technique:
+        made.append(original(self, grid, history))
+        return made[-1]
+
+    monkeypatch.setattr(auto.Auto, "technique", keep)
+    # History's best, (10, 11), is near the optimum (12, 12): with seed 1 it beats every design point.
+    cells = [(x, y) for x in range(16) for y in range(16)]
+    near = Source("near", tuple(({"x": x, "y": y}, 1.0 + (x - 10) ** 2 + (y - 11) ** 2) for x, y in cells))
+    simulate(HERE, make_searcher("auto", HERE.space, seed=1, options={"history": history_of(near)}), max_evals=80)
+    [bandit] = made
+    optimum = bandit.grid.encode({"x": 12, "y": 12})
+    assert bandit.trusted and bandit.handed and optimum in bandit.lead_points
+    # The techniques' own history holds the climb's best (the optimum), none of its other runs, none of history's.
+    seen = set(bandit.history.losses)
+    assert bandit.lead_points & seen == {optimum}
+    assert not bandit.hidden & seen
+
+
 def test_a_right_history_reaches_the_optimum_sooner() -> None:
     seeds = range(12)
     without = statistics.fmean(cost_to_optimum(None, seed)[0] for seed in seeds)
