@@ -48,8 +48,8 @@ KIND = "tvm.metaschedule"
 # (mod.tar, candidate.json); it answers with one JSON line: the mean seconds and each repeat's. The arguments are
 # filled with random numbers as LocalRunner's are, by TVM's random_fill_for_measure: that needs the whole TVM library
 # (1 s to import, once; TVM's runtime library alone has no random fill, and left the arguments as whatever memory
-# they were given, denormal numbers included, which slow a matmul down). A candidate that raises ends it, as a crash
-# would: the worker says why and starts another for the next candidate.
+# they were given, not what LocalRunner measures with). A candidate that raises ends it, as a crash would: the
+# worker says why and starts another for the next candidate.
 CHILD = """
 import json, os, sys
 import tvm
