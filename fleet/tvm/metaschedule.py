@@ -488,9 +488,14 @@ def load_intrinsics(target: Any) -> None:
     tvm = require_tvm()
     name = "tvm.s_tir.tensor_intrin"
     wanted = _INTRINSICS.get(str(tvm.target.Target(target).kind.name))
-    if wanted is None or (name in sys.modules and not getattr(sys.modules[name], "fleet_partial", False)):
-        importlib.import_module(name)  # all of them (nothing more when they are already there)
+    partial = getattr(sys.modules.get(name), "fleet_partial", False)
+    if wanted is None:
+        if partial:
+            del sys.modules[name]  # the real package then imports every kind's (those done already are kept)
+        importlib.import_module(name)
         return
+    if name in sys.modules and not partial:
+        return  # all of them are there
     if name not in sys.modules:
         import tvm.s_tir
 
