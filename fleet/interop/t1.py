@@ -174,8 +174,15 @@ _PY_OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
     ast.Div: operator.truediv,
-    ast.Pow: operator.pow,
+    ast.Pow: lambda base, exponent: _power(base, exponent),
 }
+
+
+def _power(base: Any, exponent: Any) -> Any:
+    # A size is at most 2**40 elements: a power past that is refused before it is computed (9**9**9 would not end).
+    if abs(exponent) > 64 or abs(base) > 1 << 40:
+        raise SpecError(f"{base}**{exponent} is too large for a size")
+    return base**exponent
 
 
 def _problem_index(node: ast.AST, problem_size: Sequence[Any]) -> int | None:

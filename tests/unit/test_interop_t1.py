@@ -185,3 +185,14 @@ def test_a_space_t1_cannot_express_is_refused_with_reasons() -> None:
     document, _, notes = t1_document({"knobs": {"y": [1, 2]}}, {}, {}, problem, "sm_80")
     assert document is not None and document["KernelSpecification"]["KernelFile"] == "k.cu"
     assert any("which Fleet does not have" in n for n in notes)
+
+
+def test_an_argument_size_is_computed_as_kernel_tuner_does_and_a_huge_power_is_refused_before_it_runs() -> None:
+    from fleet.interop.t1 import argument_size
+
+    assert argument_size("ProblemSize[0] * ProblemSize[1]", [64, 32], {}) == 2048
+    assert argument_size("2**10 + max(tile)", [64], {"tile": [1, 4, 16]}) == 1040
+    with pytest.raises(SpecError, match="too large for a size"):
+        argument_size("9**9**9", [64], {})  # computed as written, it would never end
+    with pytest.raises(SpecError, match="changes with 'tile'"):
+        argument_size("ProblemSize[0] * tile", [64], {"tile": [1, 4]})
