@@ -614,6 +614,11 @@ class Resident:
         fd = self._proc.stdout.fileno()
         poll = select.poll()
         poll.register(fd, select.POLLIN | select.POLLHUP)
+        # The same watch as a command of its own gets (run): its folder and temporary folder together.
+        scratch = _ScratchWatch(
+            [self.cwd, self.cwd.with_name(self.cwd.name + ".tmp")], sandbox.Limits.from_env(os.environ)
+        )
+        next_tick = start + tick_seconds
         while True:
             line, nl, rest = self._pending.partition(b"\n")
             if nl:
@@ -623,19 +628,25 @@ class Resident:
                     self._err.seek(0)
                     return Completed(self.argv, 0, _text(bytes(out)), _text(self._err.read()), time.monotonic() - start)
                 continue
-            left = timeout - (time.monotonic() - start)
+            now = time.monotonic()
+            left = timeout - (now - start)
             if left <= 0:
                 return self._ended(out, start, timed_out=True)
-            if poll.poll(min(left, tick_seconds) * 1000):
+            if poll.poll(max(0.0, min(left, next_tick - now, WATCH_SECONDS)) * 1000):
                 chunk = os.read(fd, 65536)
                 if not chunk:  # the command closed its output: it has ended, or is of no more use
                     out += self._pending
                     return self._ended(out, start, timed_out=False)
                 self._pending += chunk
-            elif tick is not None and not tick():
-                return self._ended(out, start, timed_out=False)
+            if scratch.overgrown():
+                return self._ended(out, start, timed_out=False, scratch_limit=scratch.limit)
+            # Renewed on time even while the command prints lines that are not its answer.
+            if time.monotonic() >= next_tick:
+                next_tick += tick_seconds
+                if tick is not None and not tick():
+                    return self._ended(out, start, timed_out=False)
 
-    def _ended(self, out: bytearray, start: float, timed_out: bool) -> Completed:
+    def _ended(self, out: bytearray, start: float, timed_out: bool, scratch_limit: int | None = None) -> Completed:
         """End the command (it may have ended already) and say how, as :func:`run` would have."""
         assert self._proc is not None
         proc = self._proc
@@ -654,6 +665,7 @@ class Resident:
             _text(self._err.read()),
             time.monotonic() - start,
             timed_out,
+            scratch_limit,
         )
         self.close()
         return done

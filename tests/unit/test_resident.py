@@ -32,10 +32,18 @@ for line in sys.stdin:
     do = open(os.path.join(folder, "do")).read()
     if do == "sleep":
         time.sleep(60)
+    if do == "fill":  # files of its own, none large, until it is stopped
+        for i in range(10000):
+            open(os.path.join(folder, "f" + str(i)), "wb").write(os.urandom(1 << 18))
+            time.sleep(0.01)
     if do == "crash":
         print("boom: an error", file=sys.stderr, flush=True)
         sys.exit(3)
     print("a line that is not the answer", flush=True)
+    if do == "chat":  # a line every 50 ms for a second: more often than the lease is renewed
+        for _ in range(20):
+            print("still working", flush=True)
+            time.sleep(0.05)
     print(json.dumps({"t": 1.5, "count": count, "cwd": os.getcwd(), "dir": folder, "pid": os.getpid()}), flush=True)
 """
 
@@ -154,3 +162,22 @@ def test_resident_is_a_boolean_and_needs_a_json_objective() -> None:
     with pytest.raises(SpecError, match="must name a 'json' field"):
         CommandSpec(definition(objective={"regex": "t=(\\S+)"}))
     CommandSpec(definition())
+
+
+def test_a_run_whose_scratch_grows_past_its_limit_ends_the_command_and_is_its_own_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resident command is watched as a command of its own is (FLEET_SANDBOX_SCRATCH)."""
+    monkeypatch.setenv("FLEET_SANDBOX_SCRATCH", str(4 << 20))
+    token = uuid.uuid4().hex
+    measured, resident = evaluate(tmp_path, "fill", token, run_timeout=60)
+    assert measured.state == "errored"
+    assert measured.reason == "the run was killed: its scratch grew past 4 MiB (FLEET_SANDBOX_SCRATCH)"
+    assert not resident.alive and gone(token)
+
+
+def test_a_command_that_prints_without_answering_still_renews_its_lease(tmp_path: Path) -> None:
+    """The lease is renewed every tick_seconds however often the command prints (lines that are not its answer)."""
+    ticks: list[float] = []
+    measured, _ = evaluate(tmp_path, "chat", tick=lambda: ticks.append(time.monotonic()) or True)
+    assert measured.state == "evaluated" and len(ticks) >= 3, ticks
