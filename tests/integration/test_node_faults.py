@@ -234,8 +234,12 @@ def test_a_worker_process_the_oom_killer_takes_gives_its_trial_back_without_spen
 ) -> None:
     """Issue 29: the kernel's OOM killer takes the worker's own pool process (not the run) while it measures. The
     trial goes back to its queue counted as a node fault, and is measured once more without an attempt spent;
-    before, it waited for its lease and was claimed again as a second attempt against its configuration."""
-    fleet.start_worker()
+    before, it waited for its lease and was claimed again as a second attempt against its configuration.
+
+    The worker's lease is a fleet's usual length, not the tests' 3 s: a pool process stalled in its cgroup's
+    reclaim renews nothing, and a 3 s lease can run out (the reaper then gives the trial back, attempt counted)
+    before the kernel has chosen whom to kill."""
+    fleet.start_worker(env={"FLEET_LEASE_SECONDS": "60"})
     spec = {
         "name": "oom",
         "target": fleet.target,
