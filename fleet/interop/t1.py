@@ -484,10 +484,14 @@ def build_command(data: Mapping[str, Any], target: str, source: str, knobs: Sequ
     return [compiler, "-O2", *options, *defines, source, "-o", HARNESS, "-lm"]
 
 
-def t1_spec(
+def t1_campaign(
     path: Path, data: Any, *, name: str | None = None, target: str | None = None, budget: int | None = None
-) -> Any:
-    """A :class:`~fleet.spec.CampaignSpec` of a T1 input file; see the module docstring.
+) -> dict[str, Any]:
+    """The fields of the :class:`~fleet.spec.CampaignSpec` of a T1 input file; see the module docstring.
+
+    :func:`fleet.spec.load_spec`, which reads the file, makes the campaign of them (this module imports nothing of
+    ``fleet.spec.campaign``, which calls it), its problems given as ``(kind, params)`` and its strategy's name
+    None where the file names no search: the default for the space and budget.
 
     Parameters
     ----------
@@ -503,7 +507,6 @@ def t1_spec(
     from fleet.bundle import pack
     from fleet.interop.kerneltuner import problem_size_param, target_of_device
     from fleet.space import Space
-    from fleet.spec.campaign import CampaignSpec, ProblemSpec, default_strategy
     from fleet.spec.targets import cpu_target
 
     data = read_t1(path, data)
@@ -552,7 +555,7 @@ def t1_spec(
                 budget = max(1, math.ceil(entry["BudgetValue"] * space.size))
     strategy: dict[str, Any] = {} if budget is None else {"budget": budget}
     search = (data.get("Search") or {}).get("Name")
-    strategy["name"] = _STRATEGIES.get(search) or default_strategy(space, budget)
+    strategy["name"] = _STRATEGIES.get(search)
     problem_size = problem_size_param(spec.get("ProblemSize") or [spec["GlobalSize"].get(a, "1") for a in "XYZ"])
     origin = {
         "file": path.name,
@@ -562,16 +565,16 @@ def t1_spec(
         "General": data.get("General") or {},
         "KernelSpecification": spec,
     }
-    return CampaignSpec(
-        name=name or (data.get("General") or {}).get("BenchmarkName") or path.stem,
-        problems=[ProblemSpec("kernel", {"kernel_name": spec["KernelName"], "problem_size": problem_size})],
-        target=target,
-        space=space,
-        workload=workload,
-        strategy=strategy,
-        files={digest: bundle},
-        options={"interop": {"t1": origin}},
-    )
+    return {
+        "name": name or (data.get("General") or {}).get("BenchmarkName") or path.stem,
+        "problems": [("kernel", {"kernel_name": spec["KernelName"], "problem_size": problem_size})],
+        "target": target,
+        "space": space,
+        "workload": workload,
+        "strategy": strategy,
+        "files": {digest: bundle},
+        "options": {"interop": {"t1": origin}},
+    }
 
 
 # -- writing ------------------------------------------------------------------------------------------------

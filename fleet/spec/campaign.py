@@ -370,12 +370,16 @@ def load_spec(
         raise SpecError(f"{where}: nested too deeply") from None
     if isinstance(data, dict) and "KernelSpecification" in data and "ConfigurationSpace" in data:
         # A T1 input file (Kernel Tuner's, benchmark_hub's): a campaign over its kernel (fleet.interop.t1).
-        from fleet.interop.t1 import t1_spec
+        from fleet.interop.t1 import t1_campaign
 
         try:
-            return t1_spec(path, data, name=name, target=target, budget=budget)
+            fields = t1_campaign(path, data, name=name, target=target, budget=budget)
         except SpecError as error:
             raise SpecError(f"{where}: {error}") from None
+        strategy = fields["strategy"]
+        strategy["name"] = strategy["name"] or default_strategy(fields["space"], strategy.get("budget"))
+        problems = [ProblemSpec(kind, params) for kind, params in fields.pop("problems")]
+        return CampaignSpec(problems=problems, **fields)
     if budget is not None and isinstance(data, dict):
         strategy = data.get("strategy") if isinstance(data.get("strategy"), dict) else {}
         data["strategy"] = {**strategy, "budget": budget}
