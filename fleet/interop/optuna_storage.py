@@ -24,12 +24,10 @@ once and kept by the adapter). Every write raises.
 from __future__ import annotations
 
 import copy
-import gc
 import json
 import threading
 import time
-from collections.abc import Container, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,7 +40,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import Text, cast, func, select
 
 from fleet.errors import FleetError
-from fleet.store import Campaign, Measurement, Store, Trial
+from fleet.store import Campaign, Measurement, Store, Trial, collector_paused
 from fleet.store._models import CampaignProblem
 
 SHIFT = 24
@@ -207,7 +205,7 @@ class FleetStorage(BaseStorage):
         return copy.deepcopy(trials) if deepcopy else trials
 
     def _trials(self, study: _Study) -> list[FrozenTrial]:
-        with _gc_paused():
+        with collector_paused():
             return self._read_trials(study)
 
     def _read_trials(self, study: _Study) -> list[FrozenTrial]:
@@ -218,7 +216,7 @@ class FleetStorage(BaseStorage):
         A cold call builds every trial: 100,000 of them for a large campaign. The rows are read with the columns
         the trials need only (the configuration as its JSON text, decoded in one call for all rows rather than one
         call a row) and built in one loop that shares what trials can share (see :meth:`_build`), with Python's
-        cyclic garbage collector paused (see :func:`_gc_paused`)."""
+        cyclic garbage collector paused (see :func:`fleet.store.collector_paused`)."""
         measured = func.coalesce(Trial.source_trial_id, Trial.id)
         columns = (
             Trial.id,
@@ -422,24 +420,6 @@ class FleetStorage(BaseStorage):
     set_trial_intermediate_value = _refuse
     set_trial_user_attr = _refuse
     set_trial_system_attr = _refuse
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block, back on after it (if it was on).
-
-    Building 100,000 trials makes some 500,000 containers (rows, configurations, attribute dicts, trials), all of
-    them kept: the collector, set off every 700 new containers, walks them again and again for nothing to free,
-    two thirds of a cold call's time. Nothing built here makes a cycle; what another thread makes meanwhile is
-    collected once the collector is back on.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _hashable(value: Any) -> Any:
