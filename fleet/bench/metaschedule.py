@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 
-def _timed(inner: Any, spans: list[float], log: Callable[[str], None]) -> Any:
-    """``inner`` wrapped in a runner that adds each batch's time, from ``run`` to its last result, to ``spans``."""
+def _timed(inner: Any, spans: list[float], errors: list[str], log: Callable[[str], None]) -> Any:
+    """``inner`` wrapped in a runner that adds each batch's time, from ``run`` to its last result, to ``spans``, and
+    each failed candidate's error (its first line) to ``errors``."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
@@ -40,6 +43,8 @@ def _timed(inner: Any, spans: list[float], log: Callable[[str], None]) -> Any:
 
         def result(self) -> Any:
             result = self.future.result()
+            if result.error_msg:
+                errors.append(str(result.error_msg).strip().splitlines()[0][:300])
             self.batch["left"] -= 1
             if self.batch["left"] == 0:
                 spans.append(time.monotonic() - self.batch["started"])
@@ -66,13 +71,14 @@ def _tune_with(
     from fleet.tvm.metaschedule import tune
 
     spans: list[float] = []
+    errors: list[str] = []
     log(f"{name}: ms.tune_tir, {trials} trials ...")
     tuned = tune(
         mod,
         target,
         trials=trials,
         per_iter=per_iter,
-        runner=_timed(runner, spans, log),
+        runner=_timed(runner, spans, errors, log),
         database=ms.database.MemoryDatabase(),
         cost_model="random",
         seed=0,
@@ -83,6 +89,7 @@ def _tune_with(
         "runner": name,
         "candidates": len(records),
         "measured": measured,
+        "failures": errors,
         "runner_seconds": sum(spans),
         "candidates_per_second": len(records) / sum(spans) if spans else 0.0,
         "tune_seconds": tuned.seconds,
@@ -92,8 +99,9 @@ def _tune_with(
     }
 
 
-def _candidates(records: list[Any], target: Any) -> tuple[list[Any], list[str]]:
-    """The measured candidates of a tuning, built again as ``RunnerInput``s (and the folders to remove after)."""
+def _candidates(records: list[Any], target: Any, failed: bool = False) -> tuple[list[Any], list[str]]:
+    """The measured candidates of a tuning (``failed``: those that failed instead), built again as ``RunnerInput``s
+    (and the folders to remove after)."""
     import tvm
     from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.runner import RunnerInput
@@ -103,8 +111,8 @@ def _candidates(records: list[Any], target: Any) -> tuple[list[Any], list[str]]:
     builder = InProcessBuilder()
     inputs, folders = [], []
     for record in records:
-        if not record.run_secs or any(float(s) >= 1e9 for s in record.run_secs):
-            continue  # failed (past the time limit): it would only measure the limit
+        if (not record.run_secs or any(float(s) >= 1e9 for s in record.run_secs)) != failed:
+            continue  # a failed one (past the time limit) would only measure the limit
         sch = tvm.s_tir.Schedule(record.workload.mod)
         record.trace.apply_to_schedule(sch, remove_postproc=False)
         [built] = builder.build([BuilderInput(sch.mod, target)])
@@ -121,10 +129,12 @@ def _replay(name: str, runner: Any, inputs: list[Any], log: Callable[[str], None
     results = [future.result() for future in runner.run(inputs)]
     seconds = time.monotonic() - started
     means = [statistics.mean(float(s) for s in r.run_secs) if r.error_msg is None else None for r in results]
+    errors = [str(r.error_msg).strip().splitlines()[0][:300] for r in results if r.error_msg]
     return {
         "runner": name,
         "candidates": len(inputs),
         "measured": sum(m is not None for m in means),
+        "failures": errors,
         "runner_seconds": seconds,
         "candidates_per_second": len(inputs) / seconds if seconds else 0.0,
         "means": means,
@@ -186,6 +196,15 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
             rows.append(_tune_with("FleetRunner", runner, mod, target, trials, per_iter, log))
             log(json.dumps({k: v for k, v in rows[1].items() if k not in ("schedule", "records")}))
             same = [_replay("LocalRunner", local_runner, inputs, log), _replay("FleetRunner", runner, inputs, log)]
+            # A candidate that failed in one tuning, measured by the other runner: a slow draw fails in both, a
+            # runner's own fault in one only.
+            crossed = {}
+            others = {"local": ("FleetRunner", runner, rows[0]), "fleet": ("LocalRunner", local_runner, rows[1])}
+            for failed_in, (other_name, other, row) in others.items():
+                failed, more = _candidates(row["records"], target, failed=True)
+                folders += more
+                if failed:
+                    crossed[f"failed_by_{failed_in}_measured_by_{other_name}"] = _replay(other_name, other, failed, log)
             runner.close()
         store.close()
     for folder in folders:
@@ -223,8 +242,15 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
                 "fleet": total / min(b for _, b in pairs) / 1e9 if pairs else None,
             },
         },
+        "failed_candidates": crossed,
         "machine": {"cores": os.cpu_count(), "load_average": os.getloadavg()[0]},
     }
+
+
+def _echo_failures(errors: list[str]) -> None:
+    """Failed candidates, counted by their error (a trial's number left out)."""
+    for error, count in Counter(re.sub(r"trial \d+", "trial N", e) for e in errors).most_common():
+        click.echo(f"    {count} failed: {error}")
 
 
 @click.command("metaschedule")
@@ -252,6 +278,7 @@ def metaschedule_bench_command(size: int, trials: int, per_iter: int, as_json: b
             f"{row['runner_seconds']:.1f} s of runner time, {row['tune_seconds']:.1f} s in all); best {best:.1f} "
             f"GFLOPS ({here:.1f} measured again here)"
         )
+        _echo_failures(row["failures"])
     ratio = result["fleet_over_local_candidates_per_second"]
     click.echo(f"  Fleet / Local candidates per second: {ratio:.2f}" if ratio else "  no candidates measured")
     same = result["same_candidates"]
@@ -266,4 +293,11 @@ def metaschedule_bench_command(size: int, trials: int, per_iter: int, as_json: b
     click.echo(
         f"  Fleet / Local candidates per second: {ratio:.2f}; a candidate's seconds, Fleet / Local: {median:.2f}"
     )
+    for name, row in result["failed_candidates"].items():
+        failed_in, other = name.removeprefix("failed_by_").split("_measured_by_")
+        click.echo(
+            f"the candidates that failed in {failed_in}'s tuning, measured by {other}: {row['measured']} of "
+            f"{row['candidates']} measured"
+        )
+        _echo_failures(row["failures"])
     sys.stdout.flush()
