@@ -241,30 +241,47 @@ def _params(params: tuple[str, ...]) -> dict[str, Any]:
     return values
 
 
-def _problem(kind_or_file: str, params: tuple[str, ...]) -> tuple[Any, str, dict[str, Any] | None]:
-    """The IRModule to tune: a TVM operator problem (KIND with --param) or an IRModule saved as JSON
-    (``tvm.ir.save_json``); with the operator's (kind, params) when it is one."""
+def _problem(kind_or_file: str, params: tuple[str, ...], batch: int | None) -> tuple[Any, str, list[Any]]:
+    """The IRModule to tune: a TVM operator problem (KIND with --param), a model's operators (MODEL at --batch,
+    one function per distinct layer), or an IRModule saved as JSON (``tvm.ir.save_json``); with the operators
+    (:class:`~fleet.tvm.models.Layer`, named as the module's functions) where it is made of Fleet's."""
     from fleet.tvm.available import require_tvm
-    from fleet.tvm.operators import KINDS, check_problem, define
+    from fleet.tvm.models import MODELS, Layer, model
+    from fleet.tvm.operators import KINDS, check_problem, define, describe
 
-    if kind_or_file in KINDS:
-        p = check_problem(kind_or_file, _params(params))
+    if batch is not None and kind_or_file not in MODELS:
+        raise FleetError(f"--batch is for a model ({', '.join(sorted(MODELS))}), not {kind_or_file}")
+    if params and kind_or_file not in KINDS:
+        raise FleetError(f"--param is for a TVM operator ({', '.join(sorted(KINDS))}), not {kind_or_file}")
+    if kind_or_file in KINDS or kind_or_file in MODELS:
+        if kind_or_file in KINDS:
+            layers = [Layer("main", kind_or_file, check_problem(kind_or_file, _params(params)))]
+        else:
+            # A layer repeated in a model is one task: its records serve every layer of the same shape.
+            seen: dict[str, Layer] = {}
+            for layer in model(kind_or_file, batch or 1):
+                seen.setdefault(describe(layer.kind, layer.params), layer)
+            layers = list(seen.values())
         tvm = require_tvm()
-        return tvm.IRModule({"main": define(kind_or_file, p)}), kind_or_file, p
+        return tvm.IRModule({x.name: define(x.kind, x.params) for x in layers}), kind_or_file, layers
     path = Path(kind_or_file)
     if not path.is_file():
-        raise FleetError(f"{kind_or_file} is neither a TVM operator ({', '.join(sorted(KINDS))}) nor a file")
+        raise FleetError(
+            f"{kind_or_file} is neither a TVM operator ({', '.join(sorted(KINDS))}), a model "
+            f"({', '.join(sorted(MODELS))}) nor a file"
+        )
     tvm = require_tvm()
     try:
         mod = tvm.ir.load_json(path.read_text())
     except Exception as error:  # TVM's parser raises several kinds
         raise FleetError(f"{path}: not an IRModule saved with tvm.ir.save_json ({error})") from None
-    return (mod if isinstance(mod, tvm.IRModule) else tvm.IRModule({"main": mod})), str(path), None
+    return (mod if isinstance(mod, tvm.IRModule) else tvm.IRModule({"main": mod})), str(path), []
 
 
 @tvm_group.command("tune-ms")
-@click.argument("module", metavar="KIND_OR_FILE")
+@click.argument("module", metavar="KIND_MODEL_OR_FILE")
 @click.option("--param", "params", multiple=True, metavar="K=V", help="A problem parameter, e.g. m=1024.")
+@click.option("--batch", "-b", type=click.IntRange(1), help="A model's batch size (default 1).")
 @click.option("--target", "-t", help="Fleet target whose workers measure (default: this machine's CPU).")
 @click.option("--trials", type=click.IntRange(1), default=64, show_default=True, help="Candidates to measure.")
 @click.option("--per-iter", type=click.IntRange(1), default=64, show_default=True, help="Candidates per batch.")
@@ -278,6 +295,7 @@ def _problem(kind_or_file: str, params: tuple[str, ...]) -> tuple[Any, str, dict
 def tune_ms_command(
     module: str,
     params: tuple[str, ...],
+    batch: int | None,
     target: str | None,
     trials: int,
     per_iter: int,
@@ -289,8 +307,11 @@ def tune_ms_command(
     local: bool | None,
     as_json: bool,
 ) -> None:
-    """Tune KIND_OR_FILE with MetaSchedule (ms.tune_tir), its candidates measured by the fleet's workers on the
-    target (FleetRunner), its records kept in Fleet's database."""
+    """Tune KIND_MODEL_OR_FILE with MetaSchedule (ms.tune_tir), its candidates measured by the fleet's workers on
+    the target (FleetRunner), its records kept in Fleet's database.
+
+    A model (tiny-cnn, lenet, alexnet) is tuned as one task per distinct layer, MetaSchedule's task scheduler
+    sharing the trials among them; `fleet tvm run-model` then runs each layer with its best record."""
     from contextlib import nullcontext
 
     from fleet.api import connect
@@ -300,13 +321,13 @@ def tune_ms_command(
     from fleet.tvm.available import require_tvm
     from fleet.tvm.metaschedule import FleetRunner, tune, tvm_target
     from fleet.tvm.msdb import database
-    from fleet.tvm.operators import flops
+    from fleet.tvm.operators import describe, flops
 
     target = _target(target)
     tvm = require_tvm()
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
 
-    mod, name, p = _problem(module, params)
+    mod, name, layers = _problem(module, params, batch)
     store = connect()
     check_broker()
     settings = get_settings()
@@ -325,9 +346,13 @@ def tune_ms_command(
             cost_model=cost_model,
         )
     runner.close()
-    gflops = None
-    if p is not None and tuned.best_seconds:
-        gflops = flops(name, p) / tuned.best_seconds / 1e9
+    rows = []
+    for layer in layers:
+        seconds = tuned.bests.get(layer.name)
+        gflops = flops(layer.kind, layer.params) / seconds / 1e9 if seconds else None
+        operator = describe(layer.kind, layer.params)
+        rows.append({"layer": layer.name, "operator": operator, "best_seconds": seconds, "best_gflops": gflops})
+    one = rows[0] if len(rows) == 1 else None
     out = {
         "module": name,
         "target": target,
@@ -336,16 +361,25 @@ def tune_ms_command(
         "measured": runner.session.measured,
         "seconds": tuned.seconds,
         "best_seconds": tuned.best_seconds,
-        "best_gflops": gflops,
+        "best_gflops": one["best_gflops"] if one else None,
     }
+    if len(rows) > 1:
+        out["layers"] = rows
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
     click.echo(f"{name} on {target}: {out['measured']} candidates measured by the fleet in {tuned.seconds:.1f} s")
-    if tuned.best_seconds is None:
+    if len(rows) > 1:
+        click.echo(f"{'layer':<8} {'operator':<44} {'best ms':>10} {'GFLOPS':>8}")
+        for row in rows:
+            ms_text = f"{row['best_seconds'] * 1e3:.3f}" if row["best_seconds"] else "-"
+            gflops_text = f"{row['best_gflops']:.1f}" if row["best_gflops"] else "-"
+            click.echo(f"{row['layer']:<8} {row['operator']:<44} {ms_text:>10} {gflops_text:>8}")
+        click.echo(f"campaign {out['campaign']}; next: fleet tvm run-model {name} --batch {batch or 1}")
+    elif tuned.best_seconds is None:
         click.echo("no candidate ran correctly")
     else:
-        extra = f", {gflops:.1f} GFLOPS" if gflops is not None else ""
+        extra = f", {out['best_gflops']:.1f} GFLOPS" if out["best_gflops"] is not None else ""
         click.echo(f"best: {tuned.best_seconds * 1e3:.3f} ms{extra} (campaign {out['campaign']})")
 
 

@@ -459,13 +459,15 @@ def __getattr__(name: str) -> Any:
 
 @dataclass
 class Tuned:
-    """What :func:`tune` did: records added to the database, seconds taken, and the best record's mean seconds."""
+    """What :func:`tune` did: records added to the database, seconds taken, and the best record's mean seconds
+    (``bests``: each function of the module by its name; ``best_seconds`` and ``schedule``: a module of one)."""
 
     trials: int
     seconds: float
     best_seconds: float | None
     schedule: Any
     database: Any
+    bests: dict[str, float | None] = field(default_factory=dict)
 
 
 # The tensor intrinsics each kind of TVM target's schedule rules use (tvm/s_tir/tensor_intrin/__init__.py imports
@@ -523,6 +525,10 @@ def tune(
 ) -> Tuned:
     """``ms.tune_tir`` of ``mod`` for the TVM ``target`` with ``runner`` and ``database``; return the best found.
 
+    Each function of ``mod`` is a task of its own (a model's layers, say), its records kept under the module of that
+    function alone, named ``main``: the workload a tuning of that operator alone has. MetaSchedule's task scheduler
+    shares ``trials`` among them.
+
     Parameters
     ----------
     builder:
@@ -564,15 +570,26 @@ def tune(
             seed=seed,
         )
     seconds = time.monotonic() - started
-    module = mod if isinstance(mod, tvm_ir_module()) else tvm_ir_module()({"main": mod})
-    record = database.query_tuning_record(module, target, workload_name="main")
-    best = None
-    if record is not None and record.run_secs:
-        secs = [float(s) for s in record.run_secs]
-        best = sum(secs) / len(secs)
-    schedule = database.query_schedule(module, target, workload_name="main")
-    return Tuned(len(database) - before, seconds, best, schedule, database)
+    bests, schedule = {}, None
+    for name, one in _tasks(mod):
+        record = database.query_tuning_record(one, target, workload_name="main")
+        secs = [float(s) for s in record.run_secs] if record is not None and record.run_secs else []
+        bests[name] = sum(secs) / len(secs) if secs else None
+        schedule = database.query_schedule(one, target, workload_name="main")
+    if len(bests) != 1:
+        schedule = None
+    best = next(iter(bests.values())) if len(bests) == 1 else None
+    return Tuned(len(database) - before, seconds, best, schedule, database, bests)
 
 
-def tvm_ir_module() -> type:
-    return require_tvm().IRModule
+def _tasks(mod: Any) -> list[tuple[str, Any]]:
+    """Each function of ``mod`` by its name, as the module of that function alone (named ``main``), as
+    ``ms.tune_tir`` makes its tasks' workloads."""
+    tvm = require_tvm()
+    if not isinstance(mod, tvm.IRModule):
+        return [("main", tvm.IRModule({"main": mod}))]
+    return sorted(
+        (gv.name_hint, tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
+        for gv, func in mod.functions_items()
+        if isinstance(func, tvm.tirx.PrimFunc)
+    )

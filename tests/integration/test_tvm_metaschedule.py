@@ -159,3 +159,41 @@ def test_tune_ms_measures_every_candidate_on_the_fleet_and_survives_a_killed_wor
     fleet.cli("tvm", "export-ms", str(back), env=other, check=True)
     for name in (WORKLOADS, RECORDS):
         assert (back / name).read_text().splitlines() == (written / name).read_text().splitlines()
+
+
+def test_tune_ms_of_a_model_tunes_each_layer_and_run_model_runs_each_with_its_record(fleet: Fleet) -> None:
+    fleet.start_worker("--eval-procs", "1", "--build-procs", "1")
+    layers = 3  # tiny-cnn: conv1, conv2, fc, all of different shapes
+    tuned = fleet.cli(
+        "tvm", "tune-ms", "tiny-cnn", "--batch", str(BATCH), "--target", fleet.target, "--trials", str(2 * layers),
+        "--per-iter", "2", "--cost-model", "random", "--number", "1", "--min-repeat-ms", "1", "--json",
+        timeout=600, check=True,
+    )  # fmt: skip
+    result = json.loads(tuned.stdout)
+    # MetaSchedule's task scheduler gave each layer its share, every candidate measured by the fleet's worker.
+    assert result["measured"] == 2 * layers
+    assert [row["layer"] for row in result["layers"]] == ["conv1", "conv2", "fc"]
+    assert all(row["best_seconds"] > 0 and row["best_gflops"] > 0 for row in result["layers"]), result
+    trials = ms_trials(fleet.store)
+    assert len(trials) == 2 * layers and {t.state for t in trials} == {"evaluated"}
+    with fleet.store.session() as session:
+        assert len(list(session.scalars(select(MsWorkload)))) == layers
+    # Each layer's record is found by the layer's own operator: run-model builds every layer from its record.
+    ran = fleet.cli(
+        "tvm", "run-model", "tiny-cnn", "--batch", str(BATCH), "--target", fleet.target, "--repeats", "1", "--json",
+        check=True,
+    )  # fmt: skip
+    rows = json.loads(ran.stdout)["layers"]
+    assert [row["schedule"] for row in rows] == ["metaschedule"] * layers, ran.stderr[-2000:]
+
+
+def test_tune_ms_refuses_what_it_cannot_tune_in_one_line(fleet: Fleet) -> None:
+    for args, line in (
+        (["resnet"], "resnet is neither a TVM operator (tvm.batch_matmul, tvm.conv2d, tvm.dense), a model "),
+        (["tvm.dense", "--param", "m=4", "--batch", "2"], "--batch is for a model"),
+        (["tiny-cnn", "--param", "m=4"], "--param is for a TVM operator"),
+    ):
+        done = fleet.cli("tvm", "tune-ms", *args, "--target", fleet.target)
+        assert done.returncode != 0
+        assert done.stderr.strip().splitlines()[-1].startswith(f"fleet: error: {line}"), done.stderr
+        assert not ms_trials(fleet.store)
