@@ -93,8 +93,22 @@ def test_the_numpy_child_runs_without_the_openblas_overrides_and_names_its_kerne
     out = bench.numpy_run("tvm.dense", {"m": 64, "n": 64, "k": 64, "dtype": "float32"}, 1)
     assert out["gflops"] > 0 and out["blas"]["kernel"]
     assert not {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"} & set(seen[0]) and seen[0]["OPENBLAS_NUM_THREADS"] == "1"
+    nominal = bench.peak_gflops(2, measure=False)
+    assert nominal["gflops"] > 0 and nominal["how"].startswith("2 cores x ") and "nominal" in nominal["how"]
+
+
+def test_the_peak_is_measured_by_an_fma_loop_on_every_core_and_says_the_clock_it_implies() -> None:
+    from fleet.bench import tvm as bench
+
     peak = bench.peak_gflops(2)
-    assert peak["gflops"] > 0 and peak["how"].startswith("2 cores x ") and "FLOPs/cycle" in peak["how"]
+    assert peak["measured"], "this machine has a C compiler: the peak is measured, not read off cpu MHz"
+    assert peak["how"].startswith("measured: independent ") and "FLOPs/cycle" in peak["how"]
+    ghz = float(peak["how"].split(" GHz")[0].rsplit(" ", 1)[1])
+    # The FMA loop runs at the FMA pipes' rate: the clock it implies is a CPU's (not half of one, as unfused
+    # multiplies and adds would give, nor a multiple, as a loop the compiler folded away would).
+    assert 1.0 < ghz < 6.5
+    per_cycle = int(peak["how"].split(" FP32 FLOPs/cycle")[0].rsplit(" ", 1)[1])
+    assert peak["gflops"] == pytest.approx(2 * ghz * per_cycle, rel=0.01)
 
 
 INTRINSICS = """
