@@ -570,16 +570,17 @@ def tune(
             seed=seed,
         )
     seconds = time.monotonic() - started
-    bests, schedule = {}, None
-    for name, one in _tasks(mod):
+    tasks = _tasks(mod)
+    bests = {}
+    for name, one in tasks:
         record = database.query_tuning_record(one, target, workload_name="main")
         secs = [float(s) for s in record.run_secs] if record is not None and record.run_secs else []
         bests[name] = sum(secs) / len(secs) if secs else None
-        schedule = database.query_schedule(one, target, workload_name="main")
-    if len(bests) != 1:
-        schedule = None
-    best = next(iter(bests.values())) if len(bests) == 1 else None
-    return Tuned(len(database) - before, seconds, best, schedule, database, bests)
+    if len(tasks) != 1:
+        return Tuned(len(database) - before, seconds, None, None, database, bests)
+    [(name, one)] = tasks
+    schedule = database.query_schedule(one, target, workload_name="main")
+    return Tuned(len(database) - before, seconds, bests[name], schedule, database, bests)
 
 
 def _tasks(mod: Any) -> list[tuple[str, Any]]:
