@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fleet.workers import sandbox
 from fleet.workers.sandbox import SandboxUnavailable
@@ -174,22 +174,8 @@ def _run(
 ) -> Completed:
     """:func:`run`'s work; ``cleanup`` removes what the sandbox needed, however the run ends."""
     boxed = sandbox.mode() == "bwrap"
-    tmp: Path | None = None
     if boxed:
-        sandbox.require()
-        tmp = cwd.with_name(cwd.name + ".tmp")
-        tmp.mkdir(exist_ok=True)
-        cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)
-        _give(cwd, sandbox.account())
-        _give(tmp, sandbox.account())
-        env.update(HOME=sandbox.WORK, TMPDIR=sandbox.TMP)
-        info_read, info_write = os.pipe()
-        cleanup.callback(os.close, info_read)
-        writer = cleanup.enter_context(os.fdopen(info_write, "wb"))  # closed once, here or below
-        gpu = bool(sandbox.gpu_nodes(env))
-        command, options = _launch(sandbox.wrap(argv, cwd=cwd, env=env, network=network, tmp=tmp), None, gpu)
-        command = _info_fd(command, info_write)
-        options["pass_fds"] = (info_write,)
+        command, options, info_read, writer = _box(argv, cwd, env, network, cleanup)
     else:
         command, options = _launch(argv, _as_account(cwd, env))
     # Output goes to files, not pipes: a chatty command cannot fill a pipe and hang while we wait.
@@ -210,7 +196,7 @@ def _run(
         if boxed:
             writer.close()  # the child holds it: the pipe ends when bubblewrap does
         timed_out = False
-        scratch = _ScratchWatch([cwd] + ([tmp] if tmp is not None else []), sandbox.Limits.from_env(os.environ))
+        scratch = _ScratchWatch(_scratch(cwd), sandbox.Limits.from_env(os.environ))
         overgrown = False
         next_tick = start + tick_seconds
         try:
@@ -305,6 +291,40 @@ def _as_account(cwd: Path, env: dict[str, str]) -> pwd.struct_passwd | None:
     if account is not None:
         env.setdefault("HOME", str(cwd))  # the worker's own home is not the workload's to write in
     return account
+
+
+def _box(
+    argv: list[str], cwd: Path, env: dict[str, str], network: bool, cleanup: contextlib.ExitStack
+) -> tuple[list[str], dict[str, Any], int, IO[bytes]]:
+    """``argv`` made to run in the sandbox in ``cwd``: its temporary folder made (and removed by ``cleanup``), both
+    folders given to the sandbox's account and ``env`` pointed at them; return the command, Popen's options, and the
+    pipe bubblewrap reports its child on: the end to read (closed by ``cleanup``) and the end the child holds, to
+    close once it has started (``cleanup`` closes it otherwise)."""
+    sandbox.require()
+    tmp = _tmp(cwd)
+    tmp.mkdir(exist_ok=True)
+    cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)
+    _give(cwd, sandbox.account())
+    _give(tmp, sandbox.account())
+    env.update(HOME=sandbox.WORK, TMPDIR=sandbox.TMP)
+    info_read, info_write = os.pipe()
+    cleanup.callback(os.close, info_read)
+    writer = cleanup.enter_context(os.fdopen(info_write, "wb"))  # closed once, by the caller or by cleanup
+    gpu = bool(sandbox.gpu_nodes(env))
+    command, options = _launch(sandbox.wrap(argv, cwd=cwd, env=env, network=network, tmp=tmp), None, gpu)
+    options["pass_fds"] = (info_write,)
+    return _info_fd(command, info_write), options, info_read, writer
+
+
+def _tmp(cwd: Path) -> Path:
+    """The sandbox's temporary folder of a command run in ``cwd``: beside it, not in it."""
+    return cwd.with_name(cwd.name + ".tmp")
+
+
+def _scratch(cwd: Path) -> list[Path]:
+    """What a command run in ``cwd`` may fill: its folder, and its temporary folder where it has one."""
+    tmp = _tmp(cwd)
+    return [cwd, tmp] if tmp.exists() else [cwd]
 
 
 def _info_fd(command: list[str], fd: int) -> list[str]:
@@ -539,24 +559,10 @@ class Resident:
         cleanup = self._cleanup
         cleanup.callback(shutil.rmtree, self.cwd, ignore_errors=True)
         self._err = cleanup.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (it lives as the command does)
+        writer = None
         if sandbox.mode() == "bwrap":
-            sandbox.require()
-            tmp = self.cwd.with_name(self.cwd.name + ".tmp")
-            tmp.mkdir(exist_ok=True)
-            cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)
-            _give(self.cwd, sandbox.account())
-            _give(tmp, sandbox.account())
-            env.update(HOME=sandbox.WORK, TMPDIR=sandbox.TMP)
-            info_read, info_write = os.pipe()
-            self._info = info_read
-            cleanup.callback(os.close, info_read)
-            gpu = bool(sandbox.gpu_nodes(env))
-            wrapped = sandbox.wrap(self.argv, cwd=self.cwd, env=env, network=self.network, tmp=tmp)
-            command, options = _launch(wrapped, None, gpu)
-            command = _info_fd(command, info_write)
-            options["pass_fds"] = (info_write,)
+            command, options, self._info, writer = _box(self.argv, self.cwd, env, self.network, cleanup)
         else:
-            info_write = None
             self._info = None
             command, options = _launch(self.argv, _as_account(self.cwd, env))
         try:
@@ -573,8 +579,8 @@ class Resident:
         except OSError as error:
             return Completed(self.argv, 127, "", f"cannot run {self.argv[0]}: {error.strerror}", 0.0)
         finally:
-            if info_write is not None:
-                os.close(info_write)  # the child holds it: the pipe ends when bubblewrap does
+            if writer is not None:
+                writer.close()  # the child holds it: the pipe ends when bubblewrap does
         for pipe in (self._proc.stdin, self._proc.stdout):
             self._cleanup.callback(_quietly_close, pipe)
         self._cleanup.callback(_kill_group, self._proc)  # first of all: the pipes are closed once it is gone
@@ -615,9 +621,7 @@ class Resident:
         poll = select.poll()
         poll.register(fd, select.POLLIN | select.POLLHUP)
         # The same watch as a command of its own gets (run): its folder and temporary folder together.
-        scratch = _ScratchWatch(
-            [self.cwd, self.cwd.with_name(self.cwd.name + ".tmp")], sandbox.Limits.from_env(os.environ)
-        )
+        scratch = _ScratchWatch(_scratch(self.cwd), sandbox.Limits.from_env(os.environ))
         next_tick = start + tick_seconds
         while True:
             line, nl, rest = self._pending.partition(b"\n")
