@@ -167,15 +167,6 @@ def kernel_file(path: Path, spec: Mapping[str, Any]) -> Path:
 
 _C_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
 _C_COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
-_PY_OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Div: operator.truediv,
-    ast.Pow: lambda base, exponent: _power(base, exponent),
-}
 
 
 def _power(base: Any, exponent: Any) -> Any:
@@ -183,6 +174,17 @@ def _power(base: Any, exponent: Any) -> Any:
     if abs(exponent) > 64 or abs(base) > 1 << 40:
         raise SpecError(f"{base}**{exponent} is too large for a size")
     return base**exponent
+
+
+_PY_OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Div: operator.truediv,
+    ast.Pow: _power,
+}
 
 
 def _problem_index(node: ast.AST, problem_size: Sequence[Any]) -> int | None:
