@@ -787,7 +787,7 @@ def search_command(
             raise SpecError(f"unknown strategy {name!r} (known: {', '.join(sorted(STRATEGIES))})")
     jobs = jobs or os.cpu_count() or 1
     if history is not None:
-        _history_command(paths, history, repeats or CV_REPEATS, slots, horizon, jobs, as_json)
+        _history_command(paths, history, repeats or CV_REPEATS, slots, horizon, jobs, as_json, trace_path)
         return
     if cv:
         if len(paths) < 2:
@@ -858,14 +858,24 @@ def _cross_validate_command(
 
 
 def _history_command(
-    paths: Sequence[Path], history: str, repeats: int, slots: int, horizon: float, jobs: int, as_json: bool
+    paths: Sequence[Path],
+    history: str,
+    repeats: int,
+    slots: int,
+    horizon: float,
+    jobs: int,
+    as_json: bool,
+    trace_path: Path | None,
 ) -> None:
     from fleet.bench.transfer import RANDOM, WITH, WITHOUT, compare, histories, table
 
     started = time.monotonic()
     known = histories(paths, history)
     variants = [Variant(WITH, "auto", (("history", True),)), Variant(WITHOUT, "auto"), Variant(RANDOM, "random")]
-    rows, _ = run(paths, variants, repeats=repeats, slots=slots, horizon=horizon, jobs=jobs, histories=known)
+    with trace_path.open("w") if trace_path else contextlib.nullcontext() as trace:
+        rows, _ = run(
+            paths, variants, repeats=repeats, slots=slots, horizon=horizon, jobs=jobs, trace=trace, histories=known
+        )
     result = compare(rows, known)
     result[-1].update(repeats=repeats, slots=slots, wall_s=round(time.monotonic() - started, 1))
     if as_json:
