@@ -134,6 +134,11 @@ def resume(campaign: str, window: int | None, local: bool | None, eval_procs: in
             return  # the fleet's drivers take it up again
     if found.status == "paused":
         found = store.resume_campaign(found.id)
+        holder = None if found.submitted else live_drivers(store).get(found.id)
+        if holder is not None:
+            # The `fleet tune` (or other driver) that the pause held still runs: it goes on, this shell returns.
+            click.echo(f"resumed campaign {found.name}: its driver {holder} goes on with it", err=True)
+            return
         click.echo(f"resumed campaign {found.name}", err=as_json)
         if found.submitted:
             return
@@ -147,6 +152,12 @@ def resume(campaign: str, window: int | None, local: bool | None, eval_procs: in
         detach=False,
         as_json=as_json,
     )
+
+
+def live_drivers(store: Any) -> dict[int, str]:
+    """The driver that holds each campaign's lease now, by campaign id, on the database's clock."""
+    store.sync_clock()
+    return {campaign.id: name for name, held in store.driven().items() for campaign in held}
 
 
 def _drive(

@@ -5,15 +5,33 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from tests.conftest import write_spec
+from tests.integration.test_embedded import embedded_env
 
 SPACES = Path(__file__).resolve().parents[2].parent / "shared" / "tuning-spaces"
 
 
-def fleet_cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fleet.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+class Home:
+    """A scratch home, embedded as a new user has it (the private Redis `make run` starts, unless ``env`` says
+    otherwise), and the `fleet` commands run in it."""
+
+    def __init__(self, path: Path, **env: str) -> None:
+        self.path = path
+        self.env = embedded_env(path, **env)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "fleet.cli", *args],
+            cwd=self.path,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
 
 
 # -- fleet bench search --history --trace ------------------------------------------------------------------------
@@ -28,9 +46,72 @@ def test_bench_search_with_history_writes_its_trace(tmp_path: Path) -> None:
     space = str(history / "gemm_clblast__RTX_2080_Ti.json.gz")
     args = ["--history", str(history), "--space", space, "--repeats", "1", "--jobs", "1", "--horizon", "0.2"]
 
-    done = fleet_cli(tmp_path, "bench", "search", *args, "--trace", str(trace))
+    done = Home(tmp_path).cli("bench", "search", *args, "--trace", str(trace))
 
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
     # Each of the three strategies compared wrote its evaluations.
     assert {line["strategy"] for line in lines} == {"auto history", "auto", "random"}, lines[:3]
+
+
+# -- an embedded campaign paused and resumed from another shell ------------------------------------------------------
+
+
+SLOW = "import json, sys, time; time.sleep(0.4); print(json.dumps({'score': float(sys.argv[1])}))"
+
+
+def slow_spec(home: Path, name: str, trials: int) -> Path:
+    """``trials`` run-time configurations of a program that takes 0.4 s, embedded: this machine's CPU."""
+    spec = {
+        "name": name,
+        "problems": [{"kind": "sleeper", "params": {}}],
+        "space": {"knobs": {"x": {"values": list(range(1, trials + 1)), "build": False}}},
+        "strategy": {"name": "grid"},
+        "workload": {"kind": "command", "run": [sys.executable, "-c", SLOW, "{x}"], "objective": {"json": "score"}},
+    }
+    return write_spec(home, spec, f"{name}.json")
+
+
+def trial_counts(home: Home, name: str) -> dict[str, int]:
+    done = home.cli("status", name, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["campaigns"][0]["trials"]
+
+
+def test_an_embedded_tune_paused_and_resumed_from_another_shell_finishes(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    spec = slow_spec(tmp_path, "held", 10)
+    tune = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "tune", str(spec)],
+        cwd=tmp_path,
+        env=home.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while trial_counts_or_none(home, "held").get("evaluated", 0) < 2:
+            assert tune.poll() is None and time.monotonic() < deadline, tune.communicate()
+            time.sleep(0.5)
+
+        paused = home.cli("pause", "held")
+        assert paused.returncode == 0, paused.stderr
+        time.sleep(2)
+        resumed = home.cli("resume", "held")
+
+        assert resumed.returncode == 0, resumed.stderr
+        assert "goes on" in resumed.stderr, resumed.stderr  # the running tune drives it: this shell returns
+        out, err = tune.communicate(timeout=120)
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+    assert tune.returncode == 0, err
+    assert "best" in out
+    assert trial_counts(home, "held") == {"evaluated": 10}
+
+
+def trial_counts_or_none(home: Home, name: str) -> dict[str, int]:
+    """The campaign's trial counts, or none before `fleet tune` has written it."""
+    done = home.cli("status", name, "--json")
+    return json.loads(done.stdout)["campaigns"][0]["trials"] if done.returncode == 0 else {}
