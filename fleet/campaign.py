@@ -339,13 +339,19 @@ class Driver:
         self.heartbeat_seconds = heartbeat_seconds
         self.requeue_seconds = requeue_seconds
         self.space, factory = campaign_space(campaign, user_code)
-        self.maximize = load_workload_spec(campaign.workload).maximize
+        workload = load_workload_spec(campaign.workload)
+        self.maximize, self.objectives = workload.maximize, workload.objectives
         # A TVM trial is built and measured on the evaluation worker in one task (see fleet.tasks.tvm).
         self.first_task = "tvm_measure" if campaign.workload.get("kind") == "tvm" else "compile"
         self.problems = [p.id for p in store.campaign_problems(campaign.id)]
         self.searchers = [
             new_searcher(
-                self._strategy(store, problem), self.space, maximize=self.maximize, index=index, factory=factory
+                self._strategy(store, problem),
+                self.space,
+                maximize=self.maximize,
+                index=index,
+                factory=factory,
+                objectives=self.objectives,
             )
             for index, problem in enumerate(store.campaign_problems(campaign.id))
         ]
@@ -376,7 +382,8 @@ class Driver:
         """The campaign's strategy; ``auto`` starts from what related problems found best (fleet.history)."""
         strategy = self.campaign.strategy
         options = dict(strategy.get("options") or {})
-        if strategy.get("name") != "auto" or "history" in options:
+        # History is of the best by one objective: a search of several objectives' front starts without it.
+        if strategy.get("name") != "auto" or "history" in options or len(self.objectives) > 1:
             return strategy
         history = campaign_history(store, self.campaign, problem, self.space, self.maximize)
         if history is None:
@@ -514,7 +521,7 @@ class Driver:
         for result in finished:
             index, times = self.in_flight.pop(result.trial_id)
             self.finished += 1
-            run = Run(result.config, result.objective, result.valid, result.metrics, result.reason)
+            run = searched(result)
             self.feeds[index].inbox.extend([run] * times)
             current = self.best.get(result.problem_id)
             if self.searchers[index].accepts(run) and (
@@ -666,6 +673,11 @@ def summarize(store: Store, campaign: Campaign, searchers: Sequence[Searcher] | 
     return summaries
 
 
+def searched(result: TrialResult) -> Run:
+    """The run a searcher is sent for ``result``: its objective, and with several objectives every one."""
+    return Run(result.config, result.objective, result.valid, result.metrics, result.reason, result.objectives)
+
+
 JUDGING = ("step", "bisect", "composer")
 """Strategies whose searchers may hold a predicate on runs (a space file's ``META_search_callback`` may too)."""
 
@@ -683,8 +695,11 @@ def _judged_bests(
     else:
         try:
             space, factory = campaign_space(campaign)
+            objectives = load_workload_spec(campaign.workload).objectives
             searchers = {
-                p.id: new_searcher(campaign.strategy, space, maximize=maximize, index=i, factory=factory)
+                p.id: new_searcher(
+                    campaign.strategy, space, maximize=maximize, index=i, factory=factory, objectives=objectives
+                )
                 for i, p in enumerate(problems)
             }
         except FleetError:
@@ -694,7 +709,7 @@ def _judged_bests(
     bests: dict[int, TrialResult] = {}
     for result in store.results(campaign_id=campaign.id):
         searcher = searchers.get(result.problem_id)
-        run = Run(result.config, result.objective, result.valid, result.metrics, result.reason)
+        run = searched(result)
         if searcher is None or not searcher.accepts(run):
             continue
         current = bests.get(result.problem_id)

@@ -10,6 +10,7 @@ from fleet.search.composer import Composer
 from fleet.search.genetic import Genetic
 from fleet.search.grid import CartesianProduct
 from fleet.search.local import Local
+from fleet.search.nsga2 import NSGA2
 from fleet.search.optuna_search import OptunaSearch
 from fleet.search.random_search import RandomSearch
 from fleet.search.registry import STRATEGIES, make_searcher
@@ -27,11 +28,13 @@ STRATEGIES.update(
         "genetic": Genetic,
         "optuna": OptunaSearch,
         "auto": Auto,
+        "nsga2": NSGA2,
     }
 )
 
 
 __all__ = [
+    "NSGA2",
     "STRATEGIES",
     "WAIT",
     "Anneal",

@@ -40,6 +40,8 @@ class Run:
         Extra metrics (GFLOPS, seconds, ...).
     reason:
         Why the trial errored or is invalid.
+    objectives:
+        With several objectives, the value of each by name (the first is ``objective`` too); empty with one.
     """
 
     config: Config
@@ -47,6 +49,7 @@ class Run:
     valid: bool
     metrics: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
+    objectives: dict[str, float] = field(default_factory=dict)
 
     @property
     def stats(self) -> dict[str, Any]:
@@ -77,6 +80,9 @@ class Searcher(ABC):
 
     name: ClassVar[str]
     is_dynamic: ClassVar[bool] = False
+    pareto: ClassVar[bool] = False
+    """Searches for the Pareto front of several objectives (it takes ``objectives``); a static searcher proposes
+    the same with one objective or several, and a dynamic one that is not ``pareto`` optimises one."""
 
     def __init__(
         self, space: Space | None = None, *, budget: int | None = None, maximize: bool = False, seed: int = 0

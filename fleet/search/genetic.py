@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 from fleet.errors import SpecError
 from fleet.search.points import Grid, History, Point, Technique, TechniqueSearcher
@@ -13,6 +14,24 @@ POPULATION = 20
 TOURNAMENT = 2
 TRIES = 20
 """Children drawn before one that is valid and new is given up for a random configuration."""
+
+
+def check_breeding(strategy: str, population: Any, mutation: Any) -> None:
+    """SpecError unless ``population`` is an integer >= 2 and ``mutation`` a probability (or None, the default).
+
+    Parameters
+    ----------
+    strategy:
+        The strategy's name, for the message.
+    population, mutation:
+        Its options.
+    """
+    if isinstance(population, bool) or not isinstance(population, int) or population < 2:
+        raise SpecError(f"strategy {strategy!r}: population must be an integer >= 2, not {population!r}")
+    if mutation is not None and (
+        isinstance(mutation, bool) or not isinstance(mutation, int | float) or not 0 <= mutation <= 1
+    ):
+        raise SpecError(f"strategy {strategy!r}: mutation must be a probability, not {mutation!r}")
 
 
 class Genetic(TechniqueSearcher):
@@ -51,10 +70,7 @@ class Genetic(TechniqueSearcher):
         seed: int = 0,
     ) -> None:
         super().__init__(space, budget=budget, maximize=maximize, seed=seed)
-        if isinstance(population, bool) or not isinstance(population, int) or population < 2:
-            raise SpecError(f"strategy 'genetic': population must be an integer >= 2, not {population!r}")
-        if mutation is not None and not (isinstance(mutation, int | float) and 0 <= mutation <= 1):
-            raise SpecError(f"strategy 'genetic': mutation must be a probability, not {mutation!r}")
+        check_breeding(self.name, population, mutation)
         if isinstance(tournament, bool) or not isinstance(tournament, int) or tournament < 1:
             raise SpecError(f"strategy 'genetic': tournament must be a positive integer, not {tournament!r}")
         self.population, self.mutation, self.tournament = population, mutation, tournament

@@ -3,13 +3,18 @@ strategy built of others (the composer) can make them without importing the pack
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fleet.errors import SpecError
 from fleet.search.base import Searcher
+from fleet.search.pareto import Objective
 from fleet.space import Space
 
 STRATEGIES: dict[str, type[Searcher]] = {}
+
+PARETO = "nsga2"
+"""What ``auto`` runs for several objectives: the searcher of the Pareto front (docs/strategies.md)."""
 
 
 def make_searcher(
@@ -20,6 +25,7 @@ def make_searcher(
     maximize: bool = False,
     seed: int = 0,
     options: dict[str, Any] | None = None,
+    objectives: Sequence[Objective] = (),
 ) -> Searcher:
     """Build the searcher called ``name``.
 
@@ -29,15 +35,32 @@ def make_searcher(
         A key of :data:`STRATEGIES`.
     options:
         Extra keyword arguments of that searcher.
+    objectives:
+        The campaign's objectives when it has several: ``auto`` is then :data:`PARETO`, a searcher of the Pareto
+        front gets them, a static one (grid, random) proposes as it would for one, and any other is refused, since
+        it would optimise the first only.
     """
     if not isinstance(name, str) or name not in STRATEGIES:
         known = ", ".join(sorted(STRATEGIES))
         raise SpecError(f"unknown strategy {name!r} (known: {known})")
     if options is not None and not isinstance(options, dict):
         raise SpecError(f"strategy {name!r}: options must be an object")
+    shown = repr(name)
+    several = len(objectives) > 1
+    if several and name == "auto":
+        name, shown = PARETO, f"auto (which is {PARETO} for several objectives)"
     cls = STRATEGIES[name]
+    extra: dict[str, Any] = {}
+    if cls.pareto:
+        extra["objectives"] = list(objectives)
+    elif several and cls.is_dynamic:
+        names = ", ".join(o.name for o in objectives)
+        raise SpecError(
+            f"strategy {name!r} optimises one objective, and the workload names several ({names}): "
+            f"use {PARETO} (auto chooses it), random or grid"
+        )
     try:
         # By keyword: MLPerf's Composer takes its searchers first.
-        return cls(space=space, budget=budget, maximize=maximize, seed=seed, **(options or {}))
+        return cls(space=space, budget=budget, maximize=maximize, seed=seed, **extra, **(options or {}))
     except TypeError as error:
-        raise SpecError(f"strategy {name!r}: {error}") from None
+        raise SpecError(f"strategy {shown}: {error}") from None

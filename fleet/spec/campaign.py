@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from fleet.bundle import pack, read_files
 from fleet.errors import SpecError, did_you_mean, shown
 from fleet.search import Searcher, make_searcher
 from fleet.search.history import check_history
+from fleet.search.pareto import Objective
 from fleet.space import Config, Space, check_text, check_value
 from fleet.space_files import load_space_file, verdicts
 from fleet.spec.limits import KIND_LENGTH, NAME_LENGTH, PATH_LENGTH, SPEC_BYTES, TAG_LENGTH, check_json, check_label
@@ -110,9 +111,11 @@ class CampaignSpec:
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise SpecError("strategy 'seed' must be an integer")
         if chains_on_fleet(strategy):
+            if len(workload.objectives) > 1:
+                raise SpecError("annealing on the fleet optimises one objective: the workload names several")
             _check_chain_options(strategy, self.space)
         else:
-            new_searcher(strategy, self.space, factory=self.searcher_factory)
+            new_searcher(strategy, self.space, factory=self.searcher_factory, objectives=workload.objectives)
         if self.baseline is not None:
             if not isinstance(self.baseline, Mapping):
                 raise SpecError("'baseline' must be an object of knob values")
@@ -321,8 +324,10 @@ def new_searcher(
     maximize: bool = False,
     index: int = 0,
     factory: Callable[[Space], Searcher] | None = None,
+    objectives: Sequence[Objective] = (),
 ) -> Searcher:
-    """The searcher of one problem: the space file's own, or the strategy's (seeded per problem)."""
+    """The searcher of one problem: the space file's own, or the strategy's (seeded per problem); with several
+    ``objectives``, one that searches their Pareto front (see :func:`fleet.search.make_searcher`)."""
     if factory is not None:
         return factory(space)
     return make_searcher(
@@ -332,6 +337,7 @@ def new_searcher(
         maximize=maximize,
         seed=int(strategy.get("seed", 0)) + index,
         options=strategy.get("options"),
+        objectives=objectives,
     )
 
 

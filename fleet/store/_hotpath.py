@@ -41,8 +41,8 @@ def _default(column: str) -> Any:
 MEASURED = {
     name: _default(name)
     for name in (
-        "objective_name", "maximize", "objective", "valid", "samples", "metrics", "toolchain", "node", "gpu",
-        "device_kind", "device", "worker",
+        "objective_name", "maximize", "objective", "valid", "samples", "metrics", "objectives", "toolchain", "node",
+        "gpu", "device_kind", "device", "worker",
     )
 }  # fmt: skip
 

@@ -239,6 +239,8 @@ class Measurement(Base):
     valid: Mapped[bool] = mapped_column(Boolean, default=True)
     samples: Mapped[list[Any]]
     metrics: Mapped[dict[str, Any]]
+    # A workload of several objectives: each one's value by name (the first is ``objective`` too); {} with one.
+    objectives: Mapped[dict[str, Any] | None]
     toolchain: Mapped[str] = mapped_column(Text, default="")
     node: Mapped[str | None] = mapped_column(String(255), nullable=True)
     gpu: Mapped[str | None] = mapped_column(String(64), nullable=True)

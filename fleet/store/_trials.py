@@ -229,6 +229,7 @@ class TrialStore(StoreBase):
                 Measurement.objective,
                 Measurement.valid,
                 Measurement.metrics,
+                Measurement.objectives,
                 Trial.compile_seconds,
                 Trial.eval_seconds,
             )
@@ -262,6 +263,7 @@ class TrialStore(StoreBase):
                 reused=r.source_trial_id is not None,
                 compile_seconds=r.compile_seconds,
                 eval_seconds=r.eval_seconds,
+                objectives=r.objectives or {},
             )
             for r in rows
         ]

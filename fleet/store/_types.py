@@ -73,6 +73,8 @@ class TrialResult:
     # Its compile's and its evaluation's time on workers' slots; None for what it did not do itself.
     compile_seconds: float | None = None
     eval_seconds: float | None = None
+    # With several objectives, each one's value by name (the first is ``objective`` too); empty with one.
+    objectives: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -458,6 +458,7 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
             )
             # The GPU's clocks, power and energy while it ran become metrics (fleet.workers.observers).
             measured = observed(ctx.gpu, lambda: workload.evaluate(job, data), workload.definition.get("objective"))
+            measured = workload.with_observed(measured)  # several objectives: those the observer read
     except StoreUnavailable:
         raise  # as in compile_trial
     except NodeFault as fault:
@@ -481,6 +482,7 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
             "valid": measured.state == "evaluated",
             "samples": measured.samples,
             "metrics": measured.metrics,
+            "objectives": measured.objectives or None,
             "toolchain": work.toolchain,
             "node": ctx.node,
             "gpu": ctx.gpu,

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from fleet.errors import SpecError, did_you_mean
+from fleet.search.pareto import Objective
 
 
 class WorkloadSpec:
@@ -38,6 +39,12 @@ class WorkloadSpec:
     @property
     def maximize(self) -> bool:
         return self.definition.get("objective", {}).get("goal", "min") == "max"
+
+    @property
+    def objectives(self) -> list[Objective]:
+        """Every objective, in order: the first is the measurement's ``objective``. One, unless the workload
+        names several (the command workload's ``objectives``)."""
+        return [Objective(self.objective_name, self.maximize)]
 
     def toolchain(self) -> str:
         """The versions of the tools that build and run this workload, as text.

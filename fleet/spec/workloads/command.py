@@ -8,6 +8,7 @@ Definition (JSON)::
      "artifacts": ["k"],
      "run": ["./k", "{n}"],
      "objective": {"name": "gflops", "goal": "max", "json": "gflops"},   # or "regex": "GFLOPS: (\\S+)"
+     # or several: "objectives": [{"name": "time", "json": "ms"}, {"name": "energy", "observer": "energy"}]
      "repeats": 3, "warmup": 1, "build_timeout": 120, "run_timeout": 60,
      "network": false,                                                  # true: the commands keep the network
      "resident": false}                                                 # true: the run command is kept running
@@ -33,7 +34,9 @@ from typing import Any
 
 from fleet.errors import SpecError, did_you_mean
 from fleet.spec.workloads.base import WorkloadSpec
+from fleet.search.pareto import Objective
 
+from fleet.spec.workloads.objectives import check_objectives, objective_of
 _FIELD = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _KEYS = {
     "kind",
@@ -43,6 +46,7 @@ _KEYS = {
     "run",
     "objective",
     "repeats",
+    "objectives",
     "warmup",
     "build_timeout",
     "run_timeout",
@@ -140,7 +144,11 @@ class CommandSpec(WorkloadSpec):
         if d.get("build") is not None:
             _check_template("build", d["build"])
         _check_template("run", d.get("run"))
-        objective = d.get("objective")
+        if "objectives" in d:
+            if "objective" in d:
+                raise SpecError("the workload names 'objective' and 'objectives': one objective, or several, not both")
+            check_objectives(d["objectives"], OBSERVED)
+        objective = d.get("objective") if "objectives" not in d else self._json_objective
         if not isinstance(objective, Mapping) or ("json" in objective) == ("regex" in objective):
             raise SpecError("workload 'objective' must name a 'json' field or a 'regex' with one group")
         if objective.get("goal", "min") not in ("min", "max"):
@@ -191,8 +199,23 @@ class CommandSpec(WorkloadSpec):
 
     @property
     def objective_name(self) -> str:
-        objective = self.definition["objective"]
-        return str(objective.get("name") or objective.get("json") or "objective")
+        return self.objectives[0].name
+
+    @property
+    def maximize(self) -> bool:
+        return self.objectives[0].maximize
+
+    @property
+    def objectives(self) -> list[Objective]:
+        return [objective_of(o) for o in self.definition.get("objectives") or [self.definition["objective"]]]
+
+    @property
+    def _json_objective(self) -> dict[str, Any]:
+        """The objective whose field a run's JSON line must have: the only one, or the first of several read from
+        the line (its samples are the measurement's)."""
+        if "objectives" not in self.definition:
+            return self.definition["objective"]
+        return next(o for o in self.definition["objectives"] if "json" in o)
 
     def check(self, knobs: list[str], problem: Mapping[str, Any]) -> None:
         known = set(knobs) | set(problem)

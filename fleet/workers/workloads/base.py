@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -11,6 +12,7 @@ from typing import Any
 
 from fleet.space import Config
 from fleet.spec.workloads.base import WorkloadSpec
+from fleet.spec.workloads.objectives import objective_of
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class Measured:
     reason: str | None = None
     stdout_tail: str = ""
     stderr_tail: str = ""
+    objectives: dict[str, float] = field(default_factory=dict)  # with several objectives: each one's value
 
     @classmethod
     def from_samples(
@@ -112,3 +115,38 @@ class Workload(WorkloadSpec, ABC):
     @abstractmethod
     def evaluate(self, job: Job, artifact: bytes) -> Measured:
         """Run ``artifact`` with all of ``job.config`` and measure it."""
+
+    def with_observed(self, measured: Measured) -> Measured:
+        """A measurement of several objectives completed with those that are the GPU observer's readings (taken
+        around :meth:`evaluate`, now among the metrics), the first objective made the measurement's objective;
+        errored when a reading is missing. One objective: ``measured`` as it is.
+
+        Parameters
+        ----------
+        measured:
+            What :meth:`evaluate` measured, the observer's readings merged into its metrics.
+        """
+        definitions = self.definition.get("objectives")
+        if not definitions or measured.state not in ("evaluated", "invalid"):
+            return measured
+        values = dict(measured.objectives)
+        for definition in definitions:
+            reading = definition.get("observer")
+            if reading is None:
+                continue
+            name = objective_of(definition).name
+            value = measured.metrics.get(reading)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return dataclasses.replace(
+                    measured,
+                    state="errored",
+                    objective=None,
+                    reason=f"the objective {name!r} is the observer's {reading!r}, and this evaluation has none "
+                    "(an NVIDIA GPU watched with nvidia-ml-py or nvidia-smi, and FLEET_OBSERVE not off, gives it)",
+                )
+            values[name] = float(value)
+        ordered = {o.name: values[o.name] for o in self.objectives}
+        first = ordered[self.objective_name]
+        if "observer" not in definitions[0]:
+            return dataclasses.replace(measured, objectives=ordered)
+        return dataclasses.replace(measured, objectives=ordered, objective=first, samples=[first])

@@ -5,11 +5,13 @@ The definition and its validation are :mod:`fleet.spec.workloads.command`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import re
 import stat
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 from fleet.bundle import pack, unpack
 from fleet.errors import SpecError
 from fleet.spec.workloads.command import CommandSpec, fill, names_in
+from fleet.spec.workloads.objectives import objective_of
 from fleet.workers import health
 from fleet.workers.runner import Completed, Resident, run
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
@@ -83,6 +86,7 @@ class CommandWorkload(CommandSpec, Workload):
             unpack(artifact, resident.fresh_folder())
         samples: list[float] = []
         metrics: list[dict[str, Any]] = []
+        values: list[dict[str, float]] = []
         valid = True
         last: Completed | None = None
         for index in range(int(self.definition.get("warmup", 0)) + int(self.definition.get("repeats", 1))):
@@ -109,10 +113,13 @@ class CommandWorkload(CommandSpec, Workload):
                     stderr_tail=last.stderr_tail,
                 )
             parsed = self.parse(last.stdout)
-            if parsed is None:
+            read = None if parsed is None else self.json_objectives(parsed[1])
+            if parsed is None or read is None:
+                names = ", ".join(o.name for o in self.objectives)
+                missing = f"no {self.objective_name}" if parsed is None else f"not every objective ({names})"
                 return Measured(
                     state="errored",
-                    reason=f"no {self.objective_name} in the run's output",
+                    reason=f"{missing} in the run's output",
                     stdout_tail=last.stdout_tail,
                     stderr_tail=last.stderr_tail,
                 )
@@ -121,15 +128,33 @@ class CommandWorkload(CommandSpec, Workload):
                 continue
             samples.append(value)
             metrics.append(extra)
+            values.append(read)
             valid = valid and extra.get("valid", True) is not False
         assert last is not None
-        return Measured.from_samples(
+        measured = Measured.from_samples(
             samples, metrics, valid=valid, stdout_tail=last.stdout_tail, stderr_tail=last.stderr_tail
         )
+        # Each objective read from the line is the median of its repeats, as the objective is; those the observer
+        # reads come with its readings (Workload.with_observed).
+        medians = {name: statistics.median(v[name] for v in values) for name in values[0]}
+        return dataclasses.replace(measured, objectives=medians) if medians else measured
+
+    def json_objectives(self, record: dict[str, Any]) -> dict[str, float] | None:
+        """With several objectives, the value of each one that the run's JSON line ``record`` holds, by name; None
+        when one is not a finite number there; {} with one objective (``objective`` is its value)."""
+        found: dict[str, float] = {}
+        for definition in self.definition.get("objectives", ()):
+            if "json" not in definition:
+                continue
+            value = record.get(definition["json"])
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                return None
+            found[objective_of(definition).name] = float(value)
+        return found
 
     def parse(self, stdout: str) -> tuple[float, dict[str, Any]] | None:
         """The objective and the extra metrics in a run's output, or None if it has no objective."""
-        objective = self.definition["objective"]
+        objective = self._json_objective
         if "regex" in objective:
             matches = re.findall(objective["regex"], stdout)
             try:
