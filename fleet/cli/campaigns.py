@@ -134,7 +134,8 @@ def resume(campaign: str, window: int | None, local: bool | None, eval_procs: in
             return  # the fleet's drivers take it up again
     if found.status == "paused":
         found = store.resume_campaign(found.id)
-        holder = None if found.submitted else live_drivers(store).get(found.id)
+        held = {} if found.submitted else live_drivers(store)
+        holder = next((name for name, campaigns in held.items() if found.id in {c.id for c in campaigns}), None)
         if holder is not None:
             # The `fleet tune` (or other driver) that the pause held still runs: it goes on, this shell returns.
             click.echo(f"resumed campaign {found.name}: its driver {holder} goes on with it", err=True)
@@ -154,10 +155,10 @@ def resume(campaign: str, window: int | None, local: bool | None, eval_procs: in
     )
 
 
-def live_drivers(store: Any) -> dict[int, str]:
-    """The driver that holds each campaign's lease now, by campaign id, on the database's clock."""
+def live_drivers(store: Any) -> dict[str, list[Any]]:
+    """The campaigns each driver holds a lease on now, by driver name, on the database's clock."""
     store.sync_clock()
-    return {campaign.id: name for name, held in store.driven().items() for campaign in held}
+    return store.driven()
 
 
 def _drive(
@@ -324,6 +325,9 @@ def status(campaign: str | None, as_json: bool) -> None:
     settings = get_settings()
     live = store.workers(within=3 * settings.heartbeat_seconds + 5)
     campaigns = [find_campaign(store, campaign)] if campaign else store.campaigns()
+    # One look at the leases for both views: a campaign's "driven by" and a driver's "drives" agree.
+    driven = live_drivers(store)
+    holders = {c.id: name for name, held in driven.items() for c in held}
     report = []
     for c in campaigns:
         counts = store.trial_counts(c.id)
@@ -339,7 +343,7 @@ def status(campaign: str | None, as_json: bool) -> None:
             "workers": listening,
             "priority": c.priority,
             "submitted": c.submitted,
-            "driver": c.driver if c.status in ("running", "paused") else None,
+            "driver": holders.get(c.id),
         }
         if c.reason:
             entry["reason"] = c.reason
@@ -372,7 +376,6 @@ def status(campaign: str | None, as_json: bool) -> None:
                 for ch in chains
             ]
         report.append(entry)
-    driven = store.driven()
     workers = [
         {
             "name": w.name,

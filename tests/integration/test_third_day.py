@@ -115,3 +115,29 @@ def trial_counts_or_none(home: Home, name: str) -> dict[str, int]:
     """The campaign's trial counts, or none before `fleet tune` has written it."""
     done = home.cli("status", name, "--json")
     return json.loads(done.stdout)["campaigns"][0]["trials"] if done.returncode == 0 else {}
+
+
+# -- fleet status: a campaign's driver and the drivers' campaigns agree ------------------------------------------------
+
+
+def test_status_names_a_driver_on_the_campaign_only_while_it_drives_it(tmp_path: Path) -> None:
+    from fleet.store import Store
+
+    home = Home(tmp_path, FLEET_BROKER_URL="filesystem://")
+    assert home.cli("submit", str(slow_spec(tmp_path, "held", 2))).returncode == 0
+    store = Store(f"sqlite:///{tmp_path}/.fleet/fleet.db")
+    store.register_worker(
+        name="driver-a", hostname="node", role="driver", target="-", queues=[], gpu=None, gpus=[], cpus=1,
+        concurrency=1, pid=1,
+    )  # fmt: skip
+    campaign = store.campaign("held")
+
+    # A driver that held the campaign and let its lease run out (it stalled, or restarts under its name).
+    assert store.take_campaign(campaign.id, "driver-a", lease=0.01, force=True)
+    time.sleep(0.1)
+    lapsed = home.cli("status").stdout
+    assert "driven by driver-a" not in lapsed and "drives nothing" in lapsed, lapsed
+
+    assert store.take_campaign(campaign.id, "driver-a", lease=60)
+    held = home.cli("status").stdout
+    assert "driven by driver-a" in held and "drives held" in held, held
