@@ -1,11 +1,11 @@
 // emulate.cpp - runs kernel.cuh's tuned_sgemm on the CPU, to check its indexing where there is no GPU.
 //
-// Each block runs as BLOCK_X * BLOCK_Y std::threads meeting at a std::barrier for __syncthreads(), and its
+// Each block runs as THREADS std::threads meeting at a std::barrier for __syncthreads(), and its
 // __shared__ arrays are function statics, shared by those threads; blocks run one after the other. This
 // checks what the kernel computes (tiles, vector accesses, the shared-memory staging and its barriers), not
 // how fast: that needs a GPU.
 //
-//   g++ -std=c++20 -O1 -pthread -DBLOCK_X=8 -DBLOCK_Y=4 ... emulate.cpp -o emulate && ./emulate 40
+//   g++ -std=c++20 -O1 -pthread -DBM=64 -DBN=32 ... emulate.cpp -o emulate && ./emulate 40
 //
 // stdout: one JSON line {"check": "ok", "n": N, "ld": LD} (exit 0) or {"check": "failed", ...} (exit 3).
 #include <barrier>
@@ -29,12 +29,13 @@ struct alignas(16) float4 {
 };
 
 static thread_local dim3 threadIdx, blockIdx;
+static dim3 gridDim;
 static std::barrier<> *block_barrier = nullptr;
 
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
@@ -60,18 +61,18 @@ int main(int argc, char **argv)
             state = state * 1664525u + 1013904223u;
             B[i * ld + j] = (float)((int)((state >> 16) % 17u) - 8) / 8.0f;
         }
-    for (unsigned by = 0; by < (unsigned)(ld / BM); ++by)
-        for (unsigned bx = 0; bx < (unsigned)(ld / BN); ++bx) {
+    gridDim = dim3((unsigned)(ld / BN), (unsigned)(ld / BM));
+    for (unsigned by = 0; by < gridDim.y; ++by)
+        for (unsigned bx = 0; bx < gridDim.x; ++bx) {
             std::barrier<> barrier(THREADS);
             block_barrier = &barrier;
             std::vector<std::thread> threads;
-            for (unsigned ty = 0; ty < BLOCK_Y; ++ty)
-                for (unsigned tx = 0; tx < BLOCK_X; ++tx)
-                    threads.emplace_back([&, tx, ty] {
-                        threadIdx = dim3(tx, ty);
-                        blockIdx = dim3(bx, by);
-                        tuned_sgemm(A.data(), B.data(), C.data(), ld);
-                    });
+            for (unsigned tid = 0; tid < THREADS; ++tid)
+                threads.emplace_back([&, tid] {
+                    threadIdx = dim3(tid);
+                    blockIdx = dim3(bx, by);
+                    tuned_sgemm(A.data(), B.data(), C.data(), ld);
+                });
             for (std::thread &t : threads)
                 t.join();
         }

@@ -1,21 +1,26 @@
 /* matmul.cu - single-precision C = A*B (row-major, N x N) on an NVIDIA GPU, a tuning target for Fleet.
  *
- * Build-time knobs (nvcc -D...):
- *   BLOCK_X, BLOCK_Y   threads of a block along the columns and the rows of C
- *   TILE_M, TILE_N     rows and columns of C that one thread computes (its register tile)
- *   TILE_K             depth of the k slice a block stages per step
- *   UNROLL             unroll factor of the loop over that slice
- *   VECTOR             floats per global load and store: 1, 2 or 4 (float, float2, float4)
- *   SHARED             1: stage the A and B slices in shared memory; 0: every thread reads global memory
+ * Build-time knobs (nvcc -D...), the kernel's in kernel.cuh:
+ *   BM, BN, BK         the block's tile of C (BM x BN) and the depth of the slices of A and B it stages
+ *   WM, WN             one warp's part of the block's tile
+ *   WN_ITER            sub-tiles a warp's part is cut into along N (along M follows from the rest)
+ *   TM, TN             one lane's register tile in each sub-tile (multiples of 4: float4 accesses)
+ *   DOUBLE_BUFFER      1: fetch the next slice while this one is multiplied (two stages of shared memory)
+ *   ASYNC_COPY         1: B's slices go to shared memory by cp.async (sm_80 and later), no registers on the way
+ *   SWIZZLE            rows of tiles walked together, for the L2 cache (1: plain row-major order)
+ *   MIN_BLOCKS         blocks each multiprocessor must hold at once (__launch_bounds__: caps the registers)
  *   MATMUL_CUBLAS      defined: the program can also time cuBLAS (--cublas); link with -lcublas
  *
- * Usage: matmul N [--cublas] [--iters K]
+ * Usage: matmul N [--cublas] [--iters K] [--energy]
  * stdout: one JSON line {"gflops": .., "ms": .., "n": N, "iters": K, "check": "ok", "valid": true, ...}.
+ * --energy: time launches for at least a second and read the GPU's energy counter (NVML, loaded at run time from
+ * the driver's libnvidia-ml.so.1) around them: "joules" per launch and "watts" are added to the line.
  * Exit status: 0 measured (a wrong answer prints "check": "failed" and "valid": false), 1 CUDA error,
  * 2 bad arguments.
  */
 #include <cuda_runtime.h>
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,9 +84,43 @@ static int compare_doubles(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The GPU's energy counter through NVML, looked up at run time so that the program needs no NVML to build and
+ * runs without it unless --energy is asked for. The device is found by its PCI bus id: NVML numbers every GPU of
+ * the machine, CUDA only those CUDA_VISIBLE_DEVICES leaves. */
+typedef struct {
+    void *device;
+    int (*energy)(void *device, unsigned long long *millijoules);
+} Energy;
+
+static const char *energy_open(Energy *e, int cuda_device)
+{
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (lib == NULL)
+        return "cannot load libnvidia-ml.so.1 (the NVIDIA driver's NVML)";
+    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+    int (*by_bus)(const char *, void **) = (int (*)(const char *, void **))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+    e->energy = (int (*)(void *, unsigned long long *))dlsym(lib, "nvmlDeviceGetTotalEnergyConsumption");
+    char bus[32];
+    unsigned long long probe = 0;
+    if (!init || !by_bus || !e->energy || init() != 0)
+        return "NVML does not start";
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, cuda_device) != cudaSuccess || by_bus(bus, &e->device) != 0)
+        return "NVML does not know the CUDA device";
+    if (e->energy(e->device, &probe) != 0)
+        return "this GPU has no energy counter (NVML's total energy consumption)";
+    return NULL;
+}
+
+static unsigned long long energy_now(const Energy *e)
+{
+    unsigned long long millijoules = 0;
+    e->energy(e->device, &millijoules);
+    return millijoules;
+}
+
 static void usage(const char *why)
 {
-    fprintf(stderr, "matmul: %s\nusage: matmul N [--cublas] [--iters K]   (1 <= N <= %d, 1 <= K <= 10000)\n", why,
+    fprintf(stderr, "matmul: %s\nusage: matmul N [--cublas] [--iters K] [--energy]   (1 <= N <= %d, 1 <= K <= 10000)\n", why,
             MAX_N);
     exit(2);
 }
@@ -108,8 +147,8 @@ static void launch(const Problem *p)
 #endif
         return;
     }
-    const dim3 block(BLOCK_X, BLOCK_Y), grid(p->ld / BN, p->ld / BM);
-    tuned_sgemm<<<grid, block>>>(p->A, p->B, p->C, p->ld);
+    const dim3 grid(p->ld / BN, p->ld / BM);
+    tuned_sgemm<<<grid, THREADS>>>(p->A, p->B, p->C, p->ld);
     CHECK(cudaGetLastError());
 }
 
@@ -117,7 +156,8 @@ int main(int argc, char **argv)
 {
     Problem p;
     memset(&p, 0, sizeof p);
-    int iters = 0; /* 0: as many as fit in about a quarter of a second, 5 to 100 */
+    int iters = 0; /* 0: as many as fit in about a quarter of a second, 5 to 100 (a second, up to 10000, with --energy) */
+    int energy = 0;
     if (argc < 2)
         usage("the matrix order N is missing");
     char *end = NULL;
@@ -132,6 +172,8 @@ int main(int argc, char **argv)
 #else
             usage("--cublas needs a build with -DMATMUL_CUBLAS ... -lcublas");
 #endif
+        } else if (strcmp(argv[i], "--energy") == 0) {
+            energy = 1;
         } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
             const long k = strtol(argv[++i], &end, 10);
             if (*argv[i] == '\0' || *end != '\0' || k < 1 || k > 10000)
@@ -157,6 +199,12 @@ int main(int argc, char **argv)
     }
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
+    Energy meter;
+    const char *no_energy = energy ? energy_open(&meter, 0) : NULL;
+    if (no_energy != NULL) {
+        fprintf(stderr, "matmul: --energy: %s\n", no_energy);
+        return 1;
+    }
 
     const size_t count = (size_t)p.ld * p.ld, bytes = count * sizeof(float);
     float *hA = (float *)calloc(count, sizeof(float)), *hB = (float *)calloc(count, sizeof(float));
@@ -236,8 +284,9 @@ int main(int argc, char **argv)
     CHECK(cudaEventElapsedTime(&warm_ms, start, stop));
     if (iters == 0) {
         const double per_launch = warm_ms / 3.0 > 1e-3 ? warm_ms / 3.0 : 1e-3;
-        iters = (int)(250.0 / per_launch);
-        iters = iters < 5 ? 5 : iters > 100 ? 100 : iters;
+        /* NVML's energy counter moves in steps of tens of milliseconds: a second of launches makes them small. */
+        iters = (int)((energy ? 1000.0 : 250.0) / per_launch);
+        iters = iters < 5 ? 5 : iters > (energy ? 10000 : 100) ? (energy ? 10000 : 100) : iters;
     }
     cudaEvent_t *marks = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * (iters + 1));
     double *ms = (double *)malloc(sizeof(double) * iters);
@@ -247,12 +296,17 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i <= iters; ++i)
         CHECK(cudaEventCreate(&marks[i]));
+    CHECK(cudaDeviceSynchronize());
+    const unsigned long long energy_start = energy ? energy_now(&meter) : 0;
     CHECK(cudaEventRecord(marks[0]));
     for (int i = 0; i < iters; ++i) {
         launch(&p);
         CHECK(cudaEventRecord(marks[i + 1]));
     }
     CHECK(cudaEventSynchronize(marks[iters]));
+    const unsigned long long energy_end = energy ? energy_now(&meter) : 0;
+    float total_ms = 0.0f;
+    CHECK(cudaEventElapsedTime(&total_ms, marks[0], marks[iters]));
     for (int i = 0; i < iters; ++i) {
         float t = 0.0f;
         CHECK(cudaEventElapsedTime(&t, marks[i], marks[i + 1]));
@@ -262,9 +316,14 @@ int main(int argc, char **argv)
     const double median_ms = iters % 2 ? ms[iters / 2] : (ms[iters / 2 - 1] + ms[iters / 2]) / 2.0;
     const double gflops = 2.0 * p.n * (double)p.n * p.n / (median_ms * 1e-3) / 1e9;
     printf("{\"gflops\": %.1f, \"ms\": %.4f, \"min_ms\": %.4f, \"n\": %d, \"iters\": %d, \"check\": \"ok\", "
-           "\"valid\": true, \"mode\": \"%s\", \"device\": \"%s\", \"sm\": %d}\n",
+           "\"valid\": true, \"mode\": \"%s\", \"device\": \"%s\", \"sm\": %d",
            gflops, median_ms, ms[0], p.n, iters, p.cublas ? "cublas" : "kernel", prop.name,
            prop.major * 10 + prop.minor);
+    if (energy) {
+        const double joules = (double)(energy_end - energy_start) / 1000.0;
+        printf(", \"joules\": %.6f, \"watts\": %.1f", joules / iters, joules / (total_ms * 1e-3));
+    }
+    printf("}\n");
 
 #ifdef MATMUL_CUBLAS
     if (p.cublas)

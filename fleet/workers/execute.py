@@ -457,7 +457,14 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
                 env=ctx.env,
             )
             # The GPU's clocks, power and energy while it ran become metrics (fleet.workers.observers).
-            measured = observed(ctx.gpu, lambda: workload.evaluate(job, data), workload.definition.get("objective"))
+            definition = workload.definition
+            measured = observed(
+                ctx.gpu,
+                lambda: workload.evaluate(job, data),
+                definition.get("objective"),
+                clocks=definition.get("clocks"),
+                values={**work.problem_params, **work.config},
+            )
             measured = workload.with_observed(measured)  # several objectives: those the observer read
     except StoreUnavailable:
         raise  # as in compile_trial

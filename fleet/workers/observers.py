@@ -13,7 +13,9 @@ Two sources, chosen by ``FLEET_OBSERVE``: ``nvml`` (the ``nvidia-ml-py`` package
 'fleet-tune[gpu]'``), ``nvidia-smi`` (the driver's tool, sampling with ``-lms``), ``auto`` (the default: NVML
 when importable, else nvidia-smi when on PATH, else nothing) or ``off``. ``FLEET_OBSERVE_INTERVAL_MS`` sets the
 sampling period (50 ms by default). ``FLEET_LOCK_CLOCKS=SM[,MEM]`` (MHz) locks the clocks for each evaluation
-and resets them afterwards; off by default, and it needs the rights to change clocks (root, usually).
+and resets them afterwards; off by default, and it needs the rights to change clocks (root, usually). A spec may
+tune the clocks as knobs instead (the command workload's ``"clocks": {"sm": KNOB, "memory": KNOB}``): each
+evaluation is then locked to its configuration's clocks, which take the place of ``FLEET_LOCK_CLOCKS``.
 
 Metrics: ``sm_clock_mhz`` (median), ``sm_clock_min_mhz`` (a dip shows throttling), ``mem_clock_mhz``,
 ``power_w`` (time-weighted mean), ``power_max_w``, ``temperature_c`` (the highest), ``energy`` (joules over the
@@ -49,6 +51,7 @@ __all__ = [
     "ObserverError",
     "Sample",
     "SmiObserver",
+    "clock_locks",
     "device_observer",
     "observed",
     "parse_smi_line",
@@ -127,6 +130,28 @@ def _parse_locks(text: str | None) -> Locks | None:
     return int(parts[0]), int(parts[1]) if len(parts) == 2 else None
 
 
+def clock_locks(clocks: Mapping[str, str] | None, values: Mapping[str, Any]) -> Locks | None:
+    """The clocks a configuration asks for: ``clocks`` maps ``sm`` (and ``memory``) to the knob or problem
+    parameter that holds it, in MHz; None when the spec tunes no clock.
+
+    Raises ObserverError for a value that is no whole number of MHz.
+    """
+    if not clocks:
+        return None
+    locks: list[int | None] = []
+    for part in ("sm", "memory"):
+        name = clocks.get(part)
+        value = None if name is None else values.get(name)
+        if name is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value != int(value)):
+            raise ObserverError(f"clock {name}={value!r}: expected a whole number of MHz")
+        if value is not None and value <= 0:
+            raise ObserverError(f"clock {name}={value!r}: expected a positive number of MHz")
+        locks.append(None if value is None else int(value))
+    sm, memory = locks
+    assert sm is not None  # the spec requires "sm"
+    return sm, memory
+
+
 class Observer(ABC):
     """Watches one GPU between :meth:`start` and :meth:`stop`.
 
@@ -147,14 +172,16 @@ class Observer(ABC):
         self.index = index
         self.interval = interval
         self.lock = lock
+        self._locked: Locks | None = None  # what start() locked, for stop() to reset
         self._started = 0.0
 
-    def start(self) -> None:
-        """Lock the clocks if asked, then start sampling."""
+    def start(self, lock: Locks | None = None) -> None:
+        """Lock the clocks if asked (``lock``, else the worker's own setting), then start sampling."""
         self._started = time.monotonic()
+        self._locked = lock or self.lock
         try:
-            if self.lock is not None:
-                self._lock_clocks(*self.lock)
+            if self._locked is not None:
+                self._lock_clocks(*self._locked)
             self._start()
         except BaseException:
             self._unlock()
@@ -170,10 +197,11 @@ class Observer(ABC):
         return summarize(samples, seconds, energy)
 
     def _unlock(self) -> None:
-        if self.lock is None:
+        locked, self._locked = self._locked, None
+        if locked is None:
             return
         try:
-            self._reset_clocks(memory=self.lock[1] is not None)
+            self._reset_clocks(memory=locked[1] is not None)
         except ObserverError as error:  # the next evaluation's lock sets them again; do not lose this result
             log.warning("%s", error)
 
@@ -263,7 +291,7 @@ class NvmlObserver(Observer):
             if memory is not None:
                 self.nvml.nvmlDeviceSetMemoryLockedClocks(self.handle, memory, memory)
         except self.nvml.NVMLError as error:
-            raise ObserverError(f"cannot lock the clocks of GPU {self.index} (FLEET_LOCK_CLOCKS): {error}") from None
+            raise ObserverError(f"cannot lock the clocks of GPU {self.index} at {sm},{memory}: {error}") from None
 
     def _reset_clocks(self, memory: bool) -> None:
         try:
@@ -435,7 +463,13 @@ def device_observer(gpu: str | None, env: Mapping[str, str] | None = None) -> Ob
 _observers: dict[str | None, Observer | None] = {}
 
 
-def observed(gpu: str | None, evaluate: Callable[[], Measured], objective: Mapping[str, Any] | None) -> Measured:
+def observed(
+    gpu: str | None,
+    evaluate: Callable[[], Measured],
+    objective: Mapping[str, Any] | None,
+    clocks: Mapping[str, str] | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> Measured:
     """Run ``evaluate`` under the observer of ``gpu`` and add its readings to the measurement.
 
     Parameters
@@ -446,20 +480,35 @@ def observed(gpu: str | None, evaluate: Callable[[], Measured], objective: Mappi
         The workload's evaluation.
     objective:
         The workload's objective definition; with ``"observer": METRIC``, that reading becomes the objective.
+    clocks:
+        The workload's ``clocks`` (``{"sm": KNOB, "memory": KNOB}``): the evaluation runs at the clocks the
+        configuration names, and the trial is errored, with the driver's message, where they cannot be set.
+    values:
+        The configuration and the problem's parameters, where ``clocks`` finds its knobs.
     """
     if gpu not in _observers:  # one observer per process: an NVML handle, settings read once
         _observers[gpu] = device_observer(gpu)
     observer = _observers[gpu]
     wanted = objective.get("observer") if isinstance(objective, Mapping) else None
+    try:
+        lock = clock_locks(clocks, values or {})
+    except ObserverError as error:
+        return Measured(state="errored", reason=str(error))
     if observer is None:
-        if wanted:
+        if wanted or lock:
+            needs = f"the objective is the observer's {wanted!r}" if wanted else "the spec tunes the GPU's clocks"
             return Measured(
                 state="errored",
-                reason=f"the objective is the observer's {wanted!r}, and this worker observes no GPU "
+                reason=f"{needs}, and this worker observes no GPU "
                 "(an NVIDIA GPU with nvidia-ml-py or nvidia-smi, and FLEET_OBSERVE not off)",
             )
         return evaluate()
-    observer.start()
+    try:
+        observer.start(lock)
+    except ObserverError as error:
+        if lock is None:
+            raise  # the worker's own FLEET_LOCK_CLOCKS: its operator's setting, not this trial's
+        return Measured(state="errored", reason=str(error))
     try:
         measured = evaluate()
     finally:

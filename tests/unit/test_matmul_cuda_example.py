@@ -21,15 +21,11 @@ from fleet.space import Space
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "matmul-cuda"
 SPEC = EXAMPLE / "spec.json"
 DEFINES = {
-    "block_x": "BLOCK_X",
-    "block_y": "BLOCK_Y",
-    "tile_m": "TILE_M",
-    "tile_n": "TILE_N",
-    "tile_k": "TILE_K",
-    "unroll": "UNROLL",
-    "vector": "VECTOR",
-    "shared": "SHARED",
-}
+    name: name.upper()
+    for name in (
+        "bm", "bn", "bk", "wm", "wn", "wn_iter", "tm", "tn", "double_buffer", "async_copy", "swizzle", "min_blocks"
+    )
+}  # fmt: skip
 GXX = shutil.which("g++")
 CPP = shutil.which("cpp")
 NVCC = shutil.which("nvcc")
@@ -62,7 +58,7 @@ def test_every_configuration_of_the_space_passes_the_kernels_rules(tmp_path: Pat
     """One preprocessor run over the whole space: kernel.cuh's #error rules fire for none of its configurations."""
     space = _space()
     valid = list(space)
-    assert 5_000 < len(valid) < math.prod(len(k.values) for k in space.knobs)  # some ruled out, not all
+    assert 10_000 < len(valid) < math.prod(len(k.values) for k in space.knobs)  # some ruled out, not all
     lines = []
     for index, config in enumerate(valid):
         lines.append(f'#line 1 "config-{index}"')
@@ -76,20 +72,44 @@ def test_every_configuration_of_the_space_passes_the_kernels_rules(tmp_path: Pat
     assert "#error" not in done.stderr
 
 
+DEFAULTS = {
+    "bm": 128,
+    "bn": 128,
+    "bk": 16,
+    "wm": 64,
+    "wn": 32,
+    "wn_iter": 2,
+    "tm": 4,
+    "tn": 4,
+    "double_buffer": True,
+    "async_copy": True,
+    "swizzle": 8,
+    "min_blocks": 1,
+}
+
+
+def test_the_kernels_defaults_are_in_the_space() -> None:
+    assert _space().is_valid(DEFAULTS)
+
+
 @pytest.mark.skipif(CPP is None, reason="no C preprocessor")
 @pytest.mark.parametrize(
     ("change", "rule"),
     [
-        ({"vector": 4, "tile_m": 2}, "multiples of VECTOR"),
-        ({"vector": 2, "tile_k": 4, "tile_n": 1}, "multiples of VECTOR"),
-        ({"shared": True, "block_x": 32, "block_y": 32, "tile_m": 8, "tile_n": 8, "tile_k": 32}, "48 KiB"),
+        ({"tm": 2}, "multiples of 4"),
+        ({"wm": 48}, "whole warp tiles"),
+        ({"bm": 256, "bn": 256, "wm": 32, "wn": 32}, "at most 1024 threads"),
+        ({"wn_iter": 3}, "TN-wide lanes"),
+        ({"wm": 32, "wn": 32, "tm": 8, "tn": 8, "wn_iter": 1}, "whole sub-tiles of 32 lanes"),
+        ({"bk": 8, "bm": 64, "bn": 128, "wm": 32, "wn": 32}, "whole float4s for every thread"),
+        ({"bk": 32, "bm": 256, "wm": 128}, "48 KiB"),
+        ({"min_blocks": 16}, "2048 threads"),
     ],
 )
 def test_configurations_the_kernel_refuses_are_outside_the_space(change: dict, rule: str, tmp_path: Path) -> None:
     space = _space()
-    config = {"block_x": 16, "block_y": 16, "tile_m": 4, "tile_n": 4, "tile_k": 16, "unroll": 4, "vector": 4}
-    config |= {"shared": True} | change
-    assert not space.is_valid(config)
+    config = DEFAULTS | change
+    assert not (all(config[k.name] in k.values for k in space.knobs) and space.is_valid(config))
     done = subprocess.run(
         [CPP, "-P", *_defines(config), str(EXAMPLE / "kernel.cuh"), "-o", os.devnull],
         capture_output=True,
@@ -100,11 +120,11 @@ def test_configurations_the_kernel_refuses_are_outside_the_space(change: dict, r
 
 
 EMULATED = [
-    {},  # the kernel's defaults: 16 x 16 threads of 4 x 4, shared memory, float4
-    {"SHARED": 0},
-    {"BLOCK_X": 8, "BLOCK_Y": 4, "TILE_M": 2, "TILE_N": 8, "TILE_K": 8, "VECTOR": 2, "UNROLL": 8},
-    {"BLOCK_X": 4, "BLOCK_Y": 8, "TILE_M": 8, "TILE_N": 4, "TILE_K": 4, "VECTOR": 4, "SHARED": 0},
-    {"BLOCK_X": 8, "BLOCK_Y": 8, "TILE_M": 1, "TILE_N": 1, "TILE_K": 32, "VECTOR": 1, "UNROLL": 2},
+    {},  # the kernel's defaults: 128 x 128 tiles of 8 warps, double-buffered, cp.async, swizzled by 8
+    {"DOUBLE_BUFFER": 0, "ASYNC_COPY": 0, "SWIZZLE": 1},
+    {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WN_ITER": 2, "TM": 8, "TN": 4, "SWIZZLE": 3},
+    {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WN_ITER": 1, "TM": 4, "TN": 8, "DOUBLE_BUFFER": 0},
+    {"BM": 32, "BN": 64, "BK": 8, "WM": 32, "WN": 32, "WN_ITER": 1, "TM": 4, "TN": 4, "SWIZZLE": 2},
 ]
 
 
@@ -121,14 +141,16 @@ def test_kernel_emulated_on_the_cpu_computes_the_product(defines: dict, tmp_path
         check=False,
     )
     assert build.returncode == 0, build.stderr[-2000:]
-    done = subprocess.run([str(binary), "37"], capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    result = json.loads(done.stdout)
-    assert result["check"] == "ok" and result["n"] == 37 and result["ld"] >= 37
+    # 150 leaves several tiles each way at the smaller tiles, so that the swizzled order walks a partial group.
+    for n in (37, 150):
+        done = subprocess.run([str(binary), str(n)], capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        result = json.loads(done.stdout)
+        assert result["check"] == "ok" and result["n"] == n and result["ld"] >= n
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
-@pytest.mark.parametrize("defines", [EMULATED[0], EMULATED[3]], ids=["shared", "global"])
+@pytest.mark.parametrize("defines", EMULATED[:3], ids=["defaults", "single-buffer", "8x4-tiles"])
 def test_nvcc_compiles_the_kernel_for_sm_90(defines: dict, tmp_path: Path) -> None:
     flags = [f"-D{k}={v}" for k, v in defines.items()]
     out = tmp_path / "matmul.ptx"
@@ -151,7 +173,8 @@ def test_a_sample_of_the_space_builds_with_distinct_arguments() -> None:
     sample = random.Random(5).sample(list(spec.space), 20)
     argvs = {tuple(fill(spec.workload["build"], {**spec.problems[0].params, **c})) for c in sample}
     assert len(argvs) == 20
-    assert all(arg.startswith("-DSHARED=") and arg[-1] in "01" for argv in argvs for arg in argv if "SHARED" in arg)
+    flags = [arg for argv in argvs for arg in argv if "DOUBLE_BUFFER" in arg or "ASYNC_COPY" in arg]
+    assert len(flags) == 40 and all(arg[-2:] in ("=0", "=1") for arg in flags)
 
 
 def test_tune_without_nvcc_or_gpu_stops_with_one_line(tmp_path: Path) -> None:
@@ -199,8 +222,10 @@ def test_gpu_check_dry_run_lists_its_offline_steps(tmp_path: Path) -> None:
     assert steps[1][1].startswith(str(tmp_path / "wheels" / "pip-")) and steps[1][1].endswith(".whl/pip")
     assert steps[1][2:] == ["install", "--no-index", "--find-links", str(tmp_path / "wheels"), "fleet-tune[gpu]"]
     assert steps[2][1:] == ["tune", str(SPEC), "--json"]
-    assert steps[3][0] == "nvcc" and "-DMATMUL_CUBLAS" in steps[3] and steps[3][-1] == "-lcublas"
+    assert steps[3][0] == "nvcc" and "-DMATMUL_CUBLAS" in steps[3] and steps[3][-2:] == ["-lcublas", "-ldl"]
     assert steps[4][1:] == ["4096", "--cublas"]
+    # The time-and-energy campaign over the clock, on a copy of energy.json beside the sources it names.
+    assert steps[5][1:3] == ["tune", steps[5][2]] and steps[5][2].endswith("/energy/energy.json")
     assert done.stdout == ""
 
 
@@ -209,7 +234,8 @@ def test_gpu_check_summarizes_a_finished_embedded_campaign(tmp_path: Path) -> No
     out = tmp_path / "summary.json"
     spec = EXAMPLE.parent / "matmul-c" / "spec.json"
     done = subprocess.run(
-        [sys.executable, str(GPU_CHECK), "run", "--spec", str(spec), "--budget", "2", "--no-cublas", "--out", str(out)],
+        [sys.executable, str(GPU_CHECK), "run", "--spec", str(spec), "--budget", "2", "--no-cublas", "--no-energy"]
+        + ["--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -232,4 +258,4 @@ def test_gpu_check_summarizes_a_finished_embedded_campaign(tmp_path: Path) -> No
     }
     assert fleet["states"] == {"evaluated": summary["trials"]["evaluated"]} and fleet["reasons"] == {}
     assert fleet["measurements"] == fleet["states"]["evaluated"] and fleet["read_in_every_measurement"] == []
-    assert summary["checks"] == {}
+    assert summary["checks"] == {} and summary["energy"] is None

@@ -314,3 +314,89 @@ def test_a_cpu_worker_measures_bare(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(observers, "_observers", {})
     bare = Measured(state="evaluated", objective=1.0, samples=[1.0], metrics={"x": 2})
     assert observed(None, lambda: bare, {"json": "x"}) is bare
+
+
+# --- the GPU's clocks as knobs ---------------------------------------------------------------------------------
+
+CLOCKS = {"sm": "sm_clock", "memory": "mem_clock"}
+
+
+def test_each_evaluation_runs_at_its_configurations_clocks(
+    workload_job: tuple[Job, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The configuration's clocks are locked for its evaluation and reset after it, in place of the worker's own
+    FLEET_LOCK_CLOCKS, one configuration after the other."""
+    nvml = fake_nvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("FLEET_LOCK_CLOCKS", "1980")
+    job, artifact = workload_job
+    workload = _command({"name": "gflops", "json": "gflops", "goal": "max"})
+    for sm in (1410, 1755):
+        values = {"n": 64, "sm_clock": sm, "mem_clock": 2619}
+        measured = observed(
+            "0:H100", lambda: workload.evaluate(job, artifact), workload.definition["objective"], CLOCKS, values
+        )
+        assert measured.state == "evaluated" and measured.metrics["energy"] == pytest.approx(7.5)
+    assert [call for call in nvml.state["calls"] if call[0] != "init"] == [
+        ("lock-sm", "handle0", 1410, 1410),
+        ("lock-mem", "handle0", 2619, 2619),
+        ("reset-sm", "handle0"),
+        ("reset-mem", "handle0"),
+        ("lock-sm", "handle0", 1755, 1755),
+        ("lock-mem", "handle0", 2619, 2619),
+        ("reset-sm", "handle0"),
+        ("reset-mem", "handle0"),
+    ]
+
+
+def test_a_clock_the_driver_refuses_errors_that_trial_with_its_message(
+    fake_smi: Path, workload_job: tuple[Job, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through nvidia-smi, as a worker without the right to change clocks: the trial is errored with the driver's
+    line, nothing stays locked, and the next evaluation runs."""
+    monkeypatch.setenv("LOCK_FAILS", "1")
+    job, artifact = workload_job
+    workload = _command({"name": "gflops", "json": "gflops", "goal": "max"})
+    objective = workload.definition["objective"]
+    measured = observed("0:H100", lambda: workload.evaluate(job, artifact), objective, {"sm": "sm"}, {"sm": 1410})
+    assert measured.state == "errored" and measured.objective is None
+    assert measured.reason is not None and "\n" not in measured.reason
+    assert "--lock-gpu-clocks=1410,1410 failed: " in measured.reason and "Insufficient Permissions" in measured.reason
+    calls = fake_smi.read_text().splitlines()
+    assert calls == ["-i 0 --lock-gpu-clocks=1410,1410", "-i 0 --reset-gpu-clocks"]  # no sampling was started
+    monkeypatch.delenv("LOCK_FAILS")
+    again = observed("0:H100", lambda: workload.evaluate(job, artifact), objective, {"sm": "sm"}, {"sm": 1410})
+    assert again.state == "evaluated" and again.metrics["sm_clock_mhz"] == 1980
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"sm_clock": 1410.5, "mem_clock": 2619}, "clock sm_clock=1410.5: expected a whole number of MHz"),
+        ({"sm_clock": "max", "mem_clock": 2619}, "clock sm_clock='max'"),
+        ({"sm_clock": True, "mem_clock": 2619}, "clock sm_clock=True"),
+        ({"sm_clock": 1410, "mem_clock": 0}, "clock mem_clock=0: expected a positive number"),
+    ],
+)
+def test_a_clock_that_is_no_frequency_errors_the_trial(
+    values: dict[str, Any], message: str, workload_job: tuple[Job, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nvml = fake_nvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    job, artifact = workload_job
+    workload = _command({"name": "gflops", "json": "gflops", "goal": "max"})
+    measured = observed("0:H100", lambda: workload.evaluate(job, artifact), {"json": "gflops"}, CLOCKS, values)
+    assert measured.state == "errored" and message in (measured.reason or "")
+    assert [call for call in nvml.state["calls"] if call[0] != "init"] == []  # nothing was run or locked
+
+
+def test_clocks_on_a_worker_that_observes_no_gpu_error_the_trial(workload_job: tuple[Job, bytes]) -> None:
+    job, artifact = workload_job
+    workload = _command({"name": "gflops", "json": "gflops", "goal": "max"})
+    values = {"sm_clock": 1410, "mem_clock": 2619}
+    measured = observed(None, lambda: workload.evaluate(job, artifact), {"json": "gflops"}, CLOCKS, values)
+    assert measured.state == "errored"
+    assert measured.reason == (
+        "the spec tunes the GPU's clocks, and this worker observes no GPU "
+        "(an NVIDIA GPU with nvidia-ml-py or nvidia-smi, and FLEET_OBSERVE not off)"
+    )

@@ -11,7 +11,8 @@ Definition (JSON)::
      # or several: "objectives": [{"name": "time", "json": "ms"}, {"name": "energy", "observer": "energy"}]
      "repeats": 3, "warmup": 1, "build_timeout": 120, "run_timeout": 60,
      "network": false,                                                  # true: the commands keep the network
-     "resident": false}                                                 # true: the run command is kept running
+     "resident": false,                                                 # true: the run command is kept running
+     "clocks": {"sm": "sm_clock", "memory": "mem_clock"}}               # knobs: each run's GPU clocks (MHz)
 
 ``{name}`` in an argument is replaced by the knob or problem parameter ``name`` (``{{`` for a brace);
 booleans become ``1``/``0``. An ``{"if": KNOB, "then": [...], "else": [...]}`` item adds arguments when the
@@ -54,6 +55,7 @@ _KEYS = {
     "env",
     "network",
     "resident",
+    "clocks",
 }
 # Shells whose script names the compiler: the default toolchain probe looks for it there.
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
@@ -192,6 +194,7 @@ class CommandSpec(WorkloadSpec):
             raise SpecError("workload 'network' must be true or false")
         if not isinstance(d.get("resident", False), bool):
             raise SpecError("workload 'resident' must be true or false")
+        _check_clocks(d.get("clocks"))
         if d.get("resident") and "json" not in objective:
             raise SpecError(
                 "a resident workload answers each run with a JSON line: its objective must name a 'json' field"
@@ -219,6 +222,11 @@ class CommandSpec(WorkloadSpec):
 
     def check(self, knobs: list[str], problem: Mapping[str, Any]) -> None:
         known = set(knobs) | set(problem)
+        for part, name in (self.definition.get("clocks") or {}).items():
+            if name not in known:
+                raise SpecError(
+                    f"workload 'clocks' {part!r} names {name!r}, which is neither a knob nor a problem parameter"
+                )
         for where in ("build", "run"):
             for name in sorted(names_in(self.definition.get(where) or [])):
                 if name not in known:
@@ -246,6 +254,17 @@ class CommandSpec(WorkloadSpec):
 
     def toolchain_key(self) -> str:
         return json.dumps([self.kind, self.toolchain_argv()])
+
+
+def _check_clocks(clocks: Any) -> None:
+    """``clocks``: the knobs that hold each run's SM clock (and memory clock), in MHz."""
+    if clocks is None:
+        return
+    if not isinstance(clocks, Mapping) or "sm" not in clocks or set(clocks) - {"sm", "memory"}:
+        raise SpecError("workload 'clocks' must be {'sm': KNOB} or {'sm': KNOB, 'memory': KNOB}: the knobs holding MHz")
+    for part, name in clocks.items():
+        if not isinstance(name, str) or not name:
+            raise SpecError(f"workload 'clocks' {part!r} must name a knob, such as 'sm_clock'")
 
 
 def _check_artifact_name(name: str) -> None:
