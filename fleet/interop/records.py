@@ -138,7 +138,11 @@ def import_kt(
                     "base": {},
                 },
                 strategy={"name": "grid"},
-                workload={"kind": "kernel_tuner", "imported": True},
+                workload={
+                    "kind": "kernel_tuner",
+                    "imported": True,
+                    "objective": {"name": objective_name, "goal": "max" if maximize else "min"},
+                },
                 workload_key=digest(["import-kt", sha]),
                 baseline=None,
                 options={"interop": {"kt": header, "import": source}},

@@ -141,3 +141,41 @@ def test_status_names_a_driver_on_the_campaign_only_while_it_drives_it(tmp_path:
     assert store.take_campaign(campaign.id, "driver-a", lease=60)
     held = home.cli("status").stdout
     assert "driven by driver-a" in held and "drives held" in held, held
+
+
+# -- fleet import kt, then every command that reads campaigns --------------------------------------------------------
+
+A100 = {
+    "device_name": "NVIDIA A100-PCIE-40GB",
+    "kernel_name": "vector_add",
+    "problem_size": [1048576],
+    "tune_params_keys": ["block_size_x"],
+    "tune_params": {"block_size_x": [128, 256, 512]},
+    "objective": "time",
+    "cache": {
+        "128": {"block_size_x": 128, "time": 0.051, "times": [0.05, 0.052], "compile_time": 310.0},
+        "256": {"block_size_x": 256, "time": 0.043, "times": [0.043, 0.043], "compile_time": 305.0},
+        "512": {"block_size_x": 512, "time": "CompilationFailedConfig", "compile_time": 12.0},
+    },
+}
+
+
+def test_a_kernel_tuner_import_leaves_status_best_and_report_working(tmp_path: Path) -> None:
+    home = Home(tmp_path, FLEET_BROKER_URL="filesystem://")
+    (tmp_path / "A100.json").write_text(json.dumps(A100))
+    imported = home.cli("import", "kt", "A100.json", "--json")
+    assert imported.returncode == 0, imported.stderr
+    name = json.loads(imported.stdout)[0]["campaign"]
+
+    for args in (["status"], ["status", name], ["best", name], ["report", name, "-o", "report.html"]):
+        done = home.cli(*args)
+        assert done.returncode == 0, (args, done.stderr)
+    assert " done " in home.cli("status").stdout
+
+    # The workload kind an import writes is not one a spec can run: one line says what to write instead.
+    spec = {"name": "x", "problems": [{"kind": "k", "params": {}}], "space": {"knobs": {"a": [1, 2]}}}
+    spec["workload"] = {"kind": "kernel_tuner"}
+    refused = home.cli("validate", str(write_spec(tmp_path, spec)))
+    assert refused.returncode == 1
+    [line] = refused.stderr.strip().splitlines()
+    assert "`fleet import kt` imported" in line and "T1 file" in line, line

@@ -12,12 +12,15 @@ from typing import Any
 from fleet.errors import SpecError
 from fleet.spec.workloads.base import WorkloadSpec
 from fleet.spec.workloads.command import CommandSpec
+from fleet.spec.workloads.kernel_tuner import KernelTunerSpec
 from fleet.spec.workloads.miopen import MiopenSpec
 from fleet.spec.workloads.noop import NoopSpec
 from fleet.spec.workloads.replay import ReplaySpec
 from fleet.spec.workloads.tvm import TvmSpec
 
-SPECS: dict[str, type[WorkloadSpec]] = {s.kind: s for s in (CommandSpec, MiopenSpec, NoopSpec, ReplaySpec, TvmSpec)}
+SPECS: dict[str, type[WorkloadSpec]] = {
+    s.kind: s for s in (CommandSpec, KernelTunerSpec, MiopenSpec, NoopSpec, ReplaySpec, TvmSpec)
+}
 
 
 def workload_class(definition: Any, classes: Mapping[str, type[WorkloadSpec]]) -> type[WorkloadSpec]:
