@@ -19,6 +19,9 @@ EXTRAS = {
     "optuna": ("search", "Optuna"),
     "tvm": ("tvm", "TVM"),
     "pynvml": ("gpu", "nvidia-ml-py"),
+    # T1 and T4 files are checked against the schemas Kernel Tuner ships, with jsonschema.
+    "kernel_tuner": ("kerneltuner", "Kernel Tuner"),
+    "jsonschema": ("kerneltuner", "jsonschema"),
 }
 """Module -> (the extra that installs it, the package's name as its users know it)."""
 

@@ -132,8 +132,12 @@ def export_kt_command(campaign: str, directory: Path) -> None:
     campaign's space as a T1 input file (with the kernel's file, for a campaign made from a T1 file) where T1 can
     express it. What cannot be mapped is counted on stderr.
     """
+    from fleet.extras import require
     from fleet.interop.records import export_kt, write_kt, write_t1
 
+    # Checked first: the T1 and T4 files are checked against Kernel Tuner's schemas, after the cache file is written.
+    require("kernel_tuner", "fleet export kt")
+    require("jsonschema", "fleet export kt")
     store = open_store(read_only=True)
     found = _campaign(store, campaign)
     exports = export_kt(store, found)

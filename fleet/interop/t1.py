@@ -82,6 +82,9 @@ def is_t1(data: Any) -> bool:
 
 def check_t1(data: Any) -> None:
     """Raise :class:`SpecError` naming the first place where ``data`` breaks T1's input schema."""
+    from fleet.extras import require
+
+    require("jsonschema", "reading T1")
     import jsonschema
 
     validator = jsonschema.Draft7Validator(input_schema())

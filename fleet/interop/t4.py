@@ -89,6 +89,9 @@ _INVALIDITIES = ("timeout", "compile", "runtime", "correctness", "constraints", 
 
 def check_t4(data: Any, path: Path | str) -> None:
     """Raise :class:`SpecError` naming the first place where ``data`` breaks T4's results schema."""
+    from fleet.extras import require
+
+    require("jsonschema", "reading T4")
     import jsonschema
 
     version = data.get("schema_version", "1.0.0") if isinstance(data, dict) else None

@@ -32,6 +32,8 @@ def _fleet_without(module: str, args: list[str], tmp_path: Path) -> subprocess.C
         ("fabric", ["exec", "--hosts", "node1", "true"], "ops"),
         ("prometheus_client", ["metrics"], "ops"),
         ("tvm", ["tvm", "tune-model", "tiny-cnn"], "tvm"),
+        ("jsonschema", ["export", "kt", "some-campaign", "-o", "out"], "kerneltuner"),
+        ("kernel_tuner", ["export", "kt", "some-campaign", "-o", "out"], "kerneltuner"),
     ],
 )
 def test_a_command_whose_extra_is_missing_says_the_pip_line(
