@@ -11,7 +11,8 @@ from pathlib import Path
 from tests.conftest import write_spec
 from tests.integration.test_embedded import embedded_env
 
-SPACES = Path(__file__).resolve().parents[2].parent / "shared" / "tuning-spaces"
+ROOT = Path(__file__).resolve().parents[2]
+SPACES = ROOT.parent / "shared" / "tuning-spaces"
 
 
 class Home:
@@ -179,3 +180,27 @@ def test_a_kernel_tuner_import_leaves_status_best_and_report_working(tmp_path: P
     assert refused.returncode == 1
     [line] = refused.stderr.strip().splitlines()
     assert "`fleet import kt` imported" in line and "T1 file" in line, line
+
+
+# -- scripts/stack on the base install -----------------------------------------------------------------------------
+
+
+def test_stack_start_without_the_ops_extra_says_the_pip_line_and_starts_nothing(tmp_path: Path) -> None:
+    # Every Python process of the stack (the supervisor, `celery flower`) finds no Flower, as on the base install.
+    hidden = tmp_path / "base-install"
+    hidden.mkdir()
+    (hidden / "sitecustomize.py").write_text("import sys\nsys.modules['flower'] = None\n")
+    stack_dir = tmp_path / "stack"
+    env = {**embedded_env(tmp_path), "PYTHONPATH": str(hidden), "FLEET_STACK_DIR": str(stack_dir)}
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "stack"), "start"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "started" not in done.stdout
+    assert done.stderr.strip().splitlines() == [
+        "stack: scripts/stack needs Flower, which is not installed: pip install 'fleet-tune[ops]'"
+    ]
+    assert not stack_dir.exists()
