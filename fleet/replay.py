@@ -32,6 +32,7 @@ from typing import Any
 from fleet.errors import SpecError
 from fleet.search.base import Run, Searcher
 from fleet.search.feed import Feed
+from fleet.search.pareto import Objective
 from fleet.space import Config, Knob, Space, Value, check_value
 
 OVERHEAD_S = 0.01
@@ -317,7 +318,17 @@ def run_of(config: Config, record: Record | None, overhead_s: float = OVERHEAD_S
     }
     if record.time_ms is None:
         return Run(config, None, False, metrics, f"recorded as {record.error}")
-    return Run(config, record.time_ms, True, metrics)
+    return Run(config, record.time_ms, True, metrics, objectives=recorded_objectives(record))
+
+
+OBJECTIVES = (Objective("time"), Objective("compile_time"))
+"""Two figures every recorded configuration holds, both in ms and lower is better: a Pareto search's objectives
+(``fleet bench pareto``). A searcher of one objective sees the time only."""
+
+
+def recorded_objectives(record: Record) -> dict[str, float]:
+    """The values of :data:`OBJECTIVES` of a valid record."""
+    return {"time": float(record.time_ms or 0.0), "compile_time": record.compile_s * 1000}
 
 
 @dataclass

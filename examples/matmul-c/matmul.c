@@ -3,7 +3,8 @@
  * Build-time knobs (gcc -D...):  TILE_I, TILE_J, TILE_K  cache tile sizes (0 0 0 = untiled baseline)
  *                                UNROLL                  innermost-loop unroll factor (1, 2, 4, 8; 1..64 ok)
  * Run-time knob:                 argv[1] = N (1..8192)
- * stdout: one JSON line {"gflops": .., "seconds": .., "n": N, "check": "ok"}; exit 0, 2 (bad N), 3 (wrong C).
+ * stdout: one JSON line {"gflops": .., "seconds": .., "tile_kib": .., "n": N, "check": "ok"}; exit 0, 2 (bad N),
+ *         3 (wrong C). tile_kib: the cache one tile's blocks of A, B and C take (a second objective to weigh).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include <math.h>
@@ -151,8 +152,11 @@ int main(int argc, char **argv)
             return 3;
         }
     }
-    printf("{\"gflops\": %.6g, \"seconds\": %.9g, \"n\": %d, \"check\": \"ok\"}\n",
-           2.0 * n * n * n / seconds / 1e9, seconds, n);
+    /* A tile's blocks: TILE_I x TILE_K of A, TILE_K x TILE_J of B, TILE_I x TILE_J of C (0, untiled, is all of N). */
+    const double ti = TILE_I > 0 ? TILE_I : n, tj = TILE_J > 0 ? TILE_J : n, tk = TILE_K > 0 ? TILE_K : n;
+    const double tile_kib = (ti * tk + tk * tj + ti * tj) * sizeof(float) / 1024.0;
+    printf("{\"gflops\": %.6g, \"seconds\": %.9g, \"tile_kib\": %.6g, \"n\": %d, \"check\": \"ok\"}\n",
+           2.0 * n * n * n / seconds / 1e9, seconds, tile_kib, n);
     free(A);
     free(B);
     free(C);

@@ -11,6 +11,7 @@ import click
 
 from fleet.bench.history import bench_history_command
 from fleet.bench.metaschedule import metaschedule_bench_command
+from fleet.bench.pareto import pareto_command
 from fleet.bench.sandbox import sandbox_bench_command
 from fleet.bench.search import search_command
 from fleet.bench.tvm import tvm_bench_command
@@ -281,6 +282,7 @@ def bench_pipeline(quick: bool, as_json: bool) -> None:
 
 
 bench.add_command(search_command, "search")
+bench.add_command(pareto_command, "pareto")
 bench.add_command(bench_history_command, "history")
 bench.add_command(tvm_bench_command, "tvm")
 bench.add_command(metaschedule_bench_command, "metaschedule")

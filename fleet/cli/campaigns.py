@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from fleet.cli._common import (
 from fleet.cli._sections import WholeHelpGroup
 from fleet.diagnose import failure_reasons, no_valid_measurement
 from fleet.errors import FleetError, NotFound
+from fleet.fronts import WITHIN, Preference, campaign_fronts, check_preference, values
 from fleet.settings import get_settings
 
 OUTPUT_HELP = "- writes it to standard output."
@@ -450,6 +452,19 @@ def status(campaign: str | None, as_json: bool) -> None:
 )
 @click.option("--param", "params", multiple=True, metavar="K=V", help="With --kind: the problem with K=V.")
 @click.option("-n", "limit", type=click.IntRange(1), default=1, show_default=True, help="How many to show.")
+@click.option(
+    "--prefer",
+    metavar="OBJECTIVE",
+    help="A campaign of several objectives: choose the point of the front with the best OBJECTIVE among those within "
+    "--within % of the best first objective (default: the first objective's best).",
+)
+@click.option(
+    "--within",
+    type=click.FloatRange(0),
+    default=WITHIN,
+    show_default=True,
+    help="With --prefer: how far, in percent, the first objective may be from its best.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def best(
     campaign: str | None,
@@ -458,18 +473,23 @@ def best(
     target: str | None,
     params: tuple[str, ...],
     limit: int,
+    prefer: str | None,
+    within: float,
     as_json: bool,
 ) -> None:
-    """The best configuration CAMPAIGN found, one line per problem; --kind or --problem: the best known of a
-    problem, whichever campaign measured it (for a TVM operator, its MetaSchedule records too)."""
+    """The best configuration CAMPAIGN found, one line per problem (for several objectives, the Pareto front and
+    the point a preference chooses); --kind or --problem: the best known of a problem, whichever campaign measured
+    it (for a TVM operator, its MetaSchedule records too)."""
     from fleet.campaign import check_target
 
     if sum(given is not None for given in (campaign, kind, problem_id)) != 1:
         raise click.UsageError("give a CAMPAIGN, or a problem with --kind KIND or --problem ID")
+    if campaign is None and (prefer is not None or within != WITHIN):
+        raise click.UsageError("--prefer and --within choose a point of a CAMPAIGN's front")
     if campaign is not None:
         if params or target or limit != 1:
             raise click.UsageError("--param, --target and -n go with --kind or --problem, not with a CAMPAIGN")
-        _best_of_campaign(campaign, as_json)
+        _best_of_campaign(campaign, as_json, None if prefer is None else Preference(prefer, within))
         return
     if params and kind is None:
         raise click.UsageError("--param goes with --kind")
@@ -585,14 +605,21 @@ def _only_target(store: Any, problem: Any) -> str:
     return targets[0]
 
 
-def _best_of_campaign(name: str, as_json: bool) -> None:
-    """One line per problem of campaign ``name``: its best run (the one its searcher accepts), or why none."""
+def _best_of_campaign(name: str, as_json: bool, preference: Preference | None) -> None:
+    """One line per problem of campaign ``name``: its best run (the one its searcher accepts), or why none; for a
+    campaign of several objectives, its front (:func:`_front_of_campaign`)."""
     from fleet.campaign import summarize
     from fleet.spec.workloads import load_workload_spec
 
     store = open_store(read_only=True)
     campaign = find_campaign(store, name)
-    unit = load_workload_spec(campaign.workload).objective_name
+    objectives = load_workload_spec(campaign.workload).objectives
+    if len(objectives) > 1:
+        _front_of_campaign(store, campaign, objectives, as_json, preference)
+        return
+    if preference is not None:
+        check_preference(preference, objectives)
+    unit = objectives[0].name
     rows = []
     for summary in summarize(store, campaign):
         problem = store.problem(summary.problem_id)
@@ -620,6 +647,44 @@ def _best_of_campaign(name: str, as_json: bool) -> None:
         speedup = "" if row["speedup"] is None else f", {row['speedup']:.2f}x the baseline"
         click.echo(f"{head}: {unit} {row[unit]:.4g}  {format_config(row['config'])}  (trial {row['trial']}{speedup})")
     if rows and all(row["config"] is None for row in rows):
+        raise click.exceptions.Exit(1)
+
+
+def _front_of_campaign(
+    store: Any, campaign: Any, objectives: list[Any], as_json: bool, preference: Preference | None
+) -> None:
+    """Per problem of a campaign of several objectives: its Pareto front, a table with every objective, and the
+    point ``preference`` chooses (by default the first objective's best)."""
+    preference = preference or Preference(objectives[0].name)
+    check_preference(preference, objectives)
+    names = [o.name for o in objectives]
+    problems = []
+    for found in campaign_fronts(store, campaign, objectives, preference):
+        problem = store.problem(found.problem_id)
+        points = [
+            {"trial": p.trial_id, "config": p.config, "objectives": values(p, objectives), "chosen": p is found.chosen}
+            for p in found.points
+        ]
+        problems.append({"problem": problem.id, "kind": problem.kind, "params": problem.params, "front": points})
+    said = preference.describe(objectives)
+    if as_json:
+        goals = [{"name": o.name, "goal": "max" if o.maximize else "min"} for o in objectives]
+        shown = {"campaign": campaign.name, "objectives": goals, "preference": said, "problems": problems}
+        click.echo(json.dumps(shown, indent=2))
+        return
+    for entry in problems:
+        head = f"{entry['kind']} {format_config(entry['params'])}".rstrip()
+        if not entry["front"]:
+            click.echo(f"{head}: no valid measurement (fleet trials {shlex.quote(campaign.name)} says why)")
+            continue
+        click.echo(f"{head}: Pareto front of {len(entry['front'])} ({', '.join(names)}); * the {said}")
+        width = max(len(n) for n in names)
+        click.echo("    " + "  ".join(f"{n:>{max(width, 10)}}" for n in names) + "   trial  configuration")
+        for point in entry["front"]:
+            cells = "  ".join(f"{point['objectives'].get(n, math.nan):>{max(width, 10)}.4g}" for n in names)
+            mark = "*" if point["chosen"] else " "
+            click.echo(f"  {mark} {cells}  {point['trial']:>6}  {format_config(point['config'])}")
+    if problems and all(not entry["front"] for entry in problems):
         raise click.exceptions.Exit(1)
 
 
@@ -730,10 +795,11 @@ def validate(spec: Path, target: str | None) -> None:
     campaign = load_spec(spec, target=target)
     workload = load_workload_spec(campaign.workload)
     space = campaign.space
-    goal = "max" if workload.maximize else "min"
+    goals = ", ".join(f"{o.name} ({'max' if o.maximize else 'min'})" for o in workload.objectives)
+    several = len(workload.objectives) > 1
     click.echo(f"{spec}: valid")
     click.echo(f"  campaign  {campaign.name} on {campaign.target}")
-    click.echo(f"  workload  {campaign.workload.get('kind')}, objective {workload.objective_name} ({goal})")
+    click.echo(f"  workload  {campaign.workload.get('kind')}, objective{'s' if several else ''} {goals}")
     for problem in campaign.problems:
         click.echo(f"  problem   {problem.kind} {format_config(problem.params)}".rstrip())
     for knob in space.knobs:
@@ -744,7 +810,9 @@ def validate(spec: Path, target: str | None) -> None:
     strategy = campaign.strategy
     budget = strategy.get("budget")
     per = "every valid configuration" if budget is None else f"{budget} trials"
-    click.echo(f"  strategy  {strategy.get('name')}, {per} per problem")
+    name = strategy.get("name")
+    chosen = f"{name} (nsga2 for several objectives)" if several and name == "auto" else name
+    click.echo(f"  strategy  {chosen}, {per} per problem")
     if campaign.baseline is not None:
         click.echo(f"  baseline  {format_config(campaign.baseline)}, measured once per problem besides")
     count = len(campaign.problems)

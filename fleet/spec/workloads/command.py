@@ -34,10 +34,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fleet.errors import SpecError, did_you_mean
-from fleet.spec.workloads.base import WorkloadSpec
 from fleet.search.pareto import Objective
-
+from fleet.spec.workloads.base import WorkloadSpec
 from fleet.spec.workloads.objectives import check_objectives, objective_of
+
 _FIELD = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _KEYS = {
     "kind",
@@ -46,8 +46,8 @@ _KEYS = {
     "artifacts",
     "run",
     "objective",
-    "repeats",
     "objectives",
+    "repeats",
     "warmup",
     "build_timeout",
     "run_timeout",
