@@ -57,11 +57,14 @@ class Front:
         The non-dominated valid trials, each with every objective in ``objectives``.
     chosen:
         The point the preference chooses; None when the front is empty.
+    measured:
+        Every valid trial of the problem, the front's among them (what the report plots).
     """
 
     problem_id: int
     points: list[TrialResult]
     chosen: TrialResult | None
+    measured: list[TrialResult]
 
 
 def check_preference(preference: Preference, objectives: Sequence[Objective]) -> None:
@@ -80,28 +83,27 @@ def _named(objectives: Sequence[Objective], name: str) -> Objective:
     return found
 
 
-def values(result: TrialResult, objectives: Sequence[Objective]) -> dict[str, Any]:
+def objective_values(result: TrialResult, objectives: Sequence[Objective]) -> dict[str, Any]:
     """Each objective's value of ``result``: its stored objectives, the first being its objective too."""
     return {objectives[0].name: result.objective, **result.objectives}
 
 
-def front_of(results: Sequence[TrialResult], objectives: Sequence[Objective]) -> list[TrialResult]:
+def front_of(valid: Sequence[TrialResult], objectives: Sequence[Objective]) -> list[TrialResult]:
     """The valid results that no other beats in every objective, best first objective first."""
-    valid = [r for r in results if r.valid and r.objective is not None]
-    return [valid[i] for i in front([loss_vector(values(r, objectives), objectives) for r in valid])]
+    return [valid[i] for i in front([loss_vector(objective_values(r, objectives), objectives) for r in valid])]
 
 
 def choose(points: Sequence[TrialResult], objectives: Sequence[Objective], preference: Preference) -> TrialResult:
     """The point of a non-empty front that ``preference`` chooses (see the module docstring)."""
     wanted = _named(objectives, preference.objective)
-    losses = [loss_vector(values(p, objectives), objectives)[0] for p in points]
+    losses = [loss_vector(objective_values(p, objectives), objectives)[0] for p in points]
     best = min(losses)
     # Within the tolerance of the best first objective: a loss is the objective or its negation, so the slack is
     # a share of the best's magnitude either way.
     slack = abs(best) * preference.within / 100
     near = [p for p, loss in zip(points, losses, strict=True) if loss <= best + slack]
     index = objectives.index(wanted)
-    return min(near, key=lambda p: loss_vector(values(p, objectives), objectives)[index])
+    return min(near, key=lambda p: loss_vector(objective_values(p, objectives), objectives)[index])
 
 
 def campaign_fronts(
@@ -125,10 +127,11 @@ def campaign_fronts(
     preference = preference or Preference(objectives[0].name)
     by_problem: dict[int, list[TrialResult]] = {p.id: [] for p in store.campaign_problems(campaign.id)}
     for result in store.results(campaign_id=campaign.id):
-        if not result.baseline:
+        if not result.baseline and result.valid and result.objective is not None:
             by_problem.setdefault(result.problem_id, []).append(result)
     fronts = []
-    for problem_id, results in by_problem.items():
-        points = front_of(results, objectives)
-        fronts.append(Front(problem_id, points, choose(points, objectives, preference) if points else None))
+    for problem_id, valid in by_problem.items():
+        points = front_of(valid, objectives)
+        chosen = choose(points, objectives, preference) if points else None
+        fronts.append(Front(problem_id, points, chosen, valid))
     return fronts

@@ -33,6 +33,9 @@ from typing import Any
 
 from sqlalchemy import Text, cast, func, select
 
+from fleet.fronts import Front, Preference, campaign_fronts, objective_values
+from fleet.search.pareto import Objective
+from fleet.spec.workloads import load_workload_spec
 from fleet.store import TRIAL_STATES, Artifact, Campaign, Measurement, Problem, Store, Trial, collector_paused, utcnow
 
 PALETTE = (
@@ -1059,6 +1062,111 @@ def best_table(data: Data, rows: Sequence[Row]) -> str:
     return "".join(out)
 
 
+# -- several objectives: the Pareto front ----------------------------------------------------------------------
+
+
+def _axis(values_: Sequence[float], r0: float, r1: float) -> Scale:
+    lo, hi = min(values_), max(values_)
+    log = lo > 0 and hi / lo >= 30
+    lo, hi = log_range(lo, hi) if log else nice_range(lo, hi)
+    return Scale(lo, hi, r0, r1, log=log)
+
+
+def front_chart(found: Front, objectives: Sequence[Objective], width: int = 560, height: int = 360) -> str:
+    """The first two objectives of every valid trial as dots, the front's points joined by a line, the chosen one
+    ringed: inline SVG."""
+    first, second = objectives[0], objectives[1]
+
+    def pair(result: Any) -> tuple[float, float] | None:
+        shown = objective_values(result, objectives)
+        x, y = shown.get(first.name), shown.get(second.name)
+        return (x, y) if isinstance(x, int | float) and isinstance(y, int | float) else None
+
+    measured = [p for p in map(pair, found.measured) if p is not None]
+    front = [p for p in map(pair, found.points) if p is not None]
+    if not measured:
+        return ""
+    stride = max(1, math.ceil(len(measured) / DOTS))  # past DOTS measurements, an even subset (the front is whole)
+    left, top, right, bottom = 70.0, 34.0, width - 18.0, height - 46.0
+    x_scale = _axis([x for x, _ in measured], left, right)
+    y_scale = _axis([y for _, y in measured], bottom, top)
+
+    def goal(o: Objective, scale: Scale) -> str:
+        return f"{o.name} ({'higher' if o.maximize else 'lower'} is better{', log scale' if scale.log else ''})"
+
+    title = f"Pareto front: {first.name} against {second.name}"
+    out = [
+        f'<svg class="front-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" role="img" aria-label="{esc(title)}"><title>{esc(title)}</title>',
+        f'<text class="chart-title" x="{width / 2:.1f}" y="18" text-anchor="middle">{esc(title)}</text>',
+        '<g class="axis">',
+    ]
+    for tick in y_scale.ticks(6):
+        y = y_scale(tick)
+        out.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}"/>')
+        label = tick_label(tick, None if y_scale.log else y_scale.step(6), y_scale.log)
+        out.append(f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{esc(label)}</text>')
+    for tick in x_scale.ticks(7):
+        x = x_scale(tick)
+        label = tick_label(tick, None if x_scale.log else x_scale.step(7), x_scale.log)
+        out.append(f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 5}"/>')
+        out.append(f'<text x="{x:.1f}" y="{bottom + 19}" text-anchor="middle">{esc(label)}</text>')
+    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}"/>')
+    out.append(f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}"/>')
+    out.append(
+        f'<text class="axis-label" x="{(left + right) / 2:.1f}" y="{height - 8}" text-anchor="middle">'
+        f"{esc(goal(first, x_scale))}</text>"
+        f'<text class="axis-label" transform="translate(14 {(top + bottom) / 2:.1f}) rotate(-90)" '
+        f'text-anchor="middle">{esc(goal(second, y_scale))}</text></g>'
+    )
+    out.append(f'<g class="dots" fill="{PALETTE[0]}" fill-opacity="0.35">')
+    for x, y in measured[::stride]:
+        out.append(f'<circle cx="{x_scale(x):.1f}" cy="{y_scale(y):.1f}" r="2.6"/>')
+    out.append("</g>")
+    # The front in the order of the first objective: no point of it beats another in both, so the line falls.
+    path = " ".join(f"{x_scale(x):.1f},{y_scale(y):.1f}" for x, y in sorted(front))
+    out.append(f'<polyline class="front" points="{path}" fill="none" stroke="{PALETTE[1]}" stroke-width="2"/>')
+    out.append(f'<g class="front-points" fill="{PALETTE[1]}">')
+    for x, y in front:
+        out.append(f'<circle cx="{x_scale(x):.1f}" cy="{y_scale(y):.1f}" r="4"/>')
+    out.append("</g>")
+    chosen = pair(found.chosen) if found.chosen is not None else None
+    if chosen is not None:
+        out.append(
+            f'<circle class="chosen" cx="{x_scale(chosen[0]):.1f}" cy="{y_scale(chosen[1]):.1f}" r="8" fill="none" '
+            'stroke="#222" stroke-width="1.5"/>'
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def front_section(found: Front, objectives: Sequence[Objective], preference: Preference, knobs: Sequence[str]) -> str:
+    """One problem's front: its chart, and a table of its points with every objective, the chosen one first."""
+    if not found.points:
+        return '<p class="empty">No valid measurement yet.</p>'
+    names = [o.name for o in objectives]
+    more = f" (the chart shows the first two of {len(names)})" if len(names) > 2 else ""
+    parts = [
+        f'<p class="front-note">{len(found.points)} of {len(found.measured)} valid configurations are on the front: '
+        f"none of the others beats one of them in every objective{esc(more)}. Ringed and first in the table: the "
+        f"{esc(preference.describe(objectives))} (fleet best --prefer chooses another).</p>",
+        front_chart(found, objectives),
+        '<table class="best front"><thead><tr>',
+        *(f'<th class="num">{esc(o.name)} ({"max" if o.maximize else "min"})</th>' for o in objectives),
+        *(f"<th>{esc(k)}</th>" for k in knobs),
+        "<th>trial id</th></tr></thead><tbody>",
+    ]
+    ordered = sorted(found.points, key=lambda p: p is not found.chosen)  # the chosen first, then in the front's order
+    for point in ordered:
+        shown = objective_values(point, objectives)
+        cells = [f'<td class="num objective">{esc(fmt(shown.get(n)))}</td>' for n in names]
+        cells += [f"<td>{esc(value_text(point.config.get(k, DASH)))}</td>" for k in knobs]
+        cells.append(f"<td>{point.trial_id}</td>")
+        parts.append(f'<tr class="{"first" if point is found.chosen else ""}">{"".join(cells)}</tr>')
+    parts.append("</tbody></table>")
+    return "".join(parts)
+
+
 def baseline_table(data: Data, rows: Sequence[Row]) -> str:
     baselines = [r for r in rows if r.baseline]
     if not baselines:
@@ -1539,15 +1647,22 @@ def _page(store: Store, campaign: Campaign) -> str:
             + "</p>"
         )
     from_history = store.history_trials(c.id)
+    objectives = load_workload_spec(c.workload).objectives
+    preference = Preference(objectives[0].name)
+    fronts = {f.problem_id: f for f in campaign_fronts(store, c, objectives, preference)} if len(objectives) > 1 else {}
     for index, problem in enumerate(data.problems):
         key, problem_id = str(problem.id), problem.id
         rows = [r for r in data.rows if r.problem_id == problem_id]
         best = data.best_of(r for r in rows if not r.baseline)
         title = _problem_title(problem)
         heading = f"Problem {problem.id}: {title}" if len(data.problems) > 1 else f"Problem: {title}"
+        front = ""
+        if problem_id in fronts:
+            shown = front_section(fronts[problem_id], objectives, preference, list(data.knobs))
+            front = f'<h3 class="front">Pareto front</h3>{shown}'
         body.append(
             f'<section class="problem" id="problem-{esc(key)}" data-index="{index}"><h2>{esc(heading)}</h2>'
-            f"{_glance(data, rows)}{history_note(data, [h for h in from_history if h[1] == problem_id])}"
+            f"{_glance(data, rows)}{history_note(data, [h for h in from_history if h[1] == problem_id])}{front}"
             f'<h3 class="convergence">Convergence</h3>{convergence(data, rows, key)}'
             f'<h3 class="best">Best configurations</h3>{best_table(data, rows)}{baseline_table(data, rows)}'
             f'<h3 class="knobs">Effect of each knob</h3>{knob_section(data, rows, best, key)}'

@@ -22,7 +22,7 @@ from fleet.cli._common import (
 from fleet.cli._sections import WholeHelpGroup
 from fleet.diagnose import failure_reasons, no_valid_measurement
 from fleet.errors import FleetError, NotFound
-from fleet.fronts import WITHIN, Preference, campaign_fronts, check_preference, values
+from fleet.fronts import WITHIN, Preference, campaign_fronts, check_preference, objective_values
 from fleet.settings import get_settings
 
 OUTPUT_HELP = "- writes it to standard output."
@@ -239,6 +239,8 @@ def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: b
 
     workload = load_workload_spec(campaign.workload)
     unit = workload.objective_name
+    several = len(workload.objectives) > 1
+    fronts = {f.problem_id: f for f in campaign_fronts(store, campaign, workload.objectives)} if several else {}
     rows = []
     for s in summaries:
         problem = store.problem(s.problem_id)
@@ -258,6 +260,11 @@ def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: b
                 "speedup": s.speedup,
             }
         )
+        if several:
+            rows[-1]["front"] = [
+                {"config": p.config, "trial": p.trial_id, "objectives": objective_values(p, workload.objectives)}
+                for p in fronts[s.problem_id].points
+            ]
     if as_json:
         out = {"campaign": campaign.name, "target": campaign.target, "database": database_url(), "problems": rows}
         click.echo(json.dumps(out | {"failure": None if failure is None else failure.to_dict()}, indent=2))
@@ -283,6 +290,12 @@ def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: b
             click.echo(f"  baseline  no valid measurement ({ended}): no speedup; fleet trials {name} says why")
         if row["speedup"] is not None:
             click.echo(f"  speedup   {row['speedup']:.2f}x over the baseline")
+        if several:
+            names = ", ".join(o.name for o in workload.objectives)
+            click.echo(
+                f"  front     {len(row['front'])} configurations none beats in every objective ({names}): "
+                f"fleet best {shlex.quote(campaign.name)} shows them"
+            )
 
 
 # -- status, best ----------------------------------------------------------------------------------------
@@ -662,7 +675,12 @@ def _front_of_campaign(
     for found in campaign_fronts(store, campaign, objectives, preference):
         problem = store.problem(found.problem_id)
         points = [
-            {"trial": p.trial_id, "config": p.config, "objectives": values(p, objectives), "chosen": p is found.chosen}
+            {
+                "trial": p.trial_id,
+                "config": p.config,
+                "objectives": objective_values(p, objectives),
+                "chosen": p is found.chosen,
+            }
             for p in found.points
         ]
         problems.append({"problem": problem.id, "kind": problem.kind, "params": problem.params, "front": points})

@@ -13,7 +13,7 @@ from fleet.search.pareto import Loss, Objective, crowding_distance, finite, loss
 from fleet.search.points import Grid, Point
 from fleet.space import Space
 
-POPULATION = 20
+POPULATION = 6
 """Configurations per generation: chosen out of sample by ``fleet bench pareto --cv`` (docs/strategies.md)."""
 
 CROSSOVER = 0.9
