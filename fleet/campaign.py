@@ -356,6 +356,12 @@ class Driver:
             for index, problem in enumerate(store.campaign_problems(campaign.id))
         ]
         self.feeds = [Feed(searcher.generate()) for searcher in self.searchers]
+        # A reason's jobs are the trials `fleet miopen jobs add|copy` wrote, of the steps asked for: a driver runs
+        # those and proposes none (its grid over both steps would add the step the reason did not ask for).
+        self.written = "tuna" in (campaign.options or {})
+        if self.written:
+            for feed in self.feeds:
+                feed.done = True
         self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
         self.finished = 0  # trials that ended; keeping their results would grow with the campaign
         self.best: dict[int, TrialResult] = {}
@@ -591,6 +597,8 @@ class Driver:
     def _drive(self) -> None:
         if not self._steer():
             return
+        if self.written:
+            self._send(self.store.pending(self.campaign.id))  # jobs written with --no-send wait for their message
         self._submit_baselines()
         total = self.total()
         started = time.monotonic()

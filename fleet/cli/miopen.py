@@ -197,6 +197,12 @@ def query_command(line: tuple[str, ...], as_json: bool) -> None:
 # -- jobs --------------------------------------------------------------------------------------------------
 
 
+REMEASURE_HELP = (
+    "Measure again where a measurement exists, build again what failed to build before (a node's MIOpen fixed), "
+    "and run this reason's errored jobs again."
+)
+
+
 @click.group("jobs")
 def jobs_group() -> None:
     """Tuna's jobs: trials of MIOpen problems on a target, grouped by reason."""
@@ -214,6 +220,7 @@ def jobs_group() -> None:
 )
 @selection_options
 @click.option("--no-send", is_flag=True, help="Write the jobs, send nothing (workers pick them up later).")
+@click.option("--remeasure", is_flag=True, help=REMEASURE_HELP)
 def jobs_add(
     target: str,
     reason: str,
@@ -221,6 +228,7 @@ def jobs_add(
     tags: tuple[str, ...],
     select_text: str | None,
     no_send: bool,
+    remeasure: bool,
     **flags: Any,
 ) -> None:
     """Create jobs for the selected problems on a target, and send them to its workers."""
@@ -234,16 +242,18 @@ def jobs_add(
         raise NotFound("no problem matches the selection: import some with `fleet miopen import FILE -t TAG`")
     if not no_send:
         check_broker()
-    added = add_jobs(store, reason, target, problem_ids, steps or ("find",))
+    added = add_jobs(store, reason, target, problem_ids, steps or ("find",), remeasure)
     sent = 0
     if added.work and not no_send:
         from fleet.tasks import send
 
         sent = send(added.work)
-    click.echo(
-        f"{added.campaign.name}: {added.created} jobs created, {added.existing} already there; "
-        f"{sent} sent to build.{target}"
-    )
+    click.echo(f"{_counted(added)}; {sent} sent to build.{target}")
+
+
+def _counted(added: Any) -> str:
+    again = f" ({added.again} run again)" if added.again else ""
+    return f"{added.campaign.name}: {added.created} jobs created, {added.existing} already there{again}"
 
 
 @jobs_group.command("copy")
@@ -251,7 +261,8 @@ def jobs_add(
 @click.option("--reason", required=True, help="The new reason.")
 @click.option("--target", help="Only the jobs on this target.")
 @click.option("--no-send", is_flag=True, help="Write the jobs, send nothing.")
-def jobs_copy(from_reason: str, reason: str, target: str | None, no_send: bool) -> None:
+@click.option("--remeasure", is_flag=True, help=REMEASURE_HELP)
+def jobs_copy(from_reason: str, reason: str, target: str | None, no_send: bool, remeasure: bool) -> None:
     """Copy the jobs of one reason to another, as new jobs (invalid ones are left behind)."""
     from fleet.tuna.jobs import copy_jobs
 
@@ -260,13 +271,13 @@ def jobs_copy(from_reason: str, reason: str, target: str | None, no_send: bool) 
     store = _store()
     if not no_send:
         check_broker()
-    for added in copy_jobs(store, from_reason, reason, target):
+    for added in copy_jobs(store, from_reason, reason, target, remeasure=remeasure):
         sent = 0
         if added.work and not no_send:
             from fleet.tasks import send
 
             sent = send(added.work)
-        click.echo(f"{added.campaign.name}: {added.created} jobs created, {added.existing} already there; {sent} sent")
+        click.echo(f"{_counted(added)}; {sent} sent")
 
 
 @jobs_group.command("invalidate")

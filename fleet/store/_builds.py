@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections import namedtuple
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
@@ -87,8 +87,9 @@ class BuildStore(TrialStore):
         return added
 
     @patient
-    def forget_failed_builds(self, campaign_id: int, build_keys: Iterable[str]) -> int:
-        """Forget the failed builds of ``build_keys`` that failed before the campaign's first trial of their key.
+    def forget_failed_builds(self, campaign_id: int, build_keys: Iterable[str], until: datetime | None = None) -> int:
+        """Forget the failed builds of ``build_keys`` that failed before the campaign's first trial of their key
+        (before ``until``, when given: Tuna's jobs run again, whose first trials are the ones that failed).
 
         Its next trial of such a key builds it again (with whatever toolchain its worker has): once per campaign,
         as a failure of this campaign's own build of the key is newer than its first trial of the key, and stays.
@@ -103,7 +104,8 @@ class BuildStore(TrialStore):
             .scalar_subquery()
         )
         failed_at = func.coalesce(Artifact.built_at, Artifact.created_at)
-        forget = delete(Artifact).where(Artifact.build_key.in_(keys), Artifact.state == "failed", failed_at < first)
+        before = failed_at < (first if until is None else until)
+        forget = delete(Artifact).where(Artifact.build_key.in_(keys), Artifact.state == "failed", before)
         with self._steps() as connection:
             return connection.execute(forget).rowcount
 

@@ -109,20 +109,31 @@ class Added:
     created: int
     existing: int
     work: list[Requeue]
+    again: int = 0  # existing jobs that had errored, new again (``remeasure``)
 
 
-def add_jobs(store: Store, reason: str, target: str, problem_ids: Sequence[int], steps: Sequence[str]) -> Added:
+def add_jobs(
+    store: Store,
+    reason: str,
+    target: str,
+    problem_ids: Sequence[int],
+    steps: Sequence[str],
+    remeasure: bool = False,
+) -> Added:
     """Create one trial per problem and step in the campaign of ``reason`` on ``target``.
 
     Jobs that exist already are found, not duplicated. Returns the work to send (trials in state ``new``).
+    ``remeasure`` measures them even where a measurement exists, builds again what failed to build before, and
+    runs the reason's errored jobs among them again (after a node's MIOpen was installed or fixed).
     """
     for step in steps:
         if step not in STEPS:
             raise SpecError(f"unknown step {step!r}: expected one of {', '.join(STEPS)}")
-    return _add(store, reason, target, [(problem_id, step) for problem_id in problem_ids for step in steps])
+    jobs = [(problem_id, step) for problem_id in problem_ids for step in steps]
+    return _add(store, reason, target, jobs, remeasure)
 
 
-def _add(store: Store, reason: str, target: str, jobs: Sequence[tuple[int, str]]) -> Added:
+def _add(store: Store, reason: str, target: str, jobs: Sequence[tuple[int, str]], remeasure: bool = False) -> Added:
     campaign = ensure_campaign(store, reason, target)
     space = Space.from_dict(campaign.space)
     now = utcnow()
@@ -145,6 +156,7 @@ def _add(store: Store, reason: str, target: str, jobs: Sequence[tuple[int, str]]
                 "baseline": False,
                 "state": "new",
                 "attempts": 0,
+                "remeasure": remeasure,
                 "created_at": now,
                 "queued_at": now,
             }
@@ -169,17 +181,33 @@ def _add(store: Store, reason: str, target: str, jobs: Sequence[tuple[int, str]]
             ):
                 states[(r.problem_id, r.config_key)] = (r.id, r.state)
         after = connection.scalar(select(func.count()).select_from(Trial).where(Trial.campaign_id == campaign.id))
-    wanted = [states[(t["problem_id"], t["config_key"])] for t in trials]
+        wanted = [states[(t["problem_id"], t["config_key"])] for t in trials]
+        again = {trial_id for trial_id, state in wanted if state == "errored"} if remeasure else set()
+        for part in chunks(sorted(again)):
+            connection.execute(
+                update(Trial)
+                .where(Trial.id.in_(part), Trial.state == "errored")
+                .values(state="new", reason=None, worker=None, lease_expires_at=None, finished_at=None, attempts=0,
+                        remeasure=True, queued_at=now)
+            )  # fmt: skip
+    if remeasure:
+        store.forget_failed_builds(campaign.id, {t["build_key"] for t in trials}, until=now)
     created = after - before
     store.set_campaign_status(campaign.id, "running")
-    work = [Requeue(trial_id, target, "compile") for trial_id, state in wanted if state == "new"]
-    return Added(campaign, created, len(wanted) - created, work)
+    work = [Requeue(trial_id, target, "compile") for trial_id, state in wanted if state == "new" or trial_id in again]
+    return Added(campaign, created, len(wanted) - created, work, len(again))
 
 
 def copy_jobs(
-    store: Store, from_reason: str, reason: str, target: str | None = None, include_invalid: bool = False
+    store: Store,
+    from_reason: str,
+    reason: str,
+    target: str | None = None,
+    include_invalid: bool = False,
+    remeasure: bool = False,
 ) -> list[Added]:
-    """Copy the jobs of ``from_reason`` (on ``target``, or on every target it has) to ``reason``, as new jobs."""
+    """Copy the jobs of ``from_reason`` (on ``target``, or on every target it has) to ``reason``, as new jobs
+    (``remeasure``: as :func:`add_jobs`)."""
     check_reason(reason)
     sources = reason_campaigns(store, from_reason, target)
     if not sources:
@@ -191,7 +219,8 @@ def copy_jobs(
             query = query.where(Trial.state != "invalid")
         with store.transaction() as connection:
             rows = connection.execute(query).all()
-        copied.append(_add(store, reason, source.target, [(row.problem_id, str(row.config["step"])) for row in rows]))
+        jobs = [(row.problem_id, str(row.config["step"])) for row in rows]
+        copied.append(_add(store, reason, source.target, jobs, remeasure))
     return copied
 
 

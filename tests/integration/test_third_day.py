@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import write_spec
+from tests.conftest import Fleet, write_spec
 from tests.integration.test_embedded import embedded_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,3 +204,35 @@ def test_stack_start_without_the_ops_extra_says_the_pip_line_and_starts_nothing(
         "stack: scripts/stack needs Flower, which is not installed: pip install 'fleet-tune[ops]'"
     ]
     assert not stack_dir.exists()
+
+
+# -- Tuna: fleet resume of a reason written with --no-send; a remembered build failure run again -----------------------
+
+
+def test_a_reason_written_with_no_send_resumes_its_own_jobs_and_remeasure_runs_a_failed_build_again(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    from tests.conftest import MIOPEN
+    from tests.integration.test_tuna_jobs import fake_driver
+
+    t = fleet.target
+    fleet.cli("miopen", "import", str(MIOPEN / "conv_configs_NHWC.txt"), "-t", "nhwc", check=True)
+    fleet.cli("miopen", "jobs", "add", "--target", t, "--reason", "later", "--tag", "nhwc", "--no-send", check=True)
+    # A node without MIOpen: every build fails, and the failure is remembered for its key.
+    without = fleet.start_worker(env={"FLEET_MIOPEN_DRIVER": ""})
+
+    resumed = fleet.cli("resume", f"later@{t}", timeout=180)
+
+    assert resumed.returncode == 1, resumed.stderr  # no job measured anything: no success, and it says why
+    assert "MIOpen is not installed on this node" in resumed.stderr
+
+    listed = json.loads(fleet.cli("miopen", "jobs", "list", "--reason", "later", "--json", check=True).stdout)
+    assert listed[0]["steps"] == {"find": {"errored": 5}}  # the find jobs it had; no perf job beside them
+    fleet.stop(without)
+
+    fleet.start_worker(env={"FLEET_MIOPEN_DRIVER": str(fake_driver(tmp_path))})
+    again = fleet.cli("miopen", "jobs", "add", "--target", t, "--reason", "later", "--tag", "nhwc", "--remeasure")
+    assert again.returncode == 0, again.stderr
+    assert f"later@{t}: 0 jobs created, 5 already there (5 run again); 5 sent" in again.stdout
+    campaign = fleet.store.campaign(f"later@{t}")
+    fleet.wait_for(lambda: fleet.store.trial_counts(campaign.id) == {"evaluated": 5}, timeout=180, what="5 jobs")
