@@ -1,9 +1,10 @@
 """Exports of what a campaign did, for people and other tools.
 
 ``steps_csv`` writes one row per trial (per chain step, for annealing chains on the fleet) with its
-execution statistics: configuration, objective and every sample, build and step times, where it ran, and
-what it was built and measured with (the build worker's toolchain, the evaluation worker's device), and, for a
-trial proposed from history, its rank and score there.
+execution statistics: configuration, objective and every sample (with several objectives, each one in a column of
+its name after ``objective``), build and step times, where it ran, and what it was built and measured with (the build
+worker's toolchain, the evaluation worker's device), and, for a trial proposed from history, its rank and score
+there.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def _trials(store: Store, campaign: Campaign) -> dict[int, dict[str, Any]]:
             "reason": t.reason or "",
             "objective_name": m.objective_name if m else "",
             "objective": m.objective if m else None,
+            "objectives": (m.objectives or {}) if m else {},
             "samples": ";".join(f"{x:.6g}" for x in m.samples) if m else "",
             "worker": m.worker if m else "",
             "node": m.node if m else "",
@@ -91,7 +93,12 @@ def steps_csv(store: Store, campaign: Campaign, out: TextIO) -> int:
     from fleet.spec.workloads import load_workload_spec
 
     knobs = Space.from_dict(campaign.space).names
-    maximize = load_workload_spec(campaign.workload).maximize
+    workload = load_workload_spec(campaign.workload)
+    maximize = workload.maximize
+    # Several objectives: a column each, named as the objective unless a column of that name is there already.
+    taken = {*COLUMNS, *knobs}
+    named = [o.name for o in workload.objectives] if len(workload.objectives) > 1 else []
+    columns = {name: name if name not in taken else f"objective_{name}" for name in named}
     trials = _trials(store, campaign)
     chain_steps = store.chain_steps(campaign.id)
     rows: list[dict[str, Any]] = []
@@ -113,12 +120,14 @@ def steps_csv(store: Store, campaign: Campaign, out: TextIO) -> int:
         for number, row in enumerate(trials.values()):
             rows.append({**row, "chain": "", "step": number, "accepted": "", "temperature": ""})
     best: dict[tuple[Any, Any], float] = {}
-    writer = csv.DictWriter(out, fieldnames=[*COLUMNS[:10], *knobs, *COLUMNS[10:]], extrasaction="ignore")
+    fields = [*COLUMNS[:9], *columns.values(), COLUMNS[9], *knobs, *COLUMNS[10:]]
+    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
     for row in rows:
         key = (row["problem"], row["chain"])
         value = row["objective"] if row["state"] == "evaluated" else None
         if value is not None and (key not in best or (value > best[key] if maximize else value < best[key])):
             best[key] = value
-        writer.writerow({**row, **row["config"], "best_so_far": best.get(key, "")})
+        measured = {column: row["objectives"].get(name, "") for name, column in columns.items()}
+        writer.writerow({**row, **measured, **row["config"], "best_so_far": best.get(key, "")})
     return len(rows)

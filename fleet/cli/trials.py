@@ -81,6 +81,7 @@ def trials(campaign: str, states: tuple[str, ...], as_json: bool, as_csv: bool, 
                 "config": r.config,
                 "state": r.state,
                 "objective": r.objective,
+                **({"objectives": r.objectives} if r.objectives else {}),
                 "reason": r.reason,
                 "worker": r.worker,
                 "attempts": r.attempts,
@@ -130,6 +131,7 @@ MEASUREMENT_FIELDS = (
     "valid",
     "samples",
     "metrics",
+    "objectives",
     "node",
     "gpu",
     "worker",
@@ -229,6 +231,8 @@ def _trial_lines(out: dict[str, Any]) -> list[str]:
     if m is not None:
         validity = "valid" if m["valid"] else "NOT valid"
         lines.append(f"  {m['objective_name']:<9} {_objective(m['objective'])} ({validity})")
+        if m["objectives"]:
+            lines.append(f"  objectives {format_config(m['objectives'])}")
         lines.append(f"  samples   {', '.join(f'{v:.4g}' for v in m['samples']) or '-'}")
         if m["metrics"]:
             lines.append(f"  metrics   {format_config(m['metrics'])}")

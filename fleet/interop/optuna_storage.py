@@ -3,8 +3,10 @@
 One study per campaign and problem, its id ``campaign id << 24 | the problem's position in the campaign``
 (stable: both are fixed once the campaign exists) and its name ``<campaign> / problem <id>``. Knobs are
 categorical distributions over the values the campaign's space lists (with any other value a trial holds, so that
-every trial fits); the direction is the measurements' own. A trial's number is its rank among the study's trials
-by Fleet's trial id, so trials that finish later are appended and numbers never change. States:
+every trial fits); the direction is the measurements' own, and a campaign of several objectives is a study of
+several directions, each complete trial's values its objectives in the workload's order. A trial's number is its
+rank among the study's trials by Fleet's trial id, so trials that finish later are appended and numbers never
+change. States:
 
 ======================================  =================================================
 Fleet                                   Optuna
@@ -39,7 +41,9 @@ from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import Text, cast, func, select
 
-from fleet.errors import FleetError
+from fleet.errors import FleetError, SpecError
+from fleet.search.pareto import Objective
+from fleet.spec.workloads import load_workload_spec
 from fleet.store import Campaign, Measurement, Store, Trial, collector_paused
 from fleet.store._models import CampaignProblem
 
@@ -87,7 +91,8 @@ class FleetStorage(BaseStorage):
     def __init__(self, store: Store, campaigns: Sequence[str] = ()) -> None:
         self.store = store
         self.campaigns = [str(c) for c in campaigns]
-        self._directions: dict[int, StudyDirection] = {}
+        self._directions: dict[int, list[StudyDirection]] = {}
+        self._objectives: dict[int, list[Objective] | None] = {}
         self._lock = threading.Lock()
         self._recent: dict[int, tuple[float, list[FrozenTrial]]] = {}
         self._kept: dict[int, dict[int, FrozenTrial]] = {}
@@ -147,10 +152,16 @@ class FleetStorage(BaseStorage):
             r.space or {},
         )
 
-    def _direction(self, campaign_id: int) -> StudyDirection:
-        """The direction of the campaign's measurements (minimize until it has one)."""
+    def _directions_of(self, campaign_id: int) -> list[StudyDirection]:
+        """The direction of each of the campaign's objectives: of several, as its workload names them; of one, as
+        its measurements recorded it (minimize until it has one)."""
         if campaign_id in self._directions:
             return self._directions[campaign_id]
+        names = self._objective_names(campaign_id)
+        if names is not None:
+            directions = [StudyDirection.MAXIMIZE if o.maximize else StudyDirection.MINIMIZE for o in names]
+            self._directions[campaign_id] = directions
+            return directions
         query = (
             select(Measurement.maximize)
             .join(Trial, Trial.id == Measurement.trial_id)
@@ -160,15 +171,29 @@ class FleetStorage(BaseStorage):
         with self.store.transaction() as connection:
             maximize = connection.scalar(query)
         if maximize is None:
-            return StudyDirection.MINIMIZE
-        direction = StudyDirection.MAXIMIZE if maximize else StudyDirection.MINIMIZE
-        self._directions[campaign_id] = direction
-        return direction
+            return [StudyDirection.MINIMIZE]
+        self._directions[campaign_id] = [StudyDirection.MAXIMIZE if maximize else StudyDirection.MINIMIZE]
+        return self._directions[campaign_id]
+
+    def _objective_names(self, campaign_id: int) -> list[Objective] | None:
+        """The campaign's objectives when its workload names several (a trial's values are theirs), else None."""
+        if campaign_id not in self._objectives:
+            with self.store.transaction() as connection:
+                workload = connection.scalar(select(Campaign.workload).where(Campaign.id == campaign_id))
+            try:
+                objectives = load_workload_spec(workload or {}).objectives
+            except SpecError:  # a campaign of a kind this version does not know: its measurements say
+                objectives = []
+            self._objectives[campaign_id] = objectives if len(objectives) > 1 else None
+        return self._objectives[campaign_id]
+
+    def _frozen(self, study: _Study) -> FrozenStudy:
+        directions = self._directions_of(study.campaign_id)
+        one = directions[0] if len(directions) == 1 else None
+        return FrozenStudy(study.name, one, dict(study.user_attrs), {}, study.id, directions=directions)
 
     def get_all_studies(self) -> list[FrozenStudy]:
-        return [
-            FrozenStudy(s.name, self._direction(s.campaign_id), dict(s.user_attrs), {}, s.id) for s in self._studies()
-        ]
+        return [self._frozen(s) for s in self._studies()]
 
     def get_study_id_from_name(self, study_name: str) -> int:
         for study in self._studies():
@@ -180,7 +205,7 @@ class FleetStorage(BaseStorage):
         return self._study(study_id).name
 
     def get_study_directions(self, study_id: int) -> list[StudyDirection]:
-        return [self._direction(self._study(study_id).campaign_id)]
+        return list(self._directions_of(self._study(study_id).campaign_id))
 
     def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
         return dict(self._study(study_id).user_attrs)
@@ -231,6 +256,7 @@ class FleetStorage(BaseStorage):
             Measurement.objective,
             Measurement.valid,
             Measurement.device_kind,
+            Measurement.objectives,
         )
         mine = (Trial.campaign_id == study.campaign_id, Trial.problem_id == study.problem_id)
         kept = self._kept.setdefault(study.id, {})
@@ -267,7 +293,8 @@ class FleetStorage(BaseStorage):
         if distributions is None:
             distributions = self._distributions(study, configs)
             self._shared[study.id] = distributions
-        fresh = self._build(rows, configs, None if whole else ids, distributions)
+        names = self._objective_names(study.campaign_id)
+        fresh = self._build(rows, configs, None if whole else ids, distributions, names)
         for trial in fresh.values():
             if trial.state in _FINISHED:
                 kept[trial._trial_id] = trial
@@ -304,9 +331,11 @@ class FleetStorage(BaseStorage):
         configs: Sequence[dict[str, Any] | None],
         ids: Sequence[int] | None,
         distributions: dict[str, BaseDistribution],
+        objectives: Sequence[Objective] | None = None,
     ) -> dict[int, FrozenTrial]:
         """The trials of ``rows`` (their configurations decoded in ``configs``), numbered by their rank in ``ids``
-        (None: the rows are every trial of the study, in order).
+        (None: the rows are every trial of the study, in order); with several ``objectives``, each complete trial's
+        values are theirs, in order.
 
         This runs once a trial, 100,000 times for a large campaign's cold call: plain ifs rather than loops over
         pairs, names bound to locals, and one distributions dict (and one empty dict for the attributes a trial
@@ -318,17 +347,22 @@ class FleetStorage(BaseStorage):
         out: dict[int, FrozenTrial] = {}
         for number, (row, params) in enumerate(zip(rows, configs, strict=True)):
             trial_id, _, fleet_state, reason, worker, compile_s, eval_s, started, finished, objective, valid, device = (
-                row
+                row[:12]
             )
             if position is not None:
                 number = position.get(trial_id, -1)
                 if number < 0:
                     continue
             attrs: dict[str, Any] = {"fleet_trial": trial_id, "state": fleet_state}
-            value = None
+            value = values = None
+            if objectives is not None and objective is not None:
+                measured = row[12] or {}
+                values = [measured.get(o.name) for o in objectives]
+                if any(v is None for v in values):
+                    objective = values = None  # a measurement without every objective is no point of the front
             if fleet_state == "evaluated" and valid and objective is not None:
                 state = complete
-                value = float(objective)
+                value = None if values is not None else float(objective)
                 if reason:
                     attrs["reason"] = reason
             else:
@@ -361,6 +395,7 @@ class FleetStorage(BaseStorage):
                 {},
                 {},
                 trial_id,
+                values=values,
             )
         return out
 

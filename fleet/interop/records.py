@@ -252,6 +252,7 @@ class FinishedTrial:
     eval_seconds: float | None
     started_at: datetime | None
     finished_at: datetime | None
+    objectives: dict[str, Any]  # with several objectives, each one's value by name; empty with one
 
 
 def finished_trials(store: Store, campaign_id: int, *, after: int = 0) -> list[FinishedTrial]:
@@ -276,6 +277,7 @@ def finished_trials(store: Store, campaign_id: int, *, after: int = 0) -> list[F
             Trial.eval_seconds,
             Trial.started_at,
             Trial.finished_at,
+            Measurement.objectives,
         )
         .outerjoin(Measurement, Measurement.trial_id == measured)
         .where(Trial.campaign_id == campaign_id, Trial.state.in_(("evaluated", "invalid", "errored")), Trial.id > after)
@@ -301,6 +303,7 @@ def finished_trials(store: Store, campaign_id: int, *, after: int = 0) -> list[F
             r.eval_seconds,
             r.started_at,
             r.finished_at,
+            r.objectives or {},
         )
         for r in rows
     ]
@@ -416,6 +419,8 @@ def _fleet_extra(trial: FinishedTrial, factor: float, unmapped: Counter[str]) ->
     }
     if trial.finished_at is not None:
         extra["timestamp"] = trial.finished_at.isoformat()
+    # Several objectives: the record's objective is the first; each one is a field under its name, as measured.
+    extra.update(trial.objectives)
     for name, value in trial.metrics.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             extra.setdefault(name, value)

@@ -46,6 +46,7 @@ class TrialRow:
     baseline: bool
     source_trial_id: int | None
     history: dict[str, Any] | None = None  # what history said of it, when it was proposed from there
+    objectives: dict[str, Any] | None = None  # with several objectives, each one's value by name
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,7 @@ class TrialStore(StoreBase):
                 Trial.baseline,
                 Trial.source_trial_id,
                 Trial.history,
+                Measurement.objectives,
             )
             .join(Problem, Problem.id == Trial.problem_id)
             .outerjoin(source, source.id == Trial.source_trial_id)
