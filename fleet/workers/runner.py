@@ -40,6 +40,8 @@ _PASSED_ENV = (
     "LC_ALL",
     "TMPDIR",
     "CUDA_VISIBLE_DEVICES",
+    # With the index above: its order is the PCI bus's, as nvidia-smi's and NVML's are (fleet.workers.gpus).
+    "CUDA_DEVICE_ORDER",
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",
     "OMP_NUM_THREADS",

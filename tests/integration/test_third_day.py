@@ -236,3 +236,23 @@ def test_a_reason_written_with_no_send_resumes_its_own_jobs_and_remeasure_runs_a
     assert f"later@{t}: 0 jobs created, 5 already there (5 run again); 5 sent" in again.stdout
     campaign = fleet.store.campaign(f"later@{t}")
     fleet.wait_for(lambda: fleet.store.trial_counts(campaign.id) == {"evaluated": 5}, timeout=180, what="5 jobs")
+
+
+# -- the GPU pinning a workload sees inside the sandbox --------------------------------------------------------------
+
+ORDER = "import json, os; print(json.dumps({'score': float(os.environ.get('CUDA_DEVICE_ORDER') == 'PCI_BUS_ID')}))"
+
+
+def test_a_workload_sees_the_device_order_its_worker_was_pinned_with(tmp_path: Path) -> None:
+    # As an evaluation process of an NVIDIA GPU has it (fleet.workers.gpus): the index in CUDA_VISIBLE_DEVICES is
+    # the PCI bus order's, which nvidia-smi's is, only with CUDA_DEVICE_ORDER=PCI_BUS_ID.
+    home = Home(tmp_path, FLEET_BROKER_URL="filesystem://", CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    spec = {
+        "name": "order",
+        "problems": [{"kind": "order", "params": {}}],
+        "space": {"knobs": {"x": {"values": [1], "build": False}}},
+        "workload": {"kind": "command", "run": [sys.executable, "-c", ORDER], "objective": {"json": "score"}},
+    }
+    done = home.cli("tune", str(write_spec(tmp_path, spec)), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["problems"][0]["best"]["score"] == 1.0
