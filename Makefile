@@ -47,6 +47,7 @@ bench: $(STAMP) services
 	$(BIN)/fleet bench dispatch
 	$(BIN)/fleet bench search --space all
 	$(BIN)/fleet bench search --history ../shared/tuning-spaces
+	$(BIN)/fleet bench pareto --space all
 	$(BIN)/fleet bench miopen
 	$(BIN)/fleet bench history
 	$(BIN)/fleet bench share
