@@ -23,7 +23,16 @@ from fleet.services import PostgresServer, RedisServer
 from fleet.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+DATA = ROOT / "tests" / "data"
+"""What the tests read, shipped in the repository (tests/data/README.md): never the development set beside it."""
+SPACES = DATA / "tuning-spaces"
+MIOPEN = DATA / "miopen"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Recorded spaces are looked up in the tests' samples, by the tests and by the workers they start (which
+    inherit the environment), whatever a development checkout has beside it."""
+    os.environ["FLEET_TUNING_SPACES"] = str(SPACES)
 
 
 def _traversable(path: Path) -> None:

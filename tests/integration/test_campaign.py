@@ -105,9 +105,9 @@ def test_export_steps_writes_every_trial_with_its_statistics(fleet: Fleet) -> No
 def test_a_recorded_space_replays_on_real_workers(fleet: Fleet) -> None:
     import gzip
 
-    from tests.conftest import SHARED
+    from tests.conftest import SPACES
 
-    with gzip.open(SHARED / "tuning-spaces" / "pnpoly__RTX_2080_Ti.json.gz") as handle:
+    with gzip.open(SPACES / "pnpoly__RTX_2080_Ti.json.gz") as handle:
         recorded = json.loads(handle.read())
     spec = {
         "name": "replay",

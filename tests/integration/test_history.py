@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 from fleet.store import NewTrial, Store
-from tests.conftest import SHARED, Fleet, write_spec
+from tests.conftest import SPACES, Fleet, write_spec
 
 KNOBS = {
     "block_size_x": [128, 256],
@@ -32,7 +32,7 @@ KNOBS = {
 
 
 def recorded(name: str) -> dict[tuple, float]:
-    with gzip.open(SHARED / "tuning-spaces" / f"{name}.json.gz") as handle:
+    with gzip.open(SPACES / f"{name}.json.gz") as handle:
         data = json.loads(handle.read())
     keys = data["tune_params_keys"]
     times = {}
@@ -219,7 +219,7 @@ def test_a_database_history_tells_two_gpus_of_one_target_apart(store: Store, tmp
 
 def recorded_best(name: str, top: int) -> list[float]:
     """The ``top`` best valid times of a recorded space."""
-    with gzip.open(SHARED / "tuning-spaces" / f"{name}.json.gz") as handle:
+    with gzip.open(SPACES / f"{name}.json.gz") as handle:
         data = json.loads(handle.read())
     times = sorted(float(r["time"]) for r in data["cache"].values() if isinstance(r["time"], int | float))
     return times[:top]

@@ -13,11 +13,9 @@ from sqlalchemy import func, select
 from fleet.interop import export_kt, import_kt, read_results, write_kt
 from fleet.interop.kerneltuner import read_cache
 from fleet.store import Campaign, Store, Trial
-from tests.conftest import SHARED, Fleet, write_spec
+from tests.conftest import SPACES, Fleet, write_spec
 
 pytestmark = pytest.mark.integration
-
-SPACES = SHARED / "tuning-spaces"
 
 
 def by_config(records: list) -> dict[str, tuple]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "miopen"
+from tests.conftest import MIOPEN
+
 GOOD = "./bin/MIOpenDriver conv -n 32 -c 64 -H 28 -W 28 -k 128 -y 3 -x 3 -p 1 -q 1 -F 1 -t 1"
 
 
@@ -36,7 +37,7 @@ def test_user_errors_end_in_one_line_and_exit_1(fleet, tmp_path: Path) -> None: 
     cases = [
         (("miopen", "import", str(tmp_path / "missing.txt"), "-t", "x"), "No such file or directory"),
         (("miopen", "import-db", str(tmp_path / "missing.db"), "--target", "gfx803:36"), "no such file"),
-        (("miopen", "import-db", str(SHARED / "alexnet.txt"), "--target", "gfx803:36"), "no '='"),  # not a find-db
+        (("miopen", "import-db", str(MIOPEN / "alexnet.txt"), "--target", "gfx803:36"), "no '='"),  # not a find-db
         (
             ("miopen", "export", "find-db", "--target", "gfx906-60", "-o", str(out / "a.txt")),
             "unknown target 'gfx906-60'",

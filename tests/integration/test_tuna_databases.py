@@ -14,10 +14,10 @@ from fleet.store import Store
 from fleet.tuna.databases import Selection, export_find_db, export_perf_db, import_db
 from fleet.tuna.jobs import add_jobs, invalidate, list_jobs, reason_of
 from fleet.tuna.problems import import_lines, problems_by_key
+from tests.conftest import MIOPEN
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "miopen"
-FIND_DB = SHARED / "gfx803_36.HIP.fdb.txt.bz2"
-PERF_DB = SHARED / "gfx900_56.db.bz2"
+FIND_DB = MIOPEN / "gfx803_36.HIP.fdb.txt.bz2"
+PERF_DB = MIOPEN / "gfx900_56.db.bz2"
 
 
 def perf_rows(path: Path) -> set[tuple]:
@@ -106,7 +106,7 @@ def test_a_broken_file_imports_nothing(store: Store, tmp_path: Path) -> None:
 
 
 def test_invalidating_one_step_leaves_the_other_steps_jobs_alone(store: Store) -> None:
-    report = import_lines(store, (SHARED / "alexnet.txt").read_text().splitlines(), tags=["alexnet"])
+    report = import_lines(store, (MIOPEN / "alexnet.txt").read_text().splitlines(), tags=["alexnet"])
     problem_ids = sorted(set(report.problem_ids))[:3]
     add_jobs(store, "tuning", "gfx906:60", problem_ids, ["perf", "find"])
     assert invalidate(store, reason="tuning", problem_ids=problem_ids[:2], steps=["perf"]) == 2

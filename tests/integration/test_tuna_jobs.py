@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from fleet.workers.workloads.miopen import NO_MIOPEN
+from tests.conftest import MIOPEN
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "miopen"
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
@@ -24,7 +24,7 @@ def fake_driver(folder: Path) -> Path:
 
 def test_without_miopen_every_job_errors_with_one_clear_reason(fleet) -> None:  # type: ignore[no-untyped-def]
     fleet.env.pop("FLEET_MIOPEN_DRIVER", None)
-    fleet.cli("miopen", "import", str(SHARED / "alexnet.txt"), "-t", "alexnet", check=True)
+    fleet.cli("miopen", "import", str(MIOPEN / "alexnet.txt"), "-t", "alexnet", check=True)
     added = fleet.cli(
         "miopen",
         "jobs",
@@ -46,7 +46,7 @@ def test_without_miopen_every_job_errors_with_one_clear_reason(fleet) -> None:  
     assert {t.reason for t in fleet.store.trials(campaign.id)} == {f"build failed: {NO_MIOPEN}"}
     listed = json.loads(fleet.cli("miopen", "jobs", "list", "--reason", "first", "--json", check=True).stdout)
     assert listed[0]["steps"] == {"find": {"errored": 5}}
-    line = (SHARED / "alexnet.txt").read_text().splitlines()[0]
+    line = (MIOPEN / "alexnet.txt").read_text().splitlines()[0]
     shown = json.loads(fleet.cli("miopen", "query", line, "--json", check=True).stdout)
     trial = shown["problems"][0]["trials"][0]
     assert (trial["state"], trial["why"], trial["reason"]) == ("errored", f"build failed: {NO_MIOPEN}", "first")
@@ -55,7 +55,7 @@ def test_without_miopen_every_job_errors_with_one_clear_reason(fleet) -> None:  
 def test_jobs_run_export_promote_and_invalidate(fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     driver = fake_driver(tmp_path)
     t = fleet.target
-    fleet.cli("miopen", "import", str(SHARED / "conv_configs_NHWC.txt"), "-t", "nhwc", check=True)
+    fleet.cli("miopen", "import", str(MIOPEN / "conv_configs_NHWC.txt"), "-t", "nhwc", check=True)
     fleet.cli("miopen", "jobs", "add", "--target", t, "--reason", "tune", "--tag", "nhwc", "--step", "perf",
               "--step", "find", check=True)  # fmt: skip
     fleet.start_worker(env={"FLEET_MIOPEN_DRIVER": str(driver)})
@@ -138,7 +138,7 @@ def test_jobs_run_export_promote_and_invalidate(fleet, tmp_path: Path) -> None: 
 
 def test_jobs_with_the_broker_down_write_nothing(fleet) -> None:  # type: ignore[no-untyped-def]
     t = fleet.target
-    fleet.cli("miopen", "import", str(SHARED / "conv_configs_NHWC.txt"), "-t", "nhwc", check=True)
+    fleet.cli("miopen", "import", str(MIOPEN / "conv_configs_NHWC.txt"), "-t", "nhwc", check=True)
     fleet.cli("miopen", "jobs", "add", "--target", t, "--reason", "first", "--tag", "nhwc", "--no-send", check=True)
     down = {"FLEET_BROKER_URL": "redis://127.0.0.1:1/0"}  # nothing listens on port 1
 

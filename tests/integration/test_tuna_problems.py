@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from fleet.errors import SpecError
 from fleet.store import Store
 from fleet.tuna.problems import describe, import_lines, problems_by_key, select_problems
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "miopen"
+from tests.conftest import MIOPEN
 
 
 def lines(name: str) -> list[str]:
-    return (SHARED / name).read_text().splitlines()
+    return (MIOPEN / name).read_text().splitlines()
 
 
 def test_alexnet_imports_one_problem_per_direction_and_reports_bad_lines(store: Store) -> None:

@@ -1,5 +1,6 @@
-"""All four MIOpen files of ``../shared/miopen`` through Fleet and back, on SQLite and PostgreSQL: every line and
-every row unchanged, byte for byte where the source is sorted; records that map to no driver problem kept."""
+"""Samples of the four MIOpen files of the development set (tests/data/miopen) through Fleet and back, on SQLite and
+PostgreSQL: every line and every row unchanged, byte for byte where the source is sorted; records that map to no
+driver problem kept."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ from fleet.store import Store
 from fleet.tuna import RAW
 from fleet.tuna.databases import Selection, export_find_db, export_perf_db, import_db
 from fleet.tuna.problems import describe, problems_by_key
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "miopen"
+from tests.conftest import MIOPEN
 
 
 def rows(path: Path) -> tuple[list[tuple], list[tuple]]:
@@ -33,7 +33,7 @@ def rows(path: Path) -> tuple[list[tuple], list[tuple]]:
 def test_find_dbs_come_back_byte_for_byte(
     store: Store, tmp_path: Path, name: str, target: str, line_format: str
 ) -> None:
-    source = SHARED / f"{name}.HIP.fdb.txt.bz2"
+    source = MIOPEN / f"{name}.HIP.fdb.txt.bz2"
     original = bz2.decompress(source.read_bytes())
     assert original.decode().splitlines() == sorted(original.decode().splitlines())  # sorted: bytes must match
     done = import_db(store, source, target)
@@ -61,7 +61,7 @@ def test_find_dbs_come_back_byte_for_byte(
     ("name", "target", "unmapped"), [("gfx900_56", "gfx900:56", 0), ("gfx1030_36", "gfx1030:36", 3)]
 )
 def test_perf_dbs_come_back_row_for_row(store: Store, tmp_path: Path, name: str, target: str, unmapped: int) -> None:
-    source = SHARED / f"{name}.db.bz2"
+    source = MIOPEN / f"{name}.db.bz2"
     plain = tmp_path / f"{name}.db"
     plain.write_bytes(bz2.decompress(source.read_bytes()))
     done = import_db(store, source, target)
@@ -91,6 +91,7 @@ def store_problems(store: Store) -> list:
 
 
 def test_strict_imports_nothing_when_a_record_maps_to_no_problem(store: Store) -> None:
-    with pytest.raises(SpecError, match="3 of 5217 records map to no driver problem"):
-        import_db(store, SHARED / "gfx1030_36.db.bz2", "gfx1030:36", strict=True)
+    # The sample's 1001 config rows, the three that map to no problem among them (tests/data/README.md).
+    with pytest.raises(SpecError, match="3 of 1001 records map to no driver problem"):
+        import_db(store, MIOPEN / "gfx1030_36.db.bz2", "gfx1030:36", strict=True)
     assert store.campaigns() == [] and store_problems(store) == []

@@ -32,8 +32,8 @@ from fleet.bench.search import (
 from fleet.errors import SpecError
 from fleet.replay import Evaluation, load_recorded
 from fleet.search import STRATEGIES, Proposals, Searcher
+from tests.conftest import SPACES
 
-SPACES = Path(__file__).resolve().parents[2].parent / "shared" / "tuning-spaces"
 PNPOLY = SPACES / "pnpoly__RTX_2080_Ti.json.gz"
 GEMM = SPACES / "gemm_clblast__RTX_2080_Ti.json.gz"
 
@@ -88,7 +88,6 @@ class NeedsOptions(Searcher):
 
 @pytest.fixture(autouse=True)
 def registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FLEET_TUNING_SPACES", str(SPACES))
     for cls in (Shuffled, Oracle, Broken, NeedsOptions):
         monkeypatch.setitem(STRATEGIES, cls.name, cls)
     for path in (PNPOLY, GEMM):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from fleet.errors import DriverLineError, SpecError
@@ -17,8 +15,7 @@ from fleet.miopen.driver import (
     with_batch,
     with_command,
 )
-
-MIOPEN = Path(__file__).resolve().parents[2].parent / "shared" / "miopen"
+from tests.conftest import MIOPEN
 
 RESNET = "./bin/MIOpenDriver conv -n 128 -c 1024 -H 14 -W 14 -k 2048 -y 1 -x 1 -p 0 -q 0 -u 2 -v 2 -F 1"
 

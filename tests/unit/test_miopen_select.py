@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from fleet.errors import SpecError
 from fleet.miopen.driver import DriverLine, parse_line, parse_lines, problems
 from fleet.miopen.select import compile_selection, selection_from_flags, selection_values
-
-MIOPEN = Path(__file__).resolve().parents[2].parent / "shared" / "miopen"
+from tests.conftest import MIOPEN
 
 
 def load(name: str) -> list[dict]:

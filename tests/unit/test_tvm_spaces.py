@@ -27,8 +27,9 @@ from fleet.tvm.operators import (
 )
 from fleet.tvm.records import RecordError, parse_records
 from fleet.tvm.spaces import divisors, space_for, starting_points
+from tests.conftest import MIOPEN
 
-ALEXNET = Path(__file__).resolve().parents[2].parent / "shared" / "miopen" / "alexnet.txt"
+ALEXNET = MIOPEN / "alexnet.txt"
 
 CONV = {"n": 2, "c": 4, "h": 10, "w": 11, "f": 6, "kh": 3, "kw": 2, "stride_h": 2, "pad_h": 1, "dilation_w": 2}
 
