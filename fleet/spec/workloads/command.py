@@ -57,6 +57,7 @@ _KEYS = {
     "resident",
     "clocks",
 }
+_OBJECTIVE_KEYS = {"name", "json", "regex", "goal", "observer"}
 # Shells whose script names the compiler: the default toolchain probe looks for it there.
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
 # Programs whose ``--version`` names a toolchain, looked for in a shell build's script.
@@ -151,14 +152,15 @@ class CommandSpec(WorkloadSpec):
                 raise SpecError("the workload names 'objective' and 'objectives': one objective, or several, not both")
             check_objectives(d["objectives"], OBSERVED)
         objective = d.get("objective") if "objectives" not in d else self._json_objective
+        # A mistyped field first: 'jsn' would otherwise read as no 'json' given.
+        unknown_keys = sorted(set(objective) - _OBJECTIVE_KEYS) if isinstance(objective, Mapping) else []
+        if unknown_keys:
+            hint = did_you_mean(unknown_keys[0], sorted(_OBJECTIVE_KEYS))
+            raise SpecError(f"workload objective has an unknown field {unknown_keys[0]!r}{hint}")
         if not isinstance(objective, Mapping) or ("json" in objective) == ("regex" in objective):
             raise SpecError("workload 'objective' must name a 'json' field or a 'regex' with one group")
         if objective.get("goal", "min") not in ("min", "max"):
             raise SpecError("workload objective 'goal' must be 'min' or 'max'")
-        unknown_keys = sorted(set(objective) - {"name", "json", "regex", "goal", "observer"})
-        if unknown_keys:
-            hint = did_you_mean(unknown_keys[0], ("name", "json", "regex", "goal", "observer"))
-            raise SpecError(f"workload objective has an unknown field {unknown_keys[0]!r}{hint}")
         if "observer" in objective and objective["observer"] not in OBSERVED:
             hint = did_you_mean(objective["observer"], OBSERVED)
             raise SpecError(
@@ -232,6 +234,7 @@ class CommandSpec(WorkloadSpec):
                 if name not in known:
                     raise SpecError(
                         f"workload {where!r} uses {{{name}}}, which is neither a knob nor a problem parameter"
+                        f"{did_you_mean(name, sorted(known))}"
                     )
 
     def toolchain_argv(self) -> list[str] | None:
