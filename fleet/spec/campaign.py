@@ -119,13 +119,14 @@ class CampaignSpec:
         if self.baseline is not None:
             if not isinstance(self.baseline, Mapping):
                 raise SpecError("'baseline' must be an object of knob values")
-            missing = [n for n in self.space.names if n not in self.baseline and n not in self.space.run_knobs]
-            if missing:
-                raise SpecError(f"baseline lacks knob {missing[0]!r}")
+            # A knob it names that is none first: a mistyped one ('blocks') also leaves the knob meant missing.
             for key, value in self.baseline.items():
                 if key not in self.space.names:
                     raise SpecError(f"baseline names {key!r}, which is not a knob{did_you_mean(key, self.space.names)}")
                 check_value(f"baseline {key!r}", value)
+            missing = [n for n in self.space.names if n not in self.baseline and n not in self.space.run_knobs]
+            if missing:
+                raise SpecError(f"baseline lacks knob {missing[0]!r}")
         self.space.check_constraints()
         self.space.check_not_empty()
 
