@@ -384,7 +384,7 @@ def test_evaluate_non_zero_exit_is_errored_with_the_last_stderr_line(tmp_path: P
 def test_evaluate_output_without_the_objective_is_errored(tmp_path: Path, artifact: bytes) -> None:
     measured = CommandWorkload(definition()).evaluate(job(tmp_path, {"mode": "quiet"}, {"scale": 1}), artifact)
     assert measured.state == "errored"
-    assert measured.reason == "no score in the run's output"
+    assert measured.reason == "no JSON line with 'score' in the run's output"
     assert measured.stdout_tail == "nothing to see\n"
 
 

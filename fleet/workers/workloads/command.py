@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.bundle import pack, unpack
-from fleet.errors import SpecError
+from fleet.errors import SpecError, did_you_mean, shown
 from fleet.spec.workloads.command import CommandSpec, fill, names_in
 from fleet.spec.workloads.objectives import objective_of
 from fleet.workers import health
@@ -116,10 +116,11 @@ class CommandWorkload(CommandSpec, Workload):
             read = None if parsed is None else self.json_objectives(parsed[1])
             if parsed is None or read is None:
                 names = ", ".join(o.name for o in self.objectives)
-                missing = f"no {self.objective_name}" if parsed is None else f"not every objective ({names})"
                 return Measured(
                     state="errored",
-                    reason=f"{missing} in the run's output",
+                    reason=self._missing(last.stdout)
+                    if parsed is None
+                    else f"not every objective ({names}) in the run's output",
                     stdout_tail=last.stdout_tail,
                     stderr_tail=last.stderr_tail,
                 )
@@ -152,6 +153,22 @@ class CommandWorkload(CommandSpec, Workload):
             found[objective_of(definition).name] = float(value)
         return found
 
+    def _missing(self, stdout: str) -> str:
+        """Why a run's output gave no objective: for a JSON field, the field as the spec names it beside the run's
+        JSON line's own fields (a typo of one is then plain)."""
+        field = self._json_objective.get("json")
+        if field is None:
+            return f"no {self.objective_name} in the run's output"
+        record = next((r for r in map(_json_object, reversed(stdout.splitlines())) if r is not None), None)
+        if record is None:
+            return f"no JSON line with {field!r} in the run's output"
+        if field not in record:
+            # The run's own words, bounded: a few of its fields, each cut short.
+            names = [name[:40] for name in list(record)[:100]]
+            fields = ", ".join(shown(name) for name in names[:10]) + (", ..." if len(record) > 10 else "")
+            return f"the run's JSON line has no field {field!r}{did_you_mean(field, names)}; its fields: {fields}"
+        return f"the run's JSON line's {field!r} is no finite number: {shown(record[field])}"
+
     def parse(self, stdout: str) -> tuple[float, dict[str, Any]] | None:
         """The objective and the extra metrics in a run's output, or None if it has no objective."""
         objective = self._json_objective
@@ -162,18 +179,23 @@ class CommandWorkload(CommandSpec, Workload):
             except ValueError:
                 return None
             return (value, {}) if math.isfinite(value) else None
-        for line in reversed(stdout.splitlines()):
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            value = record.get(objective["json"]) if isinstance(record, dict) else None
+        for record in map(_json_object, reversed(stdout.splitlines())):
+            value = None if record is None else record.get(objective["json"])
             if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-                return float(value), record
+                return float(value), record  # type: ignore[return-value]
         return None
+
+
+def _json_object(line: str) -> dict[str, Any] | None:
+    """``line`` read as a JSON object, else None."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 _RESIDENT: Resident | None = None
