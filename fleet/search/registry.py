@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fleet.errors import SpecError
+from fleet.errors import SpecError, did_you_mean
 from fleet.search.base import Searcher
 from fleet.search.pareto import Objective
 from fleet.space import Space
@@ -59,8 +59,28 @@ def make_searcher(
             f"strategy {name!r} optimises one objective, and the workload names several ({names}): "
             f"use {PARETO} (auto chooses it), random or grid"
         )
+    _refuse_unknown_options(cls, shown, options or {})
     try:
         # By keyword: MLPerf's Composer takes its searchers first.
         return cls(space=space, budget=budget, maximize=maximize, seed=seed, **extra, **(options or {}))
     except TypeError as error:
         raise SpecError(f"strategy {shown}: {error}") from None
+
+
+_GIVEN = {"self", "space", "budget", "maximize", "seed", "objectives"}
+"""What :func:`make_searcher` gives every searcher itself: not options a spec names."""
+
+
+def _refuse_unknown_options(cls: type[Searcher], shown: str, options: dict[str, Any]) -> None:
+    """One line naming an option ``cls`` does not take and the one it probably meant (``populaton``), rather than
+    Python's ``__init__() got an unexpected keyword argument``."""
+    import inspect
+
+    parameters = inspect.signature(cls.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return  # it passes its options on (the composer's searchers): they say for themselves
+    known = sorted(set(parameters) - _GIVEN)
+    for name in options:
+        if name not in known:
+            takes = f"; it takes {', '.join(known)}" if known else "; it takes none"
+            raise SpecError(f"strategy {shown} has no option {name!r}{did_you_mean(name, known)}{takes}")
