@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import or_, select, update
 
-from fleet.errors import NotFound, StoreError
+from fleet.errors import NotFound, StoreError, did_you_mean
 from fleet.space import digest
 from fleet.store._base import StoreBase, patient
 from fleet.store._models import Blob, Campaign, CampaignProblem, Measurement, Problem, ProblemTag, Trial, utcnow
@@ -141,8 +141,10 @@ class ProblemStore(StoreBase):
             if isinstance(ref, int) or str(ref).isdigit():
                 query = select(Campaign).where(or_(Campaign.id == int(ref), Campaign.name == str(ref)))
             campaign = session.scalars(query.order_by(Campaign.id)).first()
+            # Only on a miss, and bounded: the names a mistyped one is compared with.
+            names = session.scalars(select(Campaign.name).limit(10_000)).all() if campaign is None else []
         if campaign is None:
-            raise NotFound(f"no campaign {ref!r}")
+            raise NotFound(f"no campaign {ref!r}{did_you_mean(ref, names)}")
         return campaign
 
     @patient

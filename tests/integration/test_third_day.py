@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Fleet, write_spec
 from tests.integration.test_embedded import embedded_env
 
@@ -256,3 +258,63 @@ def test_a_workload_sees_the_device_order_its_worker_was_pinned_with(tmp_path: P
     done = home.cli("tune", str(write_spec(tmp_path, spec)), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["problems"][0]["best"]["score"] == 1.0
+
+
+# -- every mistake of item 10: one line naming the wrong word and the likely right one ------------------------------
+
+GBPS = "import json, sys; print(json.dumps({'gbps': float(sys.argv[1]), 'seconds': 1.0}))"
+
+
+def gbps_spec(**changes: object) -> dict:
+    """A program that prints its 'gbps', over one knob 'block', with ``changes`` made to its spec."""
+    spec: dict = {
+        "name": "typos",
+        "problems": [{"kind": "copy", "params": {"size": 1}}],
+        "space": {"knobs": {"block": {"values": [1, 2], "build": False}}},
+        "workload": {"kind": "command", "run": [sys.executable, "-c", GBPS, "{block}"], "objective": {"json": "gbps"}},
+    }
+    for path, value in changes.items():
+        *parents, last = path.split("__")
+        here = spec
+        for key in parents:
+            here = here[key]
+        here[last] = value
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("changes", "wrong", "right"),
+    [
+        ({"workload__run": [sys.executable, "-c", GBPS, "{blok}"]}, "{blok}", "'block'"),
+        # A build-time knob: the baseline must give it, and a typo of it left it missing.
+        ({"baseline": {"blocks": 1}, "space__knobs__block__build": True}, "'blocks'", "'block'"),
+        ({"workload__objective": {"jsn": "gbps"}}, "'jsn'", "'json'"),
+        ({"strategy": {"name": "genetic", "budget": 4, "options": {"populaton": 4}}}, "'populaton'", "'population'"),
+    ],
+    ids=["placeholder", "baseline knob", "objective field", "strategy option"],
+)
+def test_a_mistyped_word_in_a_spec_is_named_with_the_word_meant(
+    tmp_path: Path, changes: dict, wrong: str, right: str
+) -> None:
+    home = Home(tmp_path, FLEET_BROKER_URL="filesystem://")
+    done = home.cli("validate", str(write_spec(tmp_path, gbps_spec(**changes))))
+    assert done.returncode == 1, done.stdout
+    [line] = done.stderr.strip().splitlines()
+    assert wrong in line and f"did you mean {right}?" in line, line
+
+
+def test_an_objective_field_the_run_does_not_print_names_the_field_it_does(tmp_path: Path) -> None:
+    home = Home(tmp_path, FLEET_BROKER_URL="filesystem://")
+    done = home.cli("tune", str(write_spec(tmp_path, gbps_spec(workload__objective={"json": "gbs"}))))
+    assert done.returncode == 1
+    assert "the run's JSON line has no field 'gbs' (did you mean 'gbps'?); its fields: 'gbps', 'seconds'" in done.stderr
+
+
+def test_a_mistyped_campaign_name_is_named_with_the_campaign_meant(tmp_path: Path) -> None:
+    home = Home(tmp_path, FLEET_BROKER_URL="filesystem://")
+    assert home.cli("submit", str(write_spec(tmp_path, gbps_spec(name="matmul-c")))).returncode == 0
+    for command in ("status", "best", "report", "trials", "resume", "pause"):
+        done = home.cli(command, "matmul-cc")
+        assert done.returncode == 1, (command, done.stdout)
+        [line] = done.stderr.strip().splitlines()
+        assert "no campaign 'matmul-cc'" in line and "did you mean 'matmul-c'?" in line, (command, line)
