@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Fleet, write_spec
+from tests.conftest import SPACES, Fleet, write_spec
 from tests.integration.test_embedded import embedded_env
 
 ROOT = Path(__file__).resolve().parents[2]
-SPACES = ROOT.parent / "shared" / "tuning-spaces"
 
 
 class Home:
