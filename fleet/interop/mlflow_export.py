@@ -2,10 +2,10 @@
 (``MLFLOW_TRACKING_URI``; MLflow's default where unset).
 
 The campaign is one parent run (its target, strategy, workload and status as params and tags); each finished trial
-a child run (tag ``mlflow.parentRunId``) with the knobs as params, the objective, the numeric metrics and the
-compile and evaluation seconds as metrics, its state, reason, worker and device as tags, its start and end times
-Fleet's, and status FINISHED (a valid measurement) or FAILED. Exporting a campaign twice into one experiment is
-refused: the parent run carries the tag ``fleet.campaign``.
+a child run (tag ``mlflow.parentRunId``) with the knobs as params, the objective (each of several), the numeric
+metrics and the compile and evaluation seconds as metrics, its state, reason, worker and device as tags, its start
+and end times Fleet's, and status FINISHED (a valid measurement) or FAILED. Exporting a campaign twice into one
+experiment is refused: the parent run carries the tag ``fleet.campaign``.
 """
 
 from __future__ import annotations
@@ -104,6 +104,9 @@ def export_mlflow(store: Store, campaign: Campaign, experiment: str | None = Non
         metrics = []
         if trial.valid and trial.objective is not None:
             metrics.append(Metric(_key(trial.objective_name or "objective"), float(trial.objective), start, 0))
+            # Several objectives: each one a metric of its name, before any metric of the same name.
+            for key, value in trial.objectives.items():
+                metrics.append(Metric(_key(key), float(value), start, 0))
         for key, value in (("compile_seconds", trial.compile_seconds), ("eval_seconds", trial.eval_seconds)):
             if value is not None:
                 metrics.append(Metric(key, float(value), start, 0))

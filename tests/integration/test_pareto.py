@@ -9,6 +9,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from fleet.search.pareto import Objective, dominates, loss_vector
 from tests.conftest import Fleet, write_spec
 
@@ -69,3 +71,35 @@ def test_two_objectives_tuned_by_real_workers_and_their_front_shown(fleet: Fleet
 
     rows = list(csv.DictReader(io.StringIO(fleet.cli("trials", "matmul-c-pareto", "--csv", check=True).stdout)))
     assert all(float(row["seconds"]) == float(row["objective"]) and float(row["tile_kib"]) > 0 for row in rows)
+
+
+def test_the_exports_keep_every_objective(fleet: Fleet, tmp_path: Path) -> None:
+    import mlflow
+    import optuna
+
+    fleet.start_worker("--build-procs", "2")
+    spec = pareto_spec(fleet)
+    spec["strategy"] = {"name": "random", "budget": 6, "seed": 1}
+    fleet.cli("tune", str(write_spec(fleet.home, spec)), check=True)
+    front = json.loads(fleet.cli("best", "matmul-c-pareto", "--json", check=True).stdout)["problems"][0]["front"]
+
+    fleet.cli("export", "kt", "matmul-c-pareto", "-o", str(tmp_path / "kt"), check=True)
+    (cache,) = [d for d in map(json.loads, map(Path.read_text, (tmp_path / "kt").rglob("*.json"))) if "cache" in d]
+    records = cache["cache"].values()
+    assert len(records) == 6
+    assert all(r["tile_kib"] > 0 and r["seconds"] * 1000 == pytest.approx(r["time"]) for r in records)
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    fleet.cli("export", "optuna", "matmul-c-pareto", "--storage", storage, check=True)
+    study = optuna.load_study(study_name="matmul-c-pareto / problem 1", storage=storage)
+    assert study.directions == [optuna.study.StudyDirection.MINIMIZE] * 2
+    assert sorted(t.values for t in study.best_trials) == sorted(
+        [p["objectives"]["seconds"], p["objectives"]["tile_kib"]] for p in front
+    )
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    fleet.cli("export", "mlflow", "matmul-c-pareto", env={"MLFLOW_TRACKING_URI": uri}, check=True)
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["matmul-c-pareto"])
+    children = runs[runs["tags.fleet"] == "trial"]
+    assert len(children) == 6 and (children["metrics.tile_kib"] > 0).all()
