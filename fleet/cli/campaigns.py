@@ -36,12 +36,15 @@ def find_campaign(store: Any, ref: str) -> Any:
         raise NotFound(f"{error} in {database_url()}") from None
 
 
-def note_missing_extras(strategy: dict[str, Any]) -> None:
-    """Say so when ``auto`` runs without its Optuna technique: it works, but searches less well."""
+def note_missing_extras(strategy: dict[str, Any], workload: dict[str, Any] | None = None) -> None:
+    """Say so when ``auto`` runs without its Optuna technique: it works, but searches less well. Not for a
+    ``workload`` of several objectives: ``auto`` is then ``nsga2``, which needs no extra."""
     from fleet.extras import install_line, installed
+    from fleet.spec.workloads import load_workload_spec
 
     chosen = strategy.get("options") or {}
-    if strategy.get("name") == "auto" and "techniques" not in chosen and not installed("optuna"):
+    several = workload is not None and len(load_workload_spec(workload).objectives) > 1
+    if strategy.get("name") == "auto" and "techniques" not in chosen and not several and not installed("optuna"):
         click.echo(
             f"fleet: note: strategy auto runs without its Optuna technique: {install_line('optuna')} adds it",
             err=True,
@@ -82,7 +85,7 @@ def tune(
     campaign_spec = load_spec(spec, name=name, target=target, budget=budget)
     if remeasure:
         campaign_spec.options["remeasure"] = True
-    note_missing_extras(campaign_spec.strategy)
+    note_missing_extras(campaign_spec.strategy, campaign_spec.workload)
     store = open_store()
     check_broker()
     if remeasure:

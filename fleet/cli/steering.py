@@ -34,7 +34,7 @@ def submit(
     campaign_spec = load_spec(spec, name=name, target=target, budget=budget)
     if remeasure:
         campaign_spec.options["remeasure"] = True
-    note_missing_extras(campaign_spec.strategy)
+    note_missing_extras(campaign_spec.strategy, campaign_spec.workload)
     handle = api.submit(campaign_spec, open_store(), priority=priority)
     campaign = handle.campaign()
     click.echo(
