@@ -108,7 +108,8 @@ class NSGA2(Searcher):
                 if out:
                     run = yield WAIT  # the generation is still out
                     continue
-                survivors, rank = self._select(survivors, measured)
+                # The pool is the last survivors and the generation just back: measured keeps only those.
+                survivors, rank = self._select(measured)
                 measured = {p: measured[p] for p in survivors}
                 todo = self._breed(grid, survivors, rank, seen, rng, mutation)
                 if not todo:
@@ -119,11 +120,10 @@ class NSGA2(Searcher):
             proposed += 1
             run = yield grid.decode(point)
 
-    def _select(
-        self, survivors: list[Point], measured: dict[Point, Loss]
-    ) -> tuple[list[Point], dict[Point, tuple[int, float]]]:
-        """The next survivors among the last ones and the generation just back, with each one's rank."""
-        pool = sorted(measured)  # the last survivors are among the measured; sorted, the order runs came in is moot
+    def _select(self, measured: dict[Point, Loss]) -> tuple[list[Point], dict[Point, tuple[int, float]]]:
+        """The next survivors among ``measured`` (the last survivors and the generation just back), with each one's
+        rank."""
+        pool = sorted(measured)  # sorted: the order the runs came back in is moot
         fronts = non_dominated_sort([measured[p] for p in pool])
         chosen: list[Point] = []
         rank: dict[Point, tuple[int, float]] = {}

@@ -169,7 +169,9 @@ def test_auto_is_nsga2_for_several_objectives_and_one_objective_strategies_are_r
     assert make_searcher("random", space, objectives=[TIME, ENERGY]).name == "random"
     with pytest.raises(SpecError, match=r"strategy 'genetic' optimises one objective.*use nsga2"):
         make_searcher("genetic", space, objectives=[TIME, ENERGY])
-    with pytest.raises(SpecError, match=r"strategy auto \(which is nsga2 for several objectives\): .*'init'"):
+    with pytest.raises(
+        SpecError, match=r"strategy auto \(which is nsga2 for several objectives\) has no option 'init'"
+    ):
         make_searcher("auto", space, options={"init": 5}, objectives=[TIME, ENERGY])
     with pytest.raises(SpecError, match="population must be an integer >= 2"):
         make_searcher("nsga2", space, options={"population": 1})
