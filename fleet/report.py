@@ -1065,8 +1065,9 @@ def best_table(data: Data, rows: Sequence[Row]) -> str:
 # -- several objectives: the Pareto front ----------------------------------------------------------------------
 
 
-def _axis(values_: Sequence[float], r0: float, r1: float) -> Scale:
-    lo, hi = min(values_), max(values_)
+def _axis(numbers: Sequence[float], r0: float, r1: float) -> Scale:
+    """A nice scale over ``numbers`` from pixel ``r0`` to ``r1``, logarithmic where they span 30 times or more."""
+    lo, hi = min(numbers), max(numbers)
     log = lo > 0 and hi / lo >= 30
     lo, hi = log_range(lo, hi) if log else nice_range(lo, hi)
     return Scale(lo, hi, r0, r1, log=log)
@@ -1123,7 +1124,7 @@ def front_chart(found: Front, objectives: Sequence[Objective], width: int = 560,
     for x, y in measured[::stride]:
         out.append(f'<circle cx="{x_scale(x):.1f}" cy="{y_scale(y):.1f}" r="2.6"/>')
     out.append("</g>")
-    # The front in the order of the first objective: no point of it beats another in both, so the line falls.
+    # The front joined in the order of the first objective: each step trades one objective for the other.
     path = " ".join(f"{x_scale(x):.1f},{y_scale(y):.1f}" for x, y in sorted(front))
     out.append(f'<polyline class="front" points="{path}" fill="none" stroke="{PALETTE[1]}" stroke-width="2"/>')
     out.append(f'<g class="front-points" fill="{PALETTE[1]}">')
