@@ -682,13 +682,16 @@ class PostgresServer:
         finally:
             connection.close()
 
-    def create_database(self, name: str) -> str:
+    def create_database(self, name: str, template: str | None = None) -> str:
         """Create an empty database owned by ``user`` and return its URL.
 
         Parameters
         ----------
         name:
             Name of the new database; it must not exist yet.
+        template:
+            A database to copy instead (``CREATE DATABASE ... TEMPLATE``): faster than building the same tables
+            again. Nobody may be connected to it meanwhile.
 
         Raises
         ------
@@ -703,9 +706,12 @@ class PostgresServer:
         connection = self._admin_connection()
         try:
             with connection.cursor() as cursor:
-                cursor.execute(
-                    sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(self.user))
+                statement = sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(name), sql.Identifier(self.user)
                 )
+                if template is not None:
+                    statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+                cursor.execute(statement)
         except psycopg2.errors.DuplicateDatabase as error:
             raise ServiceError(f"database {name!r} already exists on {self.url_for(name)}") from error
         finally:
