@@ -432,3 +432,36 @@ def test_an_objective_observer_is_a_reading_of_the_gpu_observer_and_typos_are_na
 
     given = summarize([Sample(0.0, 1000.0, 800.0, 100.0, 50.0), Sample(1.0, 900.0, 800.0, 120.0, 60.0)], 1.0)
     assert set(OBSERVED) <= set(given)
+
+
+@pytest.mark.parametrize(
+    ("clocks", "message"),
+    [
+        ({"memory": "mem_clock"}, r"'clocks' must be \{'sm': KNOB\}"),
+        ({"sm": "sm_clock", "gpu": "x"}, r"'clocks' must be \{'sm': KNOB\}"),
+        ("sm_clock", r"'clocks' must be \{'sm': KNOB\}"),
+        ({"sm": 1980}, r"'clocks' 'sm' must name a knob"),
+        ({"sm": "smclock"}, r"'clocks' 'sm' names 'smclock', which is neither a knob nor a problem parameter"),
+    ],
+)
+def test_clocks_name_knobs_that_hold_them(clocks: Any, message: str, tmp_path: Path) -> None:
+    """The GPU's clocks as knobs: the spec names run-time knobs; anything else is one line when it is loaded."""
+    spec = {
+        "name": "clocks",
+        "target": "sm_90",
+        "problems": [{"kind": "k", "params": {"n": 8}}],
+        "space": {"knobs": {"sm_clock": {"values": [1410, 1980], "build": False}, "mem_clock": [2619]}},
+        "workload": {
+            "kind": "command",
+            "run": ["./k", "{n}"],
+            "objective": {"json": "ms"},
+            "clocks": {"sm": "sm_clock"},
+        },
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    assert load_spec(path).workload["clocks"] == {"sm": "sm_clock"}
+    path.write_text(json.dumps({**spec, "workload": {**spec["workload"], "clocks": clocks}}))
+    with pytest.raises(SpecError, match=message) as caught:
+        load_spec(path)
+    assert "\n" not in str(caught.value)
