@@ -29,9 +29,10 @@ run: $(BASE)
 	@command -v gcc >/dev/null || { echo "make run needs gcc (apt-get install gcc)"; exit 1; }
 	$(BIN)/fleet tune examples/matmul-c/spec.json
 
-## Every test, against a private Redis and PostgreSQL started on loopback for the run.
+## Every test, against a private Redis and PostgreSQL started on loopback for the run; ends with its wall time and
+## the slowest 25 tests.
 test: $(STAMP) services
-	FLEET_REQUIRE_SERVICES=1 $(BIN)/pytest -q
+	FLEET_REQUIRE_SERVICES=1 $(BIN)/pytest -q --durations=25
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

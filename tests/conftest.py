@@ -170,15 +170,25 @@ class Fleet:
         return proc
 
     def stop(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 60) -> None:
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        self._stop_all([proc], sig, timeout)
+
+    @staticmethod
+    def _stop_all(procs: list[subprocess.Popen[bytes]], sig: int, timeout: float) -> None:
+        """Signal every process group first, then wait for each: their shutdowns (seconds each) overlap."""
+        signalled = []
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                continue
+            signalled.append(proc)
+        deadline = time.monotonic() + timeout
+        for proc in signalled:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
     @staticmethod
     def wait_for(condition: object, timeout: float = 60, what: str = "condition") -> None:
@@ -190,9 +200,7 @@ class Fleet:
         raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                self.stop(proc, signal.SIGTERM, timeout=30)
+        self._stop_all([proc for proc in self.procs if proc.poll() is None], signal.SIGTERM, timeout=30)
         self.store.close()
 
 
