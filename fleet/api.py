@@ -13,6 +13,7 @@ the waiting process otherwise in embedded mode.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -31,6 +32,24 @@ from fleet.settings import get_settings
 from fleet.spec import load_spec
 from fleet.spec.campaign import check_priority
 from fleet.store import Campaign, Measurement, Store, TrialRecord, TrialResult, connect
+
+log = logging.getLogger(__name__)
+
+
+def _connect() -> Store:
+    """The environment's store. A new embedded database is said in one line: a script run in another folder than
+    the one ``make run`` filled starts its own, and its user should know why nothing tuned before is there."""
+    settings = get_settings()
+    new = settings.embedded_database and not (settings.home / "fleet.db").exists()
+    store = connect()
+    if new and not os.environ.get("FLEET_HOME"):
+        log.warning(
+            "fleet: a new embedded database, %s: no .fleet/ in %s or above it holds one (run from the folder that "
+            "does, or set FLEET_HOME)",
+            settings.home / "fleet.db",
+            settings.home.parent,
+        )
+    return store
 
 
 def _spec(spec: CampaignSpec | Mapping[str, Any] | str | Path) -> CampaignSpec:
@@ -62,7 +81,7 @@ def submit(
     campaign_spec = _spec(spec)
     if priority is not None:
         check_priority(priority)
-    store = store or connect()
+    store = store or _connect()
     campaign = _submit(store, campaign_spec)
     store.submit_campaign(campaign.id, priority)
     return CampaignHandle(store, campaign.id)
@@ -91,7 +110,7 @@ def run(
     from fleet.local import LocalFleet
 
     settings = get_settings()
-    store = store or connect()
+    store = store or _connect()
     campaign = _campaign(store, campaign)
     local = settings.embedded if local is None else local
     try:
@@ -209,19 +228,19 @@ def shared_window(store: Store, campaign: Campaign, within: float, depth: float 
 
 def status(campaign: CampaignHandle | Campaign | str | int, store: Store | None = None) -> dict[str, int]:
     """Trials of a campaign by state."""
-    store = store or connect()
+    store = store or _connect()
     return store.trial_counts(_campaign(store, campaign).id)
 
 
 def campaign(ref: str | int, store: Store | None = None) -> CampaignHandle:
     """The campaign named ``ref`` (or with id ``ref``)."""
-    store = store or connect()
+    store = store or _connect()
     return CampaignHandle(store, store.campaign(ref).id)
 
 
 def campaigns(store: Store | None = None) -> list[CampaignHandle]:
     """Every campaign of the database, the oldest first."""
-    store = store or connect()
+    store = store or _connect()
     return [CampaignHandle(store, c.id) for c in store.campaigns()]
 
 
@@ -355,4 +374,4 @@ def best(
     problem_id: int, target: str, limit: int = 1, store: Store | None = None
 ) -> list[tuple[Measurement, dict[str, Any]]]:
     """The best valid measurements of a problem on a target, with their configurations, best first."""
-    return (store or connect()).best(problem_id, target, limit)
+    return (store or _connect()).best(problem_id, target, limit)

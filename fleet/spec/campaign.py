@@ -359,6 +359,8 @@ def load_spec(
     try:
         with path.open("rb") as file:
             raw = file.read(SPEC_BYTES + 1)
+    except FileNotFoundError:
+        raise SpecError(missing_spec(path, where)) from None
     except OSError as error:
         raise SpecError(f"{where}: {error.strerror}") from None
     if len(raw) > SPEC_BYTES:
@@ -399,6 +401,18 @@ def load_spec(
         )
     except SpecError as error:
         raise SpecError(f"{where}: {error}") from None
+
+
+def missing_spec(path: Path, where: str) -> str:
+    """The line for a spec file that is not there: a relative path says the folder it was looked for in, and the
+    file of that path in Fleet's own clone, the usual meaning of ``examples/...`` run from another folder."""
+    if path.is_absolute():
+        return f"{where}: No such file or directory"
+    line = f"{where}: No such file or directory in {Path.cwd()}"
+    clone = Path(__file__).resolve().parents[2]  # fleet/spec/campaign.py of a clone (an editable install)
+    if (clone / path).is_file():
+        line += f"; Fleet's clone has {clone / path}"
+    return line
 
 
 def digest_bytes(data: bytes) -> str:

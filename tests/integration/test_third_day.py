@@ -317,3 +317,39 @@ def test_a_mistyped_campaign_name_is_named_with_the_campaign_meant(tmp_path: Pat
         assert done.returncode == 1, (command, done.stdout)
         [line] = done.stderr.strip().splitlines()
         assert "no campaign 'matmul-cc'" in line and "did you mean 'matmul-c'?" in line, (command, line)
+
+
+# -- the README's Python example run outside the clone --------------------------------------------------------------
+
+
+def python_example(home: Home, spec: str) -> subprocess.CompletedProcess[str]:
+    """The README's first line of Python, ``fleet.submit(spec)``, run by a user's script in ``home``."""
+    script = f"import fleet\ncampaign = fleet.submit({spec!r})\nprint(campaign.campaign().name)\n"
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=home.path, env=home.env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_python_example_run_outside_the_clone_says_where_the_spec_and_the_database_are(tmp_path: Path) -> None:
+    home = Home(tmp_path, FLEET_BROKER_URL="filesystem://")
+
+    relative = python_example(home, "examples/matmul-c/spec.json")
+
+    assert relative.returncode == 1
+    last = relative.stderr.strip().splitlines()[-1]
+    assert f"examples/matmul-c/spec.json: No such file or directory in {tmp_path}" in last, last
+    assert f"Fleet's clone has {ROOT / 'examples/matmul-c/spec.json'}" in last, last
+    assert not (tmp_path / ".fleet").exists()
+
+    # The clone's spec by its absolute path works, and says that it starts a database of its own here.
+    absolute = python_example(home, str(ROOT / "examples/matmul-c/spec.json"))
+
+    assert absolute.returncode == 0, absolute.stderr
+    assert absolute.stdout.strip() == "matmul-c"
+    [line] = absolute.stderr.strip().splitlines()
+    assert line == (
+        f"fleet: a new embedded database, {tmp_path}/.fleet/fleet.db: no .fleet/ in {tmp_path} or above it holds "
+        "one (run from the folder that does, or set FLEET_HOME)"
+    ), line
+    # Once there, it is the database: nothing more is said.
+    assert python_example(home, str(ROOT / "examples/matmul-c/spec.json")).stderr == ""
