@@ -156,13 +156,21 @@ def read_t1(path: Path, data: Any) -> dict[str, Any]:
     return data
 
 
-def kernel_file(path: Path, spec: Mapping[str, Any]) -> Path:
-    """The kernel's source: ``KernelFile`` beside the T1 file, or in its parent folder (as Kernel Tuner looks)."""
+def kernel_file(path: Path, spec: Mapping[str, Any]) -> tuple[str, bytes]:
+    """The kernel's source, its name and bytes: ``KernelFile`` beside the T1 file, or in its parent folder (as Kernel
+    Tuner looks), through the one check a spec's sources get (:func:`fleet.bundle.read_inside`): a regular file
+    inside that folder, reached through no link, so that a T1 file cannot pack ``/proc/self/environ`` or
+    ``../../secret`` into the sources it stores."""
+    from fleet.bundle import Refused, read_inside
+    from fleet.spec.limits import SOURCES_BYTES
+
     name = spec["KernelFile"]
     for folder in (path.parent, path.parent.parent):
-        found = folder / name
-        if found.is_file():
-            return found
+        try:
+            return Path(name).name, read_inside(folder, name, limit=SOURCES_BYTES)
+        except Refused as refused:
+            if refused.why != "missing":
+                raise SpecError(refused.said("KernelFile", "the T1 file's folder")) from None
     raise SpecError(f"KernelFile {shown(name)} is not beside the T1 file (nor in its parent folder)")
 
 
@@ -535,11 +543,11 @@ def t1_campaign(
             target = target_of_device(device)
         else:
             raise SpecError(f"a {language} kernel's target is not in the file (no Device.Name): give --target")
-    source = kernel_file(path, spec)
-    program, program_name = harness(data, source.name, values)
-    if source.name == program_name:
+    source_name, source = kernel_file(path, spec)
+    program, program_name = harness(data, source_name, values)
+    if source_name == program_name:
         raise SpecError(f"the kernel file may not be named {program_name} (Fleet's host program is)")
-    files = {source.name: source.read_bytes(), program_name: program.encode()}
+    files = {source_name: source, program_name: program.encode()}
     bundle = pack(files)
     digest = hashlib.sha256(bundle).hexdigest()
     workload = {
@@ -565,7 +573,7 @@ def t1_campaign(
     origin = {
         "file": path.name,
         "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        "kernel_file": source.name,
+        "kernel_file": source_name,
         "kernel_bundle": digest,
         "General": data.get("General") or {},
         "KernelSpecification": spec,

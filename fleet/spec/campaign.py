@@ -14,14 +14,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleet.bundle import pack, read_files
+from fleet.bundle import Refused, pack, read_files, read_inside
 from fleet.errors import SpecError, did_you_mean, shown
 from fleet.search import Searcher, make_searcher
 from fleet.search.history import check_history
 from fleet.search.pareto import Objective
 from fleet.space import Config, Space, check_text, check_value
 from fleet.space_files import load_space_file, verdicts
-from fleet.spec.limits import KIND_LENGTH, NAME_LENGTH, PATH_LENGTH, SPEC_BYTES, TAG_LENGTH, check_json, check_label
+from fleet.spec.limits import (
+    KIND_LENGTH,
+    NAME_LENGTH,
+    PATH_LENGTH,
+    SOURCES_BYTES,
+    SPEC_BYTES,
+    TAG_LENGTH,
+    check_json,
+    check_label,
+)
 from fleet.spec.targets import check_target, cpu_target
 from fleet.spec.workloads import load_workload_spec
 
@@ -239,11 +248,10 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
             raise SpecError("workload 'sources' must be a list of file names")
         for source in sources:
             check_label("workload source", source, PATH_LENGTH)
-            _check_inside(base, source, "workload source")
         try:
-            bundle = pack(read_files(base, sources))
-        except OSError as error:
-            raise SpecError(f"workload source {error.filename}: {error.strerror}") from None
+            bundle = pack(read_files(base, sources, limit=SOURCES_BYTES))
+        except Refused as refused:
+            raise SpecError(refused.said("workload source", "the spec's directory")) from None
         workload["bundle"] = digest_bytes(bundle)
         files[workload["bundle"]] = bundle
     strategy = data.get("strategy", {})
@@ -276,18 +284,6 @@ def parse_spec(data: Any, base: Path, *, name: str | None = None, target: str | 
     )
 
 
-def _check_inside(base: Path, name: str, what: str) -> None:
-    """Refuse a file name of a spec that is absolute, climbs with ``..``, or is a link to outside its folder:
-    what is bundled and sent, or run, must be what the spec's folder holds."""
-    inside = not Path(name).is_absolute() and ".." not in Path(name).parts
-    if inside:
-        folder = base.resolve()
-        target = (base / name).resolve()
-        inside = target == folder or folder in target.parents
-    if not inside:
-        raise SpecError(f"{what} {shown(name)} must be a path inside the spec's directory (no link out of it)")
-
-
 def _space(raw: Any, base: Path, options: dict[str, Any]) -> tuple[Space, Callable[[Space], Searcher] | None]:
     """The spec's space: inline, or a space file (recorded in ``options`` so a resumed driver reloads it)."""
     if isinstance(raw, str):
@@ -297,8 +293,12 @@ def _space(raw: Any, base: Path, options: dict[str, Any]) -> tuple[Space, Callab
     extra = set(raw) - {"file", "base"}
     if extra or not isinstance(raw["file"], str) or not isinstance(raw.get("base", {}), Mapping):
         raise SpecError('a space file is named as "space": "grid.py" or {"file": "grid.py", "base": {...}}')
-    path = (base / check_label("space file", raw["file"], PATH_LENGTH)).resolve()
-    _check_inside(base, raw["file"], "space file")
+    path = base / check_label("space file", raw["file"], PATH_LENGTH)
+    try:
+        read_inside(base, raw["file"], limit=SPEC_BYTES)  # what runs is what the spec's folder holds
+    except Refused as refused:
+        raise SpecError(refused.said("space file", "the spec's directory")) from None
+    path = path.resolve()
     try:
         loaded = load_space_file(path, raw.get("base"))
     except (ValueError, RecursionError):

@@ -26,6 +26,8 @@ PATH_LENGTH = 4096
 """Characters of a file name in a spec (a source, a space file): Linux's PATH_MAX."""
 SPEC_BYTES = 16 << 20
 """Bytes of a spec file: far more than any real one, and little enough to read and check at once."""
+SOURCES_BYTES = 64 << 20
+"""Bytes of a spec's source files together (a T1 file's kernel included): stored with its campaign, sent to workers."""
 JSON_DEPTH = 32
 """Nesting of the objects and lists of a spec (a workload's templates nest a few levels)."""
 
