@@ -429,6 +429,12 @@ class PostgresServer:
         Database owned by ``user`` that the URL points at.
     settings:
         Extra ``postgresql.conf`` settings, e.g. ``{"synchronous_commit": "off"}``.
+    clients:
+        The network whose TCP connections are let in (a test bed's subnet, with ``listen_addresses`` in
+        ``settings``); 127.0.0.1 by default.
+    synced_init:
+        Whether initdb waits for its files to reach the disk; a throwaway cluster (a test bed's) starts seconds
+        sooner without.
     """
 
     #: The bootstrap superuser initdb creates; only used over the unix socket for administration.
@@ -443,8 +449,12 @@ class PostgresServer:
         password: str | None = None,
         database: str = "fleet",
         settings: Mapping[str, str | int | float | bool] | None = None,
+        clients: str = "127.0.0.1/32",
+        synced_init: bool = True,
     ) -> None:
         self.directory = Path(directory).absolute()
+        self.clients = clients
+        self.synced_init = synced_init
         self.port = port if port is not None else free_port()
         self.user = user
         self.password = password
@@ -547,6 +557,7 @@ class PostgresServer:
             "trust",
             "--auth-host",
             "scram-sha-256" if self.password else "trust",
+            *([] if self.synced_init else ["--no-sync"]),
         ]
         result = subprocess.run(
             command, stdin=subprocess.DEVNULL, capture_output=True, check=False, **self._run_as(account)
@@ -572,7 +583,7 @@ class PostgresServer:
             "# Written by fleet.services on every start.\n"
             "# TYPE  DATABASE  USER  ADDRESS       METHOD\n"
             "local   all       all                 trust\n"
-            f"host    all       all   127.0.0.1/32  {host_method}\n"
+            f"host    all       all   {self.clients:<13} {host_method}\n"
         )
         lines = [f"{key} = {_pg_quote(value)}" for key, value in values.items()]
         path = self.data_dir / "fleet.conf"
