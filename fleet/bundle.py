@@ -25,7 +25,8 @@ class Refused(Exception):
 
         name = shown(self.name)
         if self.why == "missing":
-            return f"{what} {name}: no such file in {folder}"
+            plain = self.name if self.name.isprintable() else name
+            return f"{what} {plain}: No such file or directory in {folder}"
         if self.why == "large":
             return f"{what} {name} is larger than {size_text(self.limit)}"
         return f"{what} {name} must be a regular file inside {folder}, named without '..' and through no link"

@@ -109,6 +109,7 @@ class CampaignSpec:
         if "history" in self.options:  # the spec's "history" field (see fleet.history)
             self.options["history"] = check_history(self.options["history"])
         check_json("the spec", self._stored())
+        _check_own_files(self.workload, self.files)
         workload = load_workload_spec(self.workload)
         for problem in self.problems:
             workload.check(self.space.names, problem.params)
@@ -413,6 +414,20 @@ def missing_spec(path: Path, where: str) -> str:
     if (clone / path).is_file():
         line += f"; Fleet's clone has {clone / path}"
     return line
+
+
+def _check_own_files(workload: Mapping[str, Any], files: Mapping[str, bytes]) -> None:
+    """Refuse a workload whose ``bundle`` names stored sources the spec does not bring itself: a digest is no secret
+    (a campaign's workload shows it), and naming another campaign's would hand its files to this one's build."""
+    digest = workload.get("bundle") if isinstance(workload, Mapping) else None
+    if digest is None:
+        return
+    data = files.get(digest) if isinstance(digest, str) else None
+    if data is None or digest_bytes(data) != digest:
+        raise SpecError(
+            f"workload 'bundle' {shown(digest, 16)} is not the digest of sources this spec brings: name them in "
+            "'sources', and Fleet bundles them"
+        )
 
 
 def digest_bytes(data: bytes) -> str:

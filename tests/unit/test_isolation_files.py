@@ -128,3 +128,18 @@ def test_a_space_file_that_is_a_link_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     done = validate(path, tmp_path / "home")
     assert done.returncode == 1 and "space file 'space.py' must be a regular file" in done.stderr, done.stderr
+
+
+def test_a_spec_naming_another_campaigns_stored_sources_by_digest_is_refused(tmp_path: Path) -> None:
+    """A digest is no secret (``fleet show`` prints a campaign's workload): naming the victim's sources' digest as
+    the attacker's own ``bundle`` would have the worker unpack them into the attacker's build."""
+    victim = load_spec(spec_file(tmp_path / "victim", sources=["k.c"]))
+    digest = victim.workload["bundle"]
+    attacker = spec_file(tmp_path / "attacker", bundle=digest, build=["cat", "k.c"])
+    done = validate(attacker, tmp_path / "home")
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "is not the digest of sources this spec brings" in done.stderr, done.stderr
+    # Nor with sources of its own beside it: the bundle is the one its own sources make, never the one it names.
+    mixed = spec_file(tmp_path / "mixed", bundle=digest, sources=["k.c"])
+    (tmp_path / "mixed" / "k.c").write_text("/* mine */\n")
+    assert load_spec(mixed).workload["bundle"] != digest
