@@ -385,6 +385,7 @@ def _build(ctx: WorkerContext, work: TrialWork, toolchain: str, handed: list[int
             scratch=scratch,
             fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
             tick=ctx.ticker(work.trial_id, work.build_key),
+            campaign=work.campaign_id,
             tick_seconds=ctx.tick_seconds,
             env=ctx.env,
         )
@@ -453,6 +454,7 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
                 scratch=scratch,
                 fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
                 tick=ctx.ticker(trial_id),
+                campaign=work.campaign_id,
                 tick_seconds=ctx.tick_seconds,
                 env=ctx.env,
             )

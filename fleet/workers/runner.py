@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -515,15 +516,30 @@ class Resident:
         Its own directory (created, and removed by :meth:`close`); each run's files are in a folder of it.
     env, network:
         As for :func:`run`.
+    idle:
+        Seconds it may wait for its next run before it is ended (None: it waits as long as its worker lives): a
+        campaign that stopped sending work leaves nothing of its own running on the node.
     """
 
     def __init__(
-        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, network: bool = False
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str] | None = None,
+        network: bool = False,
+        idle: float | None = None,
     ) -> None:
         self.argv = [str(a) for a in argv]
         self.cwd = cwd
         self.env = dict(env or {})
         self.network = network
+        self.idle = idle
+        # Its use and the idle timer's end of it, which runs in the timer's thread, take turns: a run never finds
+        # its command or folder taken away halfway (reentrant: a run that fails ends the command itself).
+        self._lock = threading.RLock()
+        self._uses = 0
+        self._timer: threading.Timer | None = None
         self.folder = cwd / "run-0"
         self.runs = 0
         self._proc: subprocess.Popen[bytes] | None = None
@@ -543,6 +559,11 @@ class Resident:
         Each run has a folder of its own name (``run-N``): a command that loads a library by its path (TVM's
         ``load_module``, ``dlopen``) would otherwise be given the one it loaded before, still in memory.
         """
+        with self._lock:
+            self._used()
+            return self._fresh_folder()
+
+    def _fresh_folder(self) -> Path:
         if self._proc is not None and not self.alive:
             self.close()  # it ended between runs: what it left goes now, not once the next run's files are there
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -602,6 +623,34 @@ class Resident:
         SandboxUnavailable
             When the sandbox cannot start: the node's fault, not the command's.
         """
+        with self._lock:
+            self._used()
+            try:
+                return self._call(timeout, tick, tick_seconds)
+            finally:
+                self._idle_timer()
+
+    def _used(self) -> None:
+        """Count a use (the lock held): an idle timer armed before it no longer ends the command."""
+        self._uses += 1
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _idle_timer(self) -> None:
+        """End the command once it has waited :attr:`idle` seconds with no use (the lock held)."""
+        if self.idle is None or not self.alive:
+            return
+        self._timer = threading.Timer(self.idle, self._end_idle, (self._uses,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _end_idle(self, uses: int) -> None:
+        with self._lock:
+            if uses == self._uses:  # not used since the timer was armed
+                self.close()
+
+    def _call(self, timeout: float, tick: Callable[[], bool] | None, tick_seconds: float) -> Completed:
         start = time.monotonic()
         if not self.alive:
             failed = self._start()
@@ -678,10 +727,14 @@ class Resident:
 
     def close(self) -> None:
         """End the command, sandbox and all, and remove its directory."""
-        self._proc = None
-        self._info = None
-        self._cleanup.close()
-        self._cleanup = contextlib.ExitStack()
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._proc = None
+            self._info = None
+            self._cleanup.close()
+            self._cleanup = contextlib.ExitStack()
 
 
 def _quietly_close(pipe: Any) -> None:

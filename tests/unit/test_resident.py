@@ -39,12 +39,19 @@ for line in sys.stdin:
     if do == "crash":
         print("boom: an error", file=sys.stderr, flush=True)
         sys.exit(3)
+    if do == "plant":  # a file in its directory, and a process of its own left running, for the next campaign
+        open("planted", "w").write("the first campaign's")
+        import subprocess
+        left = [sys.executable, "-c", "import time; time.sleep(60)", sys.argv[1] + "-left"]
+        subprocess.Popen(left, start_new_session=True)
+    seen = sorted(os.listdir(".")), sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
     print("a line that is not the answer", flush=True)
     if do == "chat":  # a line every 50 ms for a second: more often than the lease is renewed
         for _ in range(20):
             print("still working", flush=True)
             time.sleep(0.05)
-    print(json.dumps({"t": 1.5, "count": count, "cwd": os.getcwd(), "dir": folder, "pid": os.getpid()}), flush=True)
+    answer = {"t": 1.5, "count": count, "cwd": os.getcwd(), "dir": folder, "pid": os.getpid()}
+    print(json.dumps({**answer, "files": " ".join(seen[0]), "pids": max(seen[1])}), flush=True)
 """
 
 
@@ -68,11 +75,19 @@ def definition(*extra: str, **fields: Any) -> dict[str, Any]:
 
 
 def evaluate(
-    scratch: Path, do: str, *extra: str, tick: Callable[[], bool] | None = None, **fields: Any
+    scratch: Path,
+    do: str,
+    *extra: str,
+    tick: Callable[[], bool] | None = None,
+    campaign: int = 1,
+    **fields: Any,
 ) -> tuple[Measured, command_workload.Resident]:
-    """Evaluate a trial whose artifact says ``do``, with the server's arguments ``extra`` (a token to find it by)."""
+    """Evaluate a trial of ``campaign`` whose artifact says ``do``, with the server's arguments ``extra`` (a token to
+    find it by)."""
     workload = load_workload(definition(*extra, **fields))
-    job = Job(config={}, problem={}, scratch=scratch, fetch=lambda _: b"", tick=tick, tick_seconds=0.2)
+    job = Job(
+        config={}, problem={}, scratch=scratch, fetch=lambda _: b"", tick=tick, tick_seconds=0.2, campaign=campaign
+    )
     measured = workload.evaluate(job, pack({"do": do.encode()}))
     assert command_workload._RESIDENT is not None
     return measured, command_workload._RESIDENT
@@ -181,3 +196,37 @@ def test_a_command_that_prints_without_answering_still_renews_its_lease(tmp_path
     ticks: list[float] = []
     measured, _ = evaluate(tmp_path, "chat", tick=lambda: ticks.append(time.monotonic()) or True)
     assert measured.state == "evaluated" and len(ticks) >= 3, ticks
+
+
+def test_a_resident_is_its_campaigns_own_and_another_campaign_with_the_same_command_never_runs_in_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 44, item 3: the attacker's campaign starts a resident with the victim's command, plants a file and a
+    process, and would answer the victim's trials. The victim's trial gets a command of its own, in a folder of its
+    own, and the attacker's command, files and processes are gone before it starts."""
+    token = uuid.uuid4().hex
+    planted, attacker = evaluate(tmp_path, "plant", token, campaign=666)
+    assert planted.state == "evaluated" and "planted" in planted.metrics["files"].split()
+    deadline = time.monotonic() + 5
+    while not running(token + "-left") and time.monotonic() < deadline:
+        time.sleep(0.05)  # the child it left has been forked, and is about to exec sleep
+    assert running(token + "-left")
+    measured, victim = evaluate(tmp_path, "run", token, campaign=7)
+    assert victim is not attacker and not attacker.alive and victim.starts == 1
+    assert measured.metrics["count"] == 1  # answered by its own command, not the attacker's (which says 2)
+    assert "planted" not in measured.metrics["files"].split() and not attacker.cwd.exists()
+    assert measured.metrics["pids"] < 10  # its own PID namespace: none of the attacker's processes in it
+    assert victim.cwd != attacker.cwd and victim.cwd.name.endswith("-7")
+    assert gone(token + "-left", 0) and running(token)  # the attacker's leftover died with its sandbox
+
+
+def test_a_resident_left_idle_is_ended_and_the_next_run_starts_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEET_RESIDENT_IDLE_SECONDS", "0.5")
+    token = uuid.uuid4().hex
+    first, resident = evaluate(tmp_path, "run", token)
+    assert first.state == "evaluated" and running(token)
+    assert gone(token, 5.0) and not resident.alive and not resident.cwd.exists()
+    again, same = evaluate(tmp_path, "run", token)
+    assert again.state == "evaluated" and again.metrics["count"] == 1 and same.starts == 2

@@ -35,6 +35,9 @@ class Job:
         How often to call ``tick``: well inside the worker's lease.
     env:
         Extra environment for commands: the GPU pinning of an evaluation worker.
+    campaign:
+        The campaign the work is for: what a workload keeps between jobs (a resident command) is this campaign's
+        alone, never handed to another's.
     """
 
     config: Config
@@ -44,6 +47,7 @@ class Job:
     tick: Callable[[], bool] | None = None
     tick_seconds: float = 5.0
     env: Mapping[str, str] = field(default_factory=dict)
+    campaign: int | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 from fleet.bundle import pack, unpack
 from fleet.errors import SpecError, did_you_mean, shown
+from fleet.settings import positive_number
 from fleet.spec.workloads.command import CommandSpec, fill, names_in
 from fleet.spec.workloads.objectives import objective_of
 from fleet.workers import health
@@ -202,17 +203,27 @@ _RESIDENT: Resident | None = None
 """This process's resident command: one at a time, the last campaign's (a worker's process measures one trial at
 a time, and a resident command may hold a lot of memory)."""
 
+RESIDENT_IDLE_SECONDS = 300.0
+"""How long a resident command waits for its campaign's next run before it is ended (FLEET_RESIDENT_IDLE_SECONDS)."""
+
 
 def _resident(argv: list[str], job: Job, network: bool) -> Resident:
-    """The resident command that runs ``argv`` with the job's environment, started afresh if another is running."""
+    """The resident command of the job's campaign that runs ``argv`` with the job's environment, started afresh if
+    another is running.
+
+    A resident belongs to one campaign: its folder is named after it, so a trial of another campaign with the same
+    command never runs in it (its answers, its leftover processes and files are its campaign's own); the one running
+    is ended first, sandbox and all.
+    """
     global _RESIDENT
     env = dict(job.env)
-    folder = job.scratch.with_name(job.scratch.name + ".resident")
+    folder = job.scratch.with_name(f"{job.scratch.name}.resident-{job.campaign}")
     now = _RESIDENT
     if now is None or (now.argv, now.env, now.network, now.cwd) != (argv, env, network, folder):
         if now is not None:
             now.close()
-        _RESIDENT = Resident(argv, cwd=folder, env=env, network=network)
+        idle = positive_number(os.environ, "FLEET_RESIDENT_IDLE_SECONDS", RESIDENT_IDLE_SECONDS)
+        _RESIDENT = Resident(argv, cwd=folder, env=env, network=network, idle=idle)
     return _RESIDENT
 
 
