@@ -1,0 +1,184 @@
+"""``fleet slurm`` against a real Slurm (munged, slurmctld, two slurmds with two fake GPUs each), real workers,
+Redis and PostgreSQL: jobs start workers on the GPUs Slurm allocated, drain before their wall time, are scaled by
+queue depth, and a job that ends mid-campaign costs no trial."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from fleet.store import Measurement, Trial
+from tests.conftest import Fleet, write_spec
+from tests.slurmcluster import SlurmCluster, missing, new_cluster, remove
+
+RUN = """import json, os, sys, time
+time.sleep(float(sys.argv[2]))
+print(json.dumps({"score": int(sys.argv[1]), "device": int(os.environ["CUDA_VISIBLE_DEVICES"])}))
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SlurmCluster]:
+    assert not missing(), f"{', '.join(missing())} missing: run scripts/install-services"
+    started = new_cluster(nodes=2, gpus_per_node=2)
+    try:
+        yield started.start()
+    finally:
+        remove(started)
+
+
+@pytest.fixture
+def slurm_fleet(fleet: Fleet, cluster: SlurmCluster) -> Iterator[Fleet]:
+    """The test's fleet on target sm_90, Slurm's commands pointed at the cluster; its jobs cancelled after it."""
+    fleet.target = "sm_90"
+    fleet.env.update(cluster.env)
+    (fleet.home / "run.py").write_text(RUN)
+    yield fleet
+    jobs = cluster.live_jobs()
+    if jobs:
+        cluster.run("scancel", *jobs)
+    fleet.wait_for(lambda: not cluster.live_jobs(), timeout=30, what="the test's jobs to end")
+
+
+def spec(fleet: Fleet, count: int, seconds: float) -> Path:
+    return write_spec(
+        fleet.home,
+        {
+            "name": "slurm",
+            "target": "sm_90",
+            "problems": [{"kind": "slurm", "params": {}}],
+            "space": {"knobs": {"x": {"values": list(range(count)), "build": False}}},
+            "workload": {
+                "kind": "command",
+                "sources": ["run.py"],
+                "run": [sys.executable, "run.py", "{x}", str(seconds)],
+                "objective": {"json": "score"},
+                "repeats": 1,
+            },
+        },
+    )
+
+
+def live_eval_workers(fleet: Fleet) -> list:
+    return fleet.store.workers(target="sm_90", role="eval", within=2)
+
+
+def assert_each_once(fleet: Fleet, count: int) -> None:
+    with fleet.store.session() as session:
+        trials = list(session.scalars(select(Trial)))
+        measured = dict(
+            session.execute(select(Measurement.trial_id, func.count()).group_by(Measurement.trial_id)).all()
+        )
+    assert len(trials) == count
+    assert sorted(t.config["x"] for t in trials) == list(range(count))  # none lost, none tried twice
+    assert all(t.state == "evaluated" for t in trials), sorted((t.id, t.state) for t in trials)
+    assert all(measured.get(t.id) == 1 for t in trials), measured
+
+
+def test_jobs_run_workers_on_their_allocated_gpus_with_no_secret_in_sight(
+    slurm_fleet: Fleet, cluster: SlurmCluster
+) -> None:
+    fleet = slurm_fleet
+    hostile = "a \"b\" #c $(touch pwned) `x` \\ 'd'"
+    shown = fleet.cli("slurm", "submit", "--target", "sm_90", "--time", "10", "--print", "--", f"--comment={hostile}")
+    assert shown.returncode == 0, shown.stderr
+    password = fleet.env["FLEET_DATABASE_URL"]
+    assert password not in shown.stdout and "#SBATCH --signal=TERM@150" in shown.stdout
+
+    done = fleet.cli(
+        "slurm", "submit", "--target", "sm_90", "--time", "10", "--jobs", "2", "--", f"--comment={hostile}"
+    )
+    assert done.returncode == 0, done.stderr
+    ids = [line.split()[2] for line in done.stdout.splitlines()]
+    assert len(ids) == 2
+    assert f"Comment={hostile}" in cluster.run("scontrol", "show", "job", ids[0])  # sbatch read it back intact
+    fleet.wait_for(lambda: len(live_eval_workers(fleet)) == 2, timeout=60, what="two Slurm-launched workers")
+
+    done = fleet.cli("tune", str(spec(fleet, 12, 0)), "--json", check=True, timeout=120)
+    assert json.loads(done.stdout)["problems"][0]["trials"] == {"evaluated": 12}
+    assert_each_once(fleet, 12)
+    workers = {w.name: w for w in live_eval_workers(fleet)}
+    allocations = {job: cluster.allocation(job) for job in ids}
+    with fleet.store.session() as session:
+        rows = session.execute(select(Measurement.worker, Measurement.metrics)).all()
+    for worker, metrics in rows:
+        node, _, job = worker.split("@")[1].partition(".slurm-")
+        assert job in ids, worker  # registered under its Slurm job
+        assert metrics["device"] in allocations[job][node], (worker, metrics, allocations)  # its own GPU only
+    for worker in workers.values():
+        environ = Path(f"/proc/{worker.pid}/environ").read_bytes()
+        assert b"FLEET_DATABASE_URL=" not in environ and b"FLEET_BROKER_URL=" not in environ
+        assert b"FLEET_DATABASE_URL_FILE=" in environ
+    secret = Path(fleet.home / ".fleet" / "slurm" / "secrets" / "fleet_database_url")
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert not (fleet.home / "pwned").exists()
+
+
+def test_user_mistakes_are_one_line(slurm_fleet: Fleet) -> None:
+    for args, says in (
+        (["--time", "soon"], "--time 'soon'"),
+        (["--time", "1", "--drain", "60"], "--drain 60"),
+        (["--partition", "gpu; rm"], "not a Slurm partition name"),
+        (["--print", "--", "qos=high"], "starts with '-'"),
+        (["--print", "--", "--comment=a\nb"], "control character"),
+    ):
+        done = slurm_fleet.cli("slurm", "submit", "--target", "sm_90", *args)
+        assert done.returncode == 1, (args, done.stdout)
+        assert done.stderr.count("\n") == 1 and says in done.stderr, (args, done.stderr)
+
+
+def test_scaled_workers_survive_wall_time_and_scancel_then_scale_to_zero(
+    slurm_fleet: Fleet, cluster: SlurmCluster
+) -> None:
+    """Scaling brings up jobs for a campaign; its jobs end at their wall time (0:30, draining 20 s
+    before) and one is cancelled mid-trial; every trial is measured exactly once,
+    and the jobs are gone soon after the campaign."""
+    fleet = slurm_fleet
+    scale = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "slurm", "scale", "--target", "sm_90", "--max", "2",
+         "--time", "0:30", "--drain", "20", "--interval", "1", "--cooldown", "2"],
+        env=fleet.env, cwd=fleet.home, stdout=(fleet.home / "scale.log").open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    fleet.procs.append(scale)
+    assert not cluster.live_jobs()
+    tune = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "tune", str(spec(fleet, 30, 1)), "--json", "--window", "2"],
+        env=fleet.env, cwd=fleet.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    fleet.wait_for(lambda: live_eval_workers(fleet), timeout=30, what="scaling to start a worker")
+    fleet.wait_for(
+        lambda: fleet.store.workers(target="sm_90", role="eval") and _evaluating(fleet),
+        timeout=30,
+        what="a trial to be evaluating",
+    )
+    first = cluster.live_jobs()
+    victim = first[0]
+    cluster.run("scancel", victim)  # mid-trial, as a user or a preemption would
+    try:
+        _, err = tune.communicate(timeout=240)
+    finally:
+        if tune.poll() is None:
+            os.killpg(tune.pid, signal.SIGKILL)
+    assert tune.returncode == 0, err
+    assert all(job not in cluster.live_jobs() for job in first)  # the other first job ran out of wall time
+    assert_each_once(fleet, 30)
+    jobs = {w.name.partition(".slurm-")[2] for w in fleet.store.workers(target="sm_90", role="eval")}
+    assert len(jobs) >= 3, jobs  # the cancelled job, and jobs that ran out of wall time, were replaced
+    fleet.wait_for(lambda: not cluster.live_jobs(), timeout=60, what="scaling to zero after the campaign")
+    fleet.stop(scale)
+    assert "cancelled" in (fleet.home / "scale.log").read_text() or not cluster.live_jobs()
+
+
+def _evaluating(fleet: Fleet) -> bool:
+    with fleet.store.session() as session:
+        return bool(session.scalar(select(func.count()).select_from(Trial).where(Trial.state == "evaluating")))

@@ -1,0 +1,42 @@
+"""fleet.ops.slurm's pure parts: Slurm's time formats, #SBATCH quoting, the GPUs a task was given, jobs wanted."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.ops.slurm import SlurmError, SlurmJob, allocated_gpus, parse_time, sbatch_quote, wanted
+
+
+def test_times_as_sbatch_reads_them() -> None:
+    assert [parse_time(t) for t in ("90", "0:30", "4:00:00", "1-12", "1-0:0:5")] == [5400, 30, 14400, 129600, 86405]
+    with pytest.raises(SlurmError, match="--time 'x'"):
+        parse_time("x")
+
+
+def test_sbatch_quoting_keeps_quotes_hashes_and_backslashes() -> None:
+    assert sbatch_quote('a "b" #c \\d') == '"a \\"b\\" \\#c \\\\d"'
+    with pytest.raises(SlurmError, match="control character"):
+        sbatch_quote("a\nb")
+
+
+def test_allocated_gpus_the_most_specific_variable_first() -> None:
+    assert allocated_gpus({"CUDA_VISIBLE_DEVICES": "1,3", "SLURM_JOB_GPUS": "5,7"}) == "1,3"
+    assert allocated_gpus({"ROCR_VISIBLE_DEVICES": "2"}) == "2"
+    assert allocated_gpus({"CUDA_VISIBLE_DEVICES": "NoDevFiles", "SLURM_JOB_GPUS": "0"}) == "0"
+    with pytest.raises(SlurmError, match="allocated no GPU"):
+        allocated_gpus({})
+
+
+def test_jobs_wanted_follow_the_queue_within_bounds() -> None:
+    assert wanted(0, False, 4, 0, 3) == 0
+    assert wanted(0, True, 4, 0, 3) == 1  # a campaign runs: one job, whose workers its driver feeds
+    assert wanted(9, True, 4, 0, 3) == 3
+    assert wanted(100, True, 4, 0, 3) == 3
+    assert wanted(0, False, 4, 2, 3) == 2
+
+
+def test_drain_defaults_to_a_quarter_of_a_short_wall_time() -> None:
+    assert SlurmJob("sm_90", time="4:00:00").drain_seconds() == 300
+    assert SlurmJob("sm_90", time="1").drain_seconds() == 15
+    with pytest.raises(SlurmError, match="--drain 60"):
+        SlurmJob("sm_90", time="1", drain=60).drain_seconds()
