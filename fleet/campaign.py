@@ -37,7 +37,7 @@ from fleet.spec import (  # noqa: F401 - the spec's names, re-exported for calle
 )
 from fleet.spec.keys import trial_keys
 from fleet.spec.workloads import load_workload_spec
-from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
+from fleet.store import TERMINAL_STATES, Campaign, NewTrial, Requeue, Store, TrialResult
 
 
 def campaign_space(campaign: Campaign, user_code: bool = False) -> tuple[Space, Callable[[Space], Searcher] | None]:
@@ -290,7 +290,7 @@ class Driver:
     window:
         Most trials in flight at once; enough to keep every evaluation slot busy.
     on_progress:
-        Called with (finished, total, best so far) after each poll.
+        Called with (finished, total, best so far of the latest result's problem) after each poll.
     on_warning:
         Called with one line when something needs the user's attention (no worker listening).
     steering:
@@ -344,9 +344,15 @@ class Driver:
         # A TVM trial is built and measured on the evaluation worker in one task (see fleet.tasks.tvm).
         self.first_task = "tvm_measure" if campaign.workload.get("kind") == "tvm" else "compile"
         self.problems = [p.id for p in store.campaign_problems(campaign.id)]
+        # A baseline that is also a configuration of the space is a trial the searcher may propose: it is measured
+        # already, so it is no trial of the budget (the driver does not count it), and the searcher may propose
+        # one more for each such baseline (a grid whose first configuration is the baseline spent its budget one
+        # short: 4 became 3).
+        self.baselines = baseline_configs(self.space, campaign.baseline) if campaign.baseline else []
+        inside = sum(1 for config in self.baselines if self._in_space(config))
         self.searchers = [
             new_searcher(
-                self._strategy(store, problem),
+                _more_budget(self._strategy(store, problem), inside),
                 self.space,
                 maximize=self.maximize,
                 index=index,
@@ -363,8 +369,12 @@ class Driver:
             for feed in self.feeds:
                 feed.done = True
         self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
-        self.finished = 0  # trials that ended; keeping their results would grow with the campaign
+        # Trials that ended, those of earlier drivers too, so that a resumed campaign counts on from where it was
+        # (its total is the campaign's); keeping their results would grow with the campaign.
+        self.finished = sum(n for state, n in store.trial_counts(campaign.id).items() if state in TERMINAL_STATES)
+        self.counted: set[int] = set()  # trials in flight again (to feed their searcher) that ended before
         self.best: dict[int, TrialResult] = {}
+        self.latest: int | None = None  # the problem of the latest result, whose best the progress shows
         self.seq = 0
         self.unsent: list[Requeue] = []
         self.broker_warned = -1e9
@@ -375,7 +385,8 @@ class Driver:
         # first one's did, and each new one would be a trial past the budget (40 became 44).
         budget = campaign.strategy.get("budget")
         self.budget: int | None = None if budget is None else int(budget)
-        self.tried: list[set[str]] = [set() for _ in self.problems]
+        baselines = {digest(config) for config in self.baselines}
+        self.tried: list[set[str]] = [set(baselines) for _ in self.problems]
         self.searched = [0] * len(self.problems)
         if self.budget is not None:
             position = {problem_id: index for index, problem_id in enumerate(self.problems)}
@@ -401,10 +412,10 @@ class Driver:
         budget = self.campaign.strategy.get("budget")
         if self.space.size > 200_000:
             return None if budget is None else budget * len(self.problems)
-        valid = sum(1 for _ in self.space)
+        # The baselines the space holds are among its valid configurations, and trials once.
+        valid = sum(1 for _ in self.space) - sum(1 for config in self.baselines if self._in_space(config))
         per_problem = valid if budget is None else min(budget, valid)
-        baselines = len(baseline_configs(self.space, self.campaign.baseline)) if self.campaign.baseline else 0
-        return (per_problem + baselines) * len(self.problems)
+        return (per_problem + len(self.baselines)) * len(self.problems)
 
     def _label(self, trial: NewTrial) -> str:
         """Whose trial it is, for a person watching the queues (Flower): campaign, problem, configuration."""
@@ -432,6 +443,8 @@ class Driver:
                 self.in_flight[trial_id] = (index, self.in_flight[trial_id][1] + asked)
                 continue
             self.in_flight[trial_id] = (index, asked)
+            if state in TERMINAL_STATES:
+                self.counted.add(trial_id)  # the baseline, or an earlier driver's trial: it ended already
             if state in ("new", "compiled"):
                 task = self.first_task if state == "new" else "evaluate"
                 send.append(Requeue(trial_id, self.campaign.target, task, label=self._label(trial)))
@@ -465,9 +478,13 @@ class Driver:
         self._fill()
 
     def _submit_baselines(self) -> None:
-        if self.campaign.baseline:
-            configs = baseline_configs(self.space, self.campaign.baseline)
-            self._submit([(index, config, True) for index in range(len(self.problems)) for config in configs])
+        if self.baselines:
+            self._submit([(index, config, True) for index in range(len(self.problems)) for config in self.baselines])
+
+    def _in_space(self, config: Config) -> bool:
+        """Whether ``config`` is one the space holds: a value of each knob, and valid under its constraints."""
+        values = all(config[knob.name] in knob.values for knob in self.space.knobs)
+        return values and self.space.is_valid(config)
 
     def _fill(self, window: int | None = None) -> None:
         """Ask the searchers for proposals until ``window`` trials (default: the driver's window) are in flight."""
@@ -526,9 +543,13 @@ class Driver:
         finished = self.store.results(sorted(self.in_flight)[:500])
         for result in finished:
             index, times = self.in_flight.pop(result.trial_id)
-            self.finished += 1
+            if result.trial_id in self.counted:
+                self.counted.discard(result.trial_id)
+            else:
+                self.finished += 1
             run = searched(result)
             self.feeds[index].inbox.extend([run] * times)
+            self.latest = result.problem_id
             current = self.best.get(result.problem_id)
             if self.searchers[index].accepts(run) and (
                 current is None
@@ -646,10 +667,18 @@ class Driver:
         self.store.set_campaign_status(self.campaign.id, "done")
 
     def _overall_best(self) -> TrialResult | None:
-        bests = list(self.best.values())
-        if not bests:
-            return None
-        return (max if self.maximize else min)(bests, key=lambda r: r.objective)  # type: ignore[arg-type,return-value]
+        """The best so far of the problem the latest result is of: a campaign's problems differ in size (n=512 and
+        n=4096), so a best over all of them would only ever show the largest's, or the smallest's."""
+        if len(self.problems) == 1:
+            return next(iter(self.best.values()), None)
+        return self.best.get(self.latest) if self.latest is not None else None
+
+
+def _more_budget(strategy: dict[str, Any], more: int) -> dict[str, Any]:
+    """``strategy`` with ``more`` trials to its budget, if it has one."""
+    if not more or strategy.get("budget") is None:
+        return strategy
+    return {**strategy, "budget": int(strategy["budget"]) + more}
 
 
 def summarize(store: Store, campaign: Campaign, searchers: Sequence[Searcher] | None = None) -> list[Summary]:

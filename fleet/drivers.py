@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
 
 from fleet.campaign import CampaignBusy, LeaseLost
 from fleet.errors import FleetError, StoreUnavailable
-from fleet.settings import Settings
+from fleet.settings import Settings, node_name
 from fleet.store import Campaign, Store
 
 log = logging.getLogger("fleet.driver")
@@ -57,7 +56,7 @@ class DriverService:
         # A driver outlives a database restart: its calls retry for this long before they give up.
         store.patience = max(store.patience, settings.outage_seconds)
         self.settings = settings
-        self.name = name or f"driver@{socket.gethostname()}:{os.getpid()}"
+        self.name = name or f"driver@{node_name()}:{os.getpid()}"
         self.max_campaigns = max_campaigns
         self.poll_seconds = poll_seconds
         self.echo = echo
@@ -68,7 +67,7 @@ class DriverService:
         """Appear in ``fleet status`` beside the workers, with the role ``driver``."""
         self.store.register_worker(
             name=self.name,
-            hostname=os.environ.get("FLEET_NODE_NAME") or socket.gethostname(),  # the name `fab deploy` used
+            hostname=node_name(),  # the name `fab deploy` used
             role="driver",
             target="-",
             queues=[],

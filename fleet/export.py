@@ -1,10 +1,10 @@
 """Exports of what a campaign did, for people and other tools.
 
 ``steps_csv`` writes one row per trial (per chain step, for annealing chains on the fleet) with its
-execution statistics: configuration, objective and every sample (with several objectives, each one in a column of
-its name after ``objective``), build and step times, where it ran, and what it was built and measured with (the build
-worker's toolchain, the evaluation worker's device), and, for a trial proposed from history, its rank and score
-there.
+execution statistics: the problem (its id and its parameters), configuration, objective and every sample (with
+several objectives, each one in a column of its name after ``objective``), build and step times, where it ran, and
+what it was built and measured with (the build worker's toolchain, the evaluation worker's device), and, for a trial
+proposed from history, its rank and score there.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from typing import Any, TextIO
 
 from sqlalchemy import func, select
 
+from fleet.labels import params_label
 from fleet.space import Space
 from fleet.store import Artifact, Campaign, Measurement, Store, Trial
 
 COLUMNS = [
     "problem",
+    "problem_params",  # what the problem is (n=512): its id alone says nothing to a reader of the file
     "chain",
     "step",
     "trial",
@@ -120,7 +122,9 @@ def steps_csv(store: Store, campaign: Campaign, out: TextIO) -> int:
         for number, row in enumerate(trials.values()):
             rows.append({**row, "chain": "", "step": number, "accepted": "", "temperature": ""})
     best: dict[tuple[Any, Any], float] = {}
-    fields = [*COLUMNS[:9], *columns.values(), COLUMNS[9], *knobs, *COLUMNS[10:]]
+    samples = COLUMNS.index("samples")  # the objectives before it, the knobs after it
+    fields = [*COLUMNS[:samples], *columns.values(), "samples", *knobs, *COLUMNS[samples + 1 :]]
+    params = {p.id: params_label(p.params or {}) for p in store.campaign_problems(campaign.id)}
     writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()
     for row in rows:
@@ -129,5 +133,6 @@ def steps_csv(store: Store, campaign: Campaign, out: TextIO) -> int:
         if value is not None and (key not in best or (value > best[key] if maximize else value < best[key])):
             best[key] = value
         measured = {column: row["objectives"].get(name, "") for name, column in columns.items()}
-        writer.writerow({**row, **measured, **row["config"], "best_so_far": best.get(key, "")})
+        shown = {"problem_params": params.get(row["problem"], ""), "best_so_far": best.get(key, "")}
+        writer.writerow({**row, **measured, **row["config"], **shown})
     return len(rows)

@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import Text, cast, func, select
 
 from fleet.fronts import Front, Preference, campaign_fronts, objective_values
+from fleet.labels import short_labels
 from fleet.search.pareto import Objective
 from fleet.spec.workloads import load_workload_spec
 from fleet.store import TRIAL_STATES, Artifact, Campaign, Measurement, Problem, Store, Trial, collector_paused, utcnow
@@ -1292,7 +1293,7 @@ def all_trials_section(data: Data) -> str:
     """
     if not data.rows:
         return '<p class="empty">No trials yet.</p>'
-    problems = {p.id: f"{p.id} {p.kind}" for p in data.problems}
+    problems = short_labels((p.id, p) for p in data.problems)  # n=1024, not the problem's id
     knob_names = list(data.knobs)
     several = len(data.problems) > 1
     head = ["trial", *(["problem"] if several else []), "state", data.objective_name, *knob_names]
@@ -1656,7 +1657,7 @@ def _page(store: Store, campaign: Campaign) -> str:
         rows = [r for r in data.rows if r.problem_id == problem_id]
         best = data.best_of(r for r in rows if not r.baseline)
         title = _problem_title(problem)
-        heading = f"Problem {problem.id}: {title}" if len(data.problems) > 1 else f"Problem: {title}"
+        heading = f"Problem: {title}"  # its kind and parameters name it; its id would say nothing
         front = ""
         if problem_id in fronts:
             shown = front_section(fronts[problem_id], objectives, preference, list(data.knobs))

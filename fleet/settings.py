@@ -10,6 +10,7 @@ of a project see the project's history.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,6 +266,12 @@ def redact(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{user}:***@{host}" + (f":{port}" if port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def node_name() -> str:
+    """This node's name: ``FLEET_NODE_NAME`` (what ``fab deploy`` set, the name the operator knows the node by),
+    else the host name. Nodes cloned from one image may share a host name; their measurements must not."""
+    return os.environ.get("FLEET_NODE_NAME") or socket.gethostname()
 
 
 _current: Settings | None = None

@@ -142,8 +142,12 @@ class ProgressBar:
 
     EVERY_SECONDS = 10.0
 
-    def __init__(self, name: str, quiet: bool, stream: IO[str] | None = None) -> None:
+    def __init__(
+        self, name: str, quiet: bool, stream: IO[str] | None = None, labels: dict[int, str] | None = None
+    ) -> None:
         self.name = name
+        # Several problems: the best shown is of the latest result's problem, which its label names.
+        self.labels = labels if labels and len(labels) > 1 else {}
         self.quiet = quiet
         self.stream = stream or sys.stderr
         self.bar: Any = None
@@ -163,7 +167,7 @@ class ProgressBar:
                 self.bar.total = total
             self.bar.n = done
             if best is not None and best.objective is not None:
-                self.bar.set_postfix_str(f"best {best.objective:.4g}", refresh=False)
+                self.bar.set_postfix_str(self._best(best), refresh=False)
             self.bar.refresh()
             return
         if self.quiet:
@@ -181,9 +185,13 @@ class ProgressBar:
         rate = done / (now - self.started) if now > self.started else 0.0
         line = f"{self.name}: {done}/{'?' if total is None else total} trials, {rate:.1f}/s"
         if best is not None and best.objective is not None:
-            line += f", best {best.objective:.4g}"
+            line += f", {self._best(best)}"
         print(line, file=self.stream, flush=True)
         self.printed, self.printed_at = (done, total), now
+
+    def _best(self, best: Any) -> str:
+        label = self.labels.get(best.problem_id) if self.labels else None
+        return f"best {best.objective:.4g}" + (f" of {label}" if label else "")
 
     def warn(self, line: str) -> None:
         if self.bar is not None:
@@ -194,5 +202,5 @@ class ProgressBar:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-        elif not self.quiet:
-            self._line(time.monotonic())
+        elif not self.quiet and self.last != (0, None, None):
+            self._line(time.monotonic())  # not for a run that measured nothing ('0/? trials'): it says so itself

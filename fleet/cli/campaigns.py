@@ -23,6 +23,7 @@ from fleet.cli._sections import WholeHelpGroup
 from fleet.diagnose import failure_reasons, no_valid_measurement
 from fleet.errors import FleetError, NotFound
 from fleet.fronts import WITHIN, Preference, campaign_fronts, check_preference, objective_values
+from fleet.labels import problem_label, short_labels
 from fleet.settings import get_settings
 
 OUTPUT_HELP = "- writes it to standard output."
@@ -178,7 +179,8 @@ def _drive(
     local = settings.embedded if local is None else local
     fleet = LocalFleet(settings, campaign.target, eval_procs=eval_procs) if local and not detach else nullcontext()
     with fleet:
-        bar = ProgressBar(campaign.name, quiet=as_json)
+        labels = short_labels((p.id, p) for p in store.campaign_problems(campaign.id))
+        bar = ProgressBar(campaign.name, quiet=as_json, labels=labels)
         run = driver(
             store,
             campaign,
@@ -371,20 +373,28 @@ def status(campaign: str | None, as_json: bool) -> None:
                 entry["status"], entry["reason"] = "failed", failed
         if waiting and not any(w.role == "eval" for w in live if w.target == c.target):
             entry["warning"] = f"no worker is listening on eval.{c.target}: {waiting} trials wait"
+        chains = store.chains(c.id)
+        # A problem is named by its kind and parameters (the id says nothing to the user who wrote them).
+        labels = {p.id: problem_label(p) for p in store.campaign_problems(c.id)} if campaign or chains else {}
         if campaign:
             entry["best"] = [
-                {"problem": s.problem_id, "config": s.best.config, "objective": s.best.objective}
+                {
+                    "problem": s.problem_id,
+                    "label": labels.get(s.problem_id),
+                    "config": s.best.config,
+                    "objective": s.best.objective,
+                }
                 for s in summarize(store, c)
                 if s.best is not None
             ]
             reasons = failure_reasons(store, c.id)
             entry["errors"] = {r.reason: r.count for r in reasons}
             entry["examples"] = {r.reason: r.trial_id for r in reasons}
-        chains = store.chains(c.id)
         if chains:
             entry["chains"] = [
                 {
                     "problem": ch.problem_id,
+                    "label": labels.get(ch.problem_id),
                     "chain": ch.index,
                     "step": ch.step,
                     "steps": ch.steps,
@@ -431,15 +441,13 @@ def status(campaign: str | None, as_json: bool) -> None:
         if "warning" in entry:
             click.echo(f"      warning: {entry['warning']}")
         for best in entry.get("best", []):
-            click.echo(
-                f"      best of problem {best['problem']}: {best['objective']:.4g}  {format_config(best['config'])}"
-            )
+            click.echo(f"      best of {best['label']}: {best['objective']:.4g}  {format_config(best['config'])}")
         for reason, n in list(entry.get("errors", {}).items())[:10]:
             click.echo(f"      failed x{n}: {reason}  (fleet trial {entry['examples'][reason]})")
         for ch in entry.get("chains", []):
             best = "-" if ch["best"] is None else f"{ch['best']:.4g}"
             click.echo(
-                f"      chain {ch['chain']} of problem {ch['problem']}: step {ch['step']}/{ch['steps']}, "
+                f"      chain {ch['chain']} of {ch['label']}: step {ch['step']}/{ch['steps']}, "
                 f"{ch['state']}, best {best}"
             )
     # A driver is beside the workers in the list, not one of them: it takes campaigns, no trial.
@@ -557,9 +565,15 @@ def best(
             continue
         name = rows[0][0].objective_name  # a fleet row: there are rows of Fleet's measurements
         click.echo(f"{name} {row[name]:.4g}  {format_config(row['config'])}")
-        click.echo(
-            f"  trial {row['trial']} on {row['node']} ({row['worker']}), {row['measured_at']}; {row['toolchain']}"
-        )
+        click.echo(f"  trial {row['trial']} {_measured_where(row)}")
+
+
+def _measured_where(row: dict[str, Any]) -> str:
+    """Where and with what a best was measured; an imported one (no node) by what its toolchain says of its file."""
+    if row["node"] is None:
+        return f"{row['toolchain'] or 'imported'}, {row['measured_at']}"
+    toolchain = f"; {row['toolchain']}" if row["toolchain"] else ""
+    return f"on {row['node']} ({row['worker']}), {row['measured_at']}{toolchain}"
 
 
 def _find_problem_or_tvm(
@@ -827,7 +841,10 @@ def validate(spec: Path, target: str | None) -> None:
         values = ", ".join(format_config({"": v})[1:] for v in knob.values[:8])
         more = f", ... ({len(knob.values)} values)" if len(knob.values) > 8 else ""
         click.echo(f"  knob      {knob.name} ({'build' if knob.build else 'run'}): {values}{more}")
-    click.echo(f"  space     {_space_line(space)}")
+    line, valid, exact = _space_line(space)
+    click.echo(f"  space     {line}")
+    for what, argv in _commands(campaign, space):
+        click.echo(f"  {what:<9} {shlex.join(argv)}")
     strategy = campaign.strategy
     budget = strategy.get("budget")
     per = "every valid configuration" if budget is None else f"{budget} trials"
@@ -837,19 +854,37 @@ def validate(spec: Path, target: str | None) -> None:
     if campaign.baseline is not None:
         click.echo(f"  baseline  {format_config(campaign.baseline)}, measured once per problem besides")
     count = len(campaign.problems)
-    total = "?" if budget is None else str(budget * count)
+    # A budget past the valid configurations spends them all, as does a strategy with none (grid).
+    per_problem = valid if budget is None else min(budget, valid)
+    about = "" if exact or per_problem == budget else "about "  # a budget within an estimate is spent whole
+    total = f"{about}{per_problem * count}"
     baselines = f" (+ {count} baseline{'s' if count > 1 else ''})" if campaign.baseline is not None else ""
     click.echo(f"  trials    {total} in all{baselines}")
 
 
-def _space_line(space: Any) -> str:
-    """The space's size, and how many configurations its constraints leave (counted, or estimated from a sample)."""
+def _space_line(space: Any) -> tuple[str, int, bool]:
+    """The space's size and how many configurations its constraints leave, said in a line; that number, and
+    whether it was counted (a larger space's is estimated from a sample)."""
     size = space.size
     if not space.constraints and space.predicate is None:
-        return f"{size} configurations"
+        return f"{size} configurations", size, True
     if size <= COUNT_UP_TO:
         valid = sum(space.is_valid(space.decode(i)) for i in range(size))
-        return f"{size} configurations, {valid} of them valid under the constraints"
+        return f"{size} configurations, {valid} of them valid under the constraints", valid, True
     sample = space.sample(SAMPLE)
     share = sum(space.is_valid(c) for c in sample) / len(sample)
-    return f"{size} configurations, about {share:.0%} of them valid under the constraints (from {len(sample)})"
+    line = f"{size} configurations, about {share:.0%} of them valid under the constraints (from {len(sample)})"
+    return line, round(size * share), False
+
+
+def _commands(campaign: Any, space: Any) -> list[tuple[str, list[str]]]:
+    """The build and run command lines of a command workload, as the first problem's first valid configuration
+    fills them: what a worker will run, to read before it does."""
+    workload = campaign.workload
+    first = next(iter(space), None)
+    if workload.get("kind") != "command" or first is None:
+        return []
+    from fleet.spec.workloads.command import fill
+
+    values = {**campaign.problems[0].params, **first}
+    return [(what, fill(workload[what], values)) for what in ("build", "run") if workload.get(what)]

@@ -13,6 +13,7 @@ from fleet.cli._common import database_url, format_config, is_stdout, open_store
 from fleet.cli.campaigns import find_campaign
 from fleet.diagnose import first_line
 from fleet.errors import FleetError, NotFound
+from fleet.labels import short_labels
 
 TAIL_LINES = 20
 
@@ -97,12 +98,22 @@ def trials(campaign: str, states: tuple[str, ...], as_json: bool, as_csv: bool, 
         click.echo(f"campaign {found.name} has no trials" + (f" in {', '.join(states)}" if states else ""))
         return
     table = [("ID", "PROBLEM", "STATE", "OBJECTIVE", "ATTEMPTS", "WORKER", "CONFIG", "REASON")]
+    # The parameters that tell the campaign's problems apart name them (n=1024), not their ids.
+    labels = short_labels((p.id, p) for p in store.campaign_problems(found.id))
     for r in rows:
         reason = "" if r.reason is None and r.state not in ("errored", "invalid") else first_line(r.reason, r.state)
         config = format_config(r.config) + (" (baseline)" if r.baseline else "") + _from_history(r.history)
-        problem = f"{r.problem_id} {r.problem_kind}"
         table.append(
-            (str(r.id), problem, r.state, _objective(r.objective), str(r.attempts), r.worker or "-", config, reason)
+            (
+                str(r.id),
+                labels.get(r.problem_id, r.problem_kind),
+                r.state,
+                _objective(r.objective),
+                str(r.attempts),
+                r.worker or "-",
+                config,
+                reason,
+            )
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     for row in table:
@@ -236,7 +247,10 @@ def _trial_lines(out: dict[str, Any]) -> list[str]:
         lines.append(f"  samples   {', '.join(f'{v:.4g}' for v in m['samples']) or '-'}")
         if m["metrics"]:
             lines.append(f"  metrics   {format_config(m['metrics'])}")
-        lines.append(f"  measured  on {m['node'] or '-'} {m['gpu'] or ''} at {m['measured_at']}; {m['toolchain']}")
+        # An imported measurement has no node: its toolchain says which file it came from.
+        where = " ".join(part for part in ("on", m["node"], m["gpu"]) if part) + " " if m["node"] else ""
+        toolchain = f"; {m['toolchain']}" if m["toolchain"] else ""
+        lines.append(f"  measured  {where}at {m['measured_at']}{toolchain}")
     a = out["artifact"]
     if a is not None:
         built = f"{a['build_seconds']:.1f} s" if a["build_seconds"] is not None else "-"

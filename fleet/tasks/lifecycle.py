@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from celery import signals
 
 from fleet.errors import ConfigurationError, StoreError
-from fleet.settings import get_settings
+from fleet.settings import get_settings, node_name
 from fleet.store import Store
 from fleet.tasks.sending import send, send_steps
 from fleet.workers import sandbox
@@ -89,7 +88,7 @@ def _register(sender: Any = None, **_: Any) -> None:
     queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) if sender.app else []
     ctx.store.register_worker(
         name=name,
-        hostname=os.environ.get("FLEET_NODE_NAME") or socket.gethostname(),  # the name `fab deploy` used
+        hostname=node_name(),  # the name `fab deploy` used
         role=role,
         target=target,
         queues=queues,

@@ -10,7 +10,6 @@ import hashlib
 import logging
 import os
 import shutil
-import socket
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -22,7 +21,7 @@ from functools import cached_property
 from pathlib import Path
 
 from fleet.errors import NodeFault, SpecError, StoreUnavailable
-from fleet.settings import Settings
+from fleet.settings import Settings, node_name
 from fleet.space import build_part
 from fleet.store import INLINE_BYTES, Requeue, Store, TrialWork
 from fleet.workers import health
@@ -115,7 +114,7 @@ class WorkerContext:
     settings: Settings
     env: dict[str, str] = field(default_factory=dict)
     gpu: str | None = None
-    node: str = field(default_factory=socket.gethostname)
+    node: str = field(default_factory=node_name)  # measurements record it: FLEET_NODE_NAME, else the host name
     _workloads: dict[int, Workload] = field(default_factory=dict, repr=False)
     # The toolchain found for each toolchain command (a workload's toolchain_key), with the stat of the compiler it
     # ran (see Probe), and for each campaign met; the toolchain command of each campaign met.

@@ -200,7 +200,7 @@ def test_what_a_newcomer_runs_after_a_first_campaign(fleet: Fleet) -> None:
     best = fleet.cli("best", "--kind", "kernel", "--json", check=True)  # results on one target: no --target to give
     assert json.loads(best.stdout)["config"] == {"size": 4, "scale": 10}
     steps = fleet.cli("trials", "kernel", "--csv", "-o", "-", check=True)
-    assert steps.stdout.splitlines()[0].startswith("problem,chain,step,trial,")
+    assert steps.stdout.splitlines()[0].startswith("problem,problem_params,chain,step,trial,")
     assert len(steps.stdout.splitlines()) == 9
     assert steps.stderr == "8 trials of campaign kernel written to standard output\n"
     assert not (fleet.home / "-").exists()

@@ -353,3 +353,100 @@ def test_the_python_example_run_outside_the_clone_says_where_the_spec_and_the_da
     ), line
     # Once there, it is the database: nothing more is said.
     assert python_example(home, str(ROOT / "examples/matmul-c/spec.json")).stderr == ""
+
+
+# -- item 11: what the commands say of problems, budgets and progress ------------------------------------------------
+
+SCORE = "import json, sys; print(json.dumps({'score': float(sys.argv[1]) * float(sys.argv[2])}))"
+
+
+def sizes_spec(**changes: object) -> dict:
+    """Two problem sizes of a quick program whose score is x * n, over eight run-time values of x."""
+    spec: dict = {
+        "name": "sizes",
+        "problems": [{"kind": "copy", "params": {"n": 10}}, {"kind": "copy", "params": {"n": 1000}}],
+        "space": {"knobs": {"x": {"values": list(range(1, 9)), "build": False}}},
+        "strategy": {"name": "random", "budget": 3},
+        "workload": {
+            "kind": "command",
+            "run": [sys.executable, "-c", SCORE, "{x}", "{n}"],
+            "objective": {"json": "score", "goal": "max"},
+        },
+    }
+    return {**spec, **changes}
+
+
+def test_problems_are_named_by_their_parameters_not_their_ids(tmp_path: Path) -> None:
+    home = Home(tmp_path, FLEET_BROKER_URL="filesystem://")
+    tuned = home.cli("tune", str(write_spec(tmp_path, sizes_spec())))
+    assert tuned.returncode == 0, tuned.stderr
+
+    # The progress line's best is of one problem, which it names: never n=10's and n=1000's mixed.
+    progress = [line for line in tuned.stderr.splitlines() if "best" in line]
+    assert progress and all(line.endswith((" of n=10", " of n=1000")) for line in progress), progress
+
+    status = home.cli("status", "sizes").stdout
+    assert "best of copy n=10: " in status and "best of copy n=1000: " in status, status
+    assert "problem 1" not in status and "problem 2" not in status, status
+
+    table = home.cli("trials", "sizes").stdout.splitlines()
+    assert {line.split()[1] for line in table[1:]} == {"n=10", "n=1000"}, table
+
+    rows = home.cli("trials", "sizes", "--csv").stdout.splitlines()
+    assert rows[0].startswith("problem,problem_params,"), rows[0]
+    assert {row.split(",")[1] for row in rows[1:]} == {"n=10", "n=1000"}, rows
+
+    assert home.cli("report", "sizes", "-o", "report.html").returncode == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "<h2>Problem: copy n=10</h2>" in page and "<h2>Problem: copy n=1000</h2>" in page
+    assert "Problem 1" not in page
+
+
+def test_a_search_that_proposes_the_baseline_spends_its_whole_budget_and_counts_steadily(tmp_path: Path) -> None:
+    # A grid's first configuration is the baseline's: the budget of 4 is 4 configurations besides it.
+    home = Home(tmp_path, FLEET_BROKER_URL="filesystem://")
+    spec = write_spec(tmp_path, sizes_spec(strategy={"name": "grid", "budget": 4}, baseline={"x": 1}))
+
+    tuned = home.cli("tune", str(spec))
+
+    assert tuned.returncode == 0, tuned.stderr
+    assert "copy n=10 on cpu-x86_64: 4 evaluated + 1 baseline" in tuned.stdout, tuned.stdout
+    progress = [line.split()[1] for line in tuned.stderr.splitlines() if " trials, " in line]
+    assert progress and all(count.endswith("/10") for count in progress), progress
+    assert progress[-1] == "10/10"
+
+    # The same spec again measures nothing, and says so without a progress line of nothing ('0/? trials').
+    again = home.cli("tune", str(spec))
+    assert again.returncode == 0, again.stderr
+    assert " trials, " not in again.stderr, again.stderr
+    assert "nothing new measured" in again.stderr
+
+
+def test_an_imported_measurement_says_where_it_came_from(tmp_path: Path) -> None:
+    home = Home(tmp_path, FLEET_BROKER_URL="filesystem://")
+    (tmp_path / "A100.json").write_text(json.dumps(A100))
+    assert home.cli("import", "kt", "A100.json").returncode == 0
+
+    best = home.cli("best", "--kind", "kernel", "--target", "sm_80")
+
+    assert best.returncode == 0, best.stderr
+    assert "None" not in best.stdout, best.stdout
+    assert "imported A100" in best.stdout.splitlines()[1], best.stdout
+    name = json.loads(home.cli("status", "--json").stdout)["campaigns"][0]["name"]
+    first = json.loads(home.cli("trials", name, "--json").stdout)["trials"][0]["id"]
+    [measured] = [line for line in home.cli("trial", str(first)).stdout.splitlines() if "measured" in line]
+    assert "None" not in measured and " on " not in measured and "imported A100" in measured, measured
+
+
+def test_validate_counts_a_grid_and_shows_the_commands_it_would_run(tmp_path: Path) -> None:
+    home = Home(tmp_path, FLEET_BROKER_URL="filesystem://")
+    spec = sizes_spec(strategy={"name": "grid"})
+    spec["workload"]["build"] = ["cc", "-DX={x}", "prog.c", "-o", "prog"]
+    spec["space"]["knobs"]["x"]["build"] = True
+
+    done = home.cli("validate", str(write_spec(tmp_path, spec)))
+
+    assert done.returncode == 0, done.stderr
+    assert "  trials    16 in all\n" in done.stdout, done.stdout  # 8 configurations of each of 2 problems
+    assert "  build     cc -DX=1 prog.c -o prog" in done.stdout, done.stdout
+    assert f"  run       {sys.executable} -c " in done.stdout and " 1 10\n" in done.stdout, done.stdout
