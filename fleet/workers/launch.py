@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from fleet.errors import FleetError
 from fleet.ops.logs import RotatingLog, pump, rotation, worker_log_path
-from fleet.settings import Settings, child_env
+from fleet.settings import Settings, child_env, node_name
 from fleet.workers.gpus import Gpu, cpu_target, detect_gpus, given, override_gpus, select_gpus
 
 log = logging.getLogger("fleet.launch")
@@ -81,7 +80,7 @@ def plan(
     build_procs:
         Build concurrency per target; the number of cores by default.
     """
-    host = host or socket.gethostname()
+    host = host or node_name()
     build_procs = build_procs or os.cpu_count() or 1
     gpu_records = json.dumps([asdict(g) for g in gpus])
     specs: list[WorkerSpec] = []
