@@ -31,6 +31,7 @@ from fleet.pace import SLOT_DEPTH
 from fleet.settings import get_settings
 from fleet.spec import load_spec
 from fleet.spec.campaign import check_priority
+from fleet.states import ENDED, CampaignStatus
 from fleet.store import Campaign, Measurement, Store, TrialRecord, TrialResult, connect
 
 log = logging.getLogger(__name__)
@@ -244,9 +245,6 @@ def campaigns(store: Store | None = None) -> list[CampaignHandle]:
     return [CampaignHandle(store, c.id) for c in store.campaigns()]
 
 
-ENDED = ("done", "cancelled", "failed")
-
-
 class CampaignHandle:
     """A stored campaign, to watch and steer from Python; every method reads the database afresh.
 
@@ -330,10 +328,10 @@ class CampaignHandle:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"campaign {self.name!r} is still {c.status} after {timeout} s")
             time.sleep(0.5)
-        if c.status == "failed":
+        if c.status == CampaignStatus.FAILED:
             raise FleetError(f"campaign {self.name!r} failed: {c.reason}")
         summaries = summarize(self.store, c)
-        if c.status == "done":
+        if c.status == CampaignStatus.DONE:
             from fleet.diagnose import no_valid_measurement
 
             failure = no_valid_measurement(self.store, c, summaries)

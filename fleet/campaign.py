@@ -37,7 +37,8 @@ from fleet.spec import (  # noqa: F401 - the spec's names, re-exported for calle
 )
 from fleet.spec.keys import trial_keys
 from fleet.spec.workloads import load_workload_spec
-from fleet.store import TERMINAL_STATES, Campaign, NewTrial, Requeue, Store, TrialResult
+from fleet.states import DRIVEN, TERMINAL, WAITING, CampaignStatus, TrialState
+from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
 
 
 def campaign_space(campaign: Campaign, user_code: bool = False) -> tuple[Space, Callable[[Space], Searcher] | None]:
@@ -204,7 +205,7 @@ class Steering:
         self.lease_seconds = lease_seconds
         self.every = min(every, lease_seconds / 3)
         self.last = -1e9
-        self.status = "running"
+        self.status = CampaignStatus.RUNNING
         # Set by a stopping ``fleet driver``: the campaign is let go, for another driver to take.
         self.stop: threading.Event | None = None
 
@@ -215,7 +216,7 @@ class Steering:
         ):
             return
         campaign = self.store.campaign(self.campaign_id)
-        if campaign.status not in ("running", "paused"):
+        if campaign.status not in DRIVEN:
             return  # ended: the driver returns what it found without driving
         raise CampaignBusy(
             f"campaign {campaign.name!r} is driven by {campaign.driver}; `fleet status {campaign.name}` shows how far"
@@ -236,7 +237,7 @@ class Steering:
         status = self.store.renew_campaign(self.campaign_id, self.owner, self.lease_seconds)
         if status is None:
             status = self.store.campaign(self.campaign_id).status
-            if status not in ("running", "paused"):
+            if status not in DRIVEN:
                 self.status = status  # a cancel lets go of the lease: not a takeover
                 return status
             raise LeaseLost(f"campaign {self.campaign_id}: another driver took it over")
@@ -371,7 +372,7 @@ class Driver:
         self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
         # Trials that ended, those of earlier drivers too, so that a resumed campaign counts on from where it was
         # (its total is the campaign's); keeping their results would grow with the campaign.
-        self.finished = sum(n for state, n in store.trial_counts(campaign.id).items() if state in TERMINAL_STATES)
+        self.finished = sum(n for state, n in store.trial_counts(campaign.id).items() if state in TERMINAL)
         self.counted: set[int] = set()  # trials in flight again (to feed their searcher) that ended before
         self.best: dict[int, TrialResult] = {}
         self.latest: int | None = None  # the problem of the latest result, whose best the progress shows
@@ -443,12 +444,12 @@ class Driver:
                 self.in_flight[trial_id] = (index, self.in_flight[trial_id][1] + asked)
                 continue
             self.in_flight[trial_id] = (index, asked)
-            if state in TERMINAL_STATES:
+            if state in TERMINAL:
                 self.counted.add(trial_id)  # the baseline, or an earlier driver's trial: it ended already
-            if state in ("new", "compiled"):
-                task = self.first_task if state == "new" else "evaluate"
+            if state in WAITING:
+                task = self.first_task if state == TrialState.NEW else "evaluate"
                 send.append(Requeue(trial_id, self.campaign.target, task, label=self._label(trial)))
-                keys.append(trial.build_key if state == "new" and self.first_task == "compile" else None)
+                keys.append(trial.build_key if state == TrialState.NEW and self.first_task == "compile" else None)
         if len(set(keys) - {None}) > 1:
             within = 3 * self.heartbeat_seconds + 5
             builders = self.store.workers(target=self.campaign.target, role="build", within=within)
@@ -583,13 +584,13 @@ class Driver:
     def _steer(self) -> bool:
         """Act on the campaign's status; False when the campaign has ended (cancelled, or ended elsewhere)."""
         status = self.steering.check()
-        if status == "cancelled":
+        if status == CampaignStatus.CANCELLED:
             # Trials written after the cancel (this driver had not yet seen it) end as well.
             self.store.cancel_trials(self.campaign.id)
             return False
-        if status == "paused":
+        if status == CampaignStatus.PAUSED:
             self.paused = True
-        elif status == "running" and self.paused:
+        elif status == CampaignStatus.RUNNING and self.paused:
             self.paused = False
             # Workers dropped the messages of trials that waited during the pause.
             self._send(self.store.pending(self.campaign.id))
@@ -599,7 +600,7 @@ class Driver:
             batched = self.pace.cheap and not self.dynamic
             depth = self.pace.depth() if batched else SLOT_DEPTH
             self.window = max(1, self.window_for(depth)) * (MAX_BATCH if batched else 1)
-        return status in ("running", "paused")
+        return status in DRIVEN
 
     def run(self) -> list[Summary]:
         """Drive the campaign to its end and return what it found per problem.
@@ -664,7 +665,7 @@ class Driver:
                 # A wide window has plenty queued: polling less often leaves the CPU to the workers.
                 time.sleep(0.25)
         self.on_progress(self.finished, self.finished, self._overall_best())
-        self.store.set_campaign_status(self.campaign.id, "done")
+        self.store.set_campaign_status(self.campaign.id, CampaignStatus.DONE)
 
     def _overall_best(self) -> TrialResult | None:
         """The best so far of the problem the latest result is of: a campaign's problems differ in size (n=512 and

@@ -19,6 +19,7 @@ from fleet.search.anneal import TEMPERATURE
 from fleet.settings import get_settings
 from fleet.space import Space
 from fleet.spec.workloads import load_workload_spec
+from fleet.states import DRIVEN, WAITING, CampaignStatus, ChainState, TrialState
 from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
 
 DEFAULT_CHAINS = 4
@@ -78,7 +79,7 @@ class ChainDriver:
                 temperature=float(options.get("temperature", TEMPERATURE)),
             )
         self._submit_baselines(space)
-        running = [c for c in self.store.chains(self.campaign.id) if c.state == "running"]
+        running = [c for c in self.store.chains(self.campaign.id) if c.state == ChainState.RUNNING]
         self.in_flight = [c.id for c in running]
         self.send_steps((c.id, c.step, self.campaign.target) for c in running)
 
@@ -93,9 +94,9 @@ class ChainDriver:
                 trials.append(NewTrial(problem.id, config, build_key, measure_key, baseline=True))
         created = self.store.add_trials(self.campaign.id, self.campaign.target, trials)
         self.dispatch(
-            Requeue(trial_id, self.campaign.target, "compile" if state == "new" else "evaluate")
+            Requeue(trial_id, self.campaign.target, "compile" if state == TrialState.NEW else "evaluate")
             for trial_id, state in created
-            if state in ("new", "compiled")
+            if state in WAITING
         )
 
     def run(self) -> list[Summary]:
@@ -112,24 +113,24 @@ class ChainDriver:
             self._drive()
 
     def _drive(self) -> None:
-        if self.steering.check() not in ("running", "paused"):
+        if self.steering.check() not in DRIVEN:
             return
         self.submit_all()
         total = sum(c.steps for c in self.store.chains(self.campaign.id))
         maximize = load_workload_spec(self.campaign.workload).maximize
         last_check = time.monotonic()
         reported = -1
-        paused = self.steering.status == "paused"
+        paused = self.steering.status == CampaignStatus.PAUSED
         while True:
             if self.steering.due():
                 status = self.steering.check()
-                if status not in ("running", "paused"):
+                if status not in DRIVEN:
                     return
-                if paused and status == "running":
+                if paused and status == CampaignStatus.RUNNING:
                     # The workers dropped the steps sent during the pause: send each chain's step again.
-                    running = [c for c in self.store.chains(self.campaign.id) if c.state == "running"]
+                    running = [c for c in self.store.chains(self.campaign.id) if c.state == ChainState.RUNNING]
                     self.send_steps((c.id, c.step, self.campaign.target) for c in running)
-                paused = status == "paused"
+                paused = status == CampaignStatus.PAUSED
             chains = self.store.chains(self.campaign.id)
             done = sum(c.step for c in chains)
             bests = [c for c in chains if c.best_objective is not None]
@@ -137,7 +138,7 @@ class ChainDriver:
             if done != reported:
                 reported = done
                 self.on_progress(done, total, _as_result(best))
-            if all(c.state != "running" for c in chains):
+            if all(c.state != ChainState.RUNNING for c in chains):
                 break
             if time.monotonic() - last_check > self.requeue_seconds / 4:
                 last_check = time.monotonic()
@@ -145,7 +146,7 @@ class ChainDriver:
                 served = 3 * get_settings().heartbeat_seconds + 5
                 self.send_steps(self.store.stale_chains(self.requeue_seconds, self.campaign.id, served_within=served))
             time.sleep(self.poll_seconds)
-        self.store.set_campaign_status(self.campaign.id, "done")
+        self.store.set_campaign_status(self.campaign.id, CampaignStatus.DONE)
 
 
 def _as_result(chain: Any) -> TrialResult | None:
@@ -155,7 +156,7 @@ def _as_result(chain: Any) -> TrialResult | None:
         trial_id=0,
         problem_id=chain.problem_id,
         config=chain.best_config,
-        state="evaluated",
+        state=TrialState.EVALUATED,
         reason=None,
         objective=chain.best_objective,
         valid=True,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.errors import FleetError
+from fleet.states import FAILED, TrialState
 
-FAILED_STATES = ("errored", "invalid")
 SHOWN_REASONS = 5
 
 
@@ -44,7 +44,7 @@ class NoValidMeasurement(FleetError):
         return {"error": str(self), "problems": self.problems}
 
 
-def first_line(reason: str | None, state: str = "errored") -> str:
+def first_line(reason: str | None, state: str = TrialState.ERRORED) -> str:
     """A reason's first non-blank line: reasons that differ only in a traceback or a log count as one."""
     for line in (reason or "").splitlines():
         if line.strip():
@@ -58,7 +58,7 @@ def failure_reasons(store: Any, campaign_id: int, problem_id: int | None = None)
     Most common first, ties in the order they first happened; each with the first trial that gave it.
     """
     counts: dict[str, list[int]] = {}
-    for row in store.trial_rows(campaign_id, FAILED_STATES, problem_id=problem_id):
+    for row in store.trial_rows(campaign_id, FAILED, problem_id=problem_id):
         counts.setdefault(first_line(row.reason, row.state), []).append(row.id)
     ranked = sorted(counts.items(), key=lambda item: (-len(item[1]), item[1][0]))
     return [ReasonCount(reason, len(ids), ids[0]) for reason, ids in ranked]

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from fleet.campaign import CampaignBusy, LeaseLost
 from fleet.errors import FleetError, StoreUnavailable
 from fleet.settings import Settings, node_name
+from fleet.states import DRIVEN
 from fleet.store import Campaign, Store
 
 log = logging.getLogger("fleet.driver")
@@ -153,7 +154,7 @@ class DriverService:
             self.store.release_campaign(campaign.id, self.name)
             return
         ended = self.store.campaign(campaign.id)
-        if ended.status in ("running", "paused"):
+        if ended.status in DRIVEN:
             self.echo(f"{self.name}: let go of {campaign.name!r} ({ended.status}) as this driver stops")
         else:
             self.echo(f"{self.name}: campaign {campaign.name!r} {ended.status}")

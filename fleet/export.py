@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 
 from fleet.labels import params_label
 from fleet.space import Space
+from fleet.states import TrialState
 from fleet.store import Artifact, Campaign, Measurement, Store, Trial
 
 COLUMNS = [
@@ -129,7 +130,7 @@ def steps_csv(store: Store, campaign: Campaign, out: TextIO) -> int:
     writer.writeheader()
     for row in rows:
         key = (row["problem"], row["chain"])
-        value = row["objective"] if row["state"] == "evaluated" else None
+        value = row["objective"] if row["state"] == TrialState.EVALUATED else None
         if value is not None and (key not in best or (value > best[key] if maximize else value < best[key])):
             best[key] = value
         measured = {column: row["objectives"].get(name, "") for name, column in columns.items()}

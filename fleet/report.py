@@ -37,7 +37,8 @@ from fleet.fronts import Front, Preference, campaign_fronts, objective_values
 from fleet.labels import short_labels
 from fleet.search.pareto import Objective
 from fleet.spec.workloads import load_workload_spec
-from fleet.store import TRIAL_STATES, Artifact, Campaign, Measurement, Problem, Store, Trial, collector_paused, utcnow
+from fleet.states import FAILED, FINISHED, TRIAL_STATES, ArtifactState, TrialState
+from fleet.store import Artifact, Campaign, Measurement, Problem, Store, Trial, collector_paused, utcnow
 
 PALETTE = (
     "#4e79a7",
@@ -51,7 +52,6 @@ PALETTE = (
     "#9c755f",
     "#5f6b7a",
 )
-FAILED_STATES = ("errored", "invalid")
 DASH = "\u2013"  # what a missing value shows
 TIMES = "\u00d7"  # the x of a speedup
 TOP = 10
@@ -127,7 +127,7 @@ class Row:
 
     @property
     def finished(self) -> bool:
-        return self.state in ("evaluated", "errored", "invalid")
+        return self.state in FINISHED
 
 
 @dataclass(slots=True)
@@ -279,7 +279,7 @@ def collect(store: Store, campaign: Campaign) -> Data:
         _,
     ), config in zip(found, configs, strict=True):
         config = config or {}
-        measured = bool(valid) and state == "evaluated" and objective is not None and math.isfinite(objective)
+        measured = bool(valid) and state == TrialState.EVALUATED and objective is not None and math.isfinite(objective)
         series = f"chain {chain_of[trial_id]}" if trial_id in chain_of else _series(chain, config, strategy)
         t = max(0.0, (finished_at - t0).total_seconds()) if t0 is not None and finished_at is not None else None
         # Positional, in the order of Row's fields: keywords cost a tenth of a second more for 100,000 rows.
@@ -347,7 +347,7 @@ def _details(store: Store, rows: Sequence[Row]) -> dict[int, Detail]:
         .outerjoin(Measurement, Measurement.trial_id == measured)
         .where(Trial.id.in_(sorted({row.trial_id for row in rows})))
     )
-    errored = {row.trial_id for row in rows if row.state == "errored"}
+    errored = {row.trial_id for row in rows if row.state == TrialState.ERRORED}
     with store.transaction() as connection:
         found = connection.execute(query).all()
         failed_keys = {t.build_key for t in found if t.id in errored}
@@ -357,7 +357,7 @@ def _details(store: Store, rows: Sequence[Row]) -> dict[int, Detail]:
                 a.build_key: a.log_tail or ""
                 for a in connection.execute(
                     select(Artifact.build_key, Artifact.log_tail).where(
-                        Artifact.build_key.in_(failed_keys), Artifact.state == "failed"
+                        Artifact.build_key.in_(failed_keys), Artifact.state == ArtifactState.FAILED
                     )
                 )
             }
@@ -673,7 +673,7 @@ def chart(
     return "\n".join(out)
 
 
-_MARK_COLOR = {"errored": "#8a8a8a", "invalid": "#c4c4c4"}
+_MARK_COLOR = {TrialState.ERRORED: "#8a8a8a", TrialState.INVALID: "#c4c4c4"}
 
 
 # -- the page's sections ---------------------------------------------------------------------------------
@@ -754,8 +754,8 @@ def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
     scale, unit = _time_unit(span)
     # Both x axes are the campaign's: the trials it had finished, and the time it had run, when each trial ended.
     numbered = [(number, (row.t or 0.0) / scale, row) for number, row in enumerate(searched, start=1)]
-    marks_n = [(n, row.state) for n, _, row in numbered if row.state in FAILED_STATES]
-    marks_t = [(t, row.state) for _, t, row in numbered if row.state in FAILED_STATES]
+    marks_n = [(n, row.state) for n, _, row in numbered if row.state in FAILED]
+    marks_t = [(t, row.state) for _, t, row in numbered if row.state in FAILED]
     labels = sorted({r.series for r in searched if r.measured}, key=_series_order)
     several = len(labels) > 1
     groups = [(label, [x for x in numbered if x[2].series == label]) for label in labels]
@@ -1314,7 +1314,7 @@ def all_trials_section(data: Data) -> str:
         if several:
             cells.append((problems.get(row.problem_id, str(row.problem_id)),) * 2)
         cells.append((row.state, row.state))
-        objective = row.objective if row.state == "evaluated" else None
+        objective = row.objective if row.state == TrialState.EVALUATED else None
         cells.append((objective, fmt(objective) if objective is not None else DASH))
         cells += [(row.config.get(n), value_text(row.config.get(n, DASH))) for n in knob_names]
         reason = _clip(row.reason.splitlines()[0], 100) if row.reason else ""
@@ -1399,7 +1399,7 @@ def _error_groups(rows: Iterable[Row]) -> list[tuple[tuple[str, str], list[Row]]
     """Errored and invalid trials by (state, reason), the largest group first."""
     groups: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
-        if row.state in FAILED_STATES:
+        if row.state in FAILED:
             groups.setdefault((row.state, row.reason or "(no reason recorded)"), []).append(row)
     return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
 
@@ -1497,7 +1497,7 @@ def campaign_section(data: Data) -> str:
     places = Counter(
         (row.node, row.gpu, row.worker)
         for row in data.rows
-        if row.measured or (row.objective is not None and row.state == "invalid")
+        if row.measured or (row.objective is not None and row.state == TrialState.INVALID)
     )
     workers: dict[str, int] = {}
     for place, count in places.items():

@@ -52,6 +52,7 @@ from typing import Any
 
 from fleet.bench.dispatch import _wait
 from fleet.services import PostgresServer, RedisServer, _child_pids
+from fleet.states import FINISHED, TrialState
 
 # Each setting is chosen so that a fault costs seconds, not the production defaults' minutes; the
 # mechanisms are the production ones. The visibility timeout keeps its hour on purpose: the lease, not the
@@ -68,7 +69,6 @@ SETTINGS: dict[str, str] = {
 RUNS_PER_BUILD = 10  # run-time values of each artifact: builds are a tenth of the trials
 BUILD_PROCS = 2
 EVAL_PROCS = 2
-TERMINAL = ("evaluated", "errored", "invalid")
 BUSY_WAIT_SECONDS = 15.0  # how long a kill waits for its victim to be mid-task: more than a lease
 
 
@@ -396,11 +396,11 @@ class Chaos:
 
     @property
     def finished(self) -> int:
-        return sum(self.counts.get(state, 0) for state in TERMINAL)
+        return sum(self.counts.get(state, 0) for state in FINISHED)
 
     def progress_line(self) -> str:
         elapsed = time.monotonic() - self.started
-        waiting = sum(n for state, n in self.counts.items() if state not in TERMINAL)
+        waiting = sum(n for state, n in self.counts.items() if state not in FINISHED)
         return (
             f"{elapsed:5.0f} s  {self.finished}/{self.trials} finished ({self.finished / max(elapsed, 1e-9):.1f}/s), "
             f"{waiting} in flight, faults {self.injected.total}"
@@ -529,9 +529,9 @@ def tally(store: Any, campaign_id: int | None, planned: list[dict[str, Any]], en
     for row in rows:
         count, objective = measurements.get(row.id, (0, None))
         duplicated += max(0, count - 1)
-        if row.state not in TERMINAL:
+        if row.state not in FINISHED:
             stuck.append(row.id)
-        elif row.state != "evaluated":
+        elif row.state != TrialState.EVALUATED:
             # Every run of this workload succeeds: a trial without its value is one the faults cost.
             wrong.append(row.id)
             errors[str(row.reason)[:200]] += 1

@@ -21,6 +21,7 @@ from statistics import median
 from typing import Any
 
 from fleet.bench.servers import private_servers
+from fleet.states import CampaignStatus, TrialState
 
 
 def _wait(condition: Any, timeout: float, what: str) -> None:
@@ -161,7 +162,7 @@ def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> tuple[flo
         warm = Driver(store, campaign, send, window=1)
         warm.feeds[0].proposals = (c for c in [{"i": trials}])
         warm.run()
-        store.set_campaign_status(campaign.id, "running")  # the warm-up ended it; the measured run goes on
+        store.set_campaign_status(campaign.id, CampaignStatus.RUNNING)  # the warm-up ended it; the measured run goes on
         messages = []
 
         def dispatch(work: list[Any], batch: int) -> int:
@@ -174,7 +175,7 @@ def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> tuple[flo
         driver.run()
         elapsed = time.perf_counter() - start
         counts = store.trial_counts(campaign.id)
-        if counts.get("evaluated") != trials + 1:
+        if counts.get(TrialState.EVALUATED) != trials + 1:
             raise RuntimeError(f"the fleet did not evaluate every trial: {counts}")
         return trials / elapsed, trials / sum(messages)
     finally:

@@ -29,7 +29,7 @@ FROM generate_series(1, :problems) AS p;
 INSERT INTO campaigns (id, name, target, space, strategy, workload, workload_key, options, provenance, status,
                        submitted, priority, created_at)
 SELECT s, 'c' || s, 'sm_' || (s % :targets), '{}'::jsonb, '{"name": "grid"}'::jsonb, '{"kind": "noop"}'::jsonb,
-       md5(s::text), '{}'::jsonb, '{}'::jsonb, 'done', false, 1, now()
+       md5(s::text), '{}'::jsonb, '{}'::jsonb, :campaign_status, false, 1, now()
 FROM generate_series(1, :sources) AS s;
 INSERT INTO campaign_problems (campaign_id, problem_id, position)
 SELECT s, 1 + (s - 1) / :targets, 0 FROM generate_series(1, :sources) AS s;
@@ -38,7 +38,7 @@ INSERT INTO trials (id, campaign_id, problem_id, target, config, config_key, bui
 SELECT i, 1 + (i - 1) / :per, 1 + ((i - 1) / :per) / :targets, 'sm_' || ((1 + (i - 1) / :per) % :targets),
        jsonb_build_object('k0', i % 8, 'k1', (i / 8) % 8, 'k2', (i / 64) % 8, 'k3', (i / 512) % 8,
                           'k4', (i / 4096) % 8, 'k5', (i / 32768) % 8),
-       md5(i::text), md5(i::text), md5(i::text), false, i, false, 'evaluated', 1, now()
+       md5(i::text), md5(i::text), md5(i::text), false, i, false, :trial_state, 1, now()
 FROM generate_series(1, :measurements) AS i;
 INSERT INTO measurements (trial_id, problem_id, target, measure_key, objective_name, maximize, objective, valid,
                           samples, metrics, toolchain, created_at)
@@ -97,6 +97,7 @@ def run(measurements: int, sources: int, rounds: int) -> dict[str, Any]:
     from fleet.bench.servers import postgres_url
     from fleet.history import campaign_history
     from fleet.space import Space
+    from fleet.states import CampaignStatus, TrialState
     from fleet.store import Store
 
     targets = 10
@@ -116,6 +117,8 @@ def run(measurements: int, sources: int, rounds: int) -> dict[str, Any]:
             "targets": targets,
             "per": per,
             "measurements": measurements,
+            "campaign_status": CampaignStatus.DONE,
+            "trial_state": TrialState.EVALUATED,
         }
         with store.transaction() as connection:
             for statement in FILL.split(";"):

@@ -35,6 +35,7 @@ from typing import Any
 
 from fleet.bench.dispatch import _wait
 from fleet.bench.scale import Servers
+from fleet.states import TrialState
 
 GOAL = 1.1
 
@@ -164,7 +165,7 @@ class Bench(Servers):
                 )
             ).one()
             built = connection.execute(select(func.max(Artifact.built_at)).where(Artifact.build_key.in_(keys))).one()[0]
-        return {"start": start, "first_end": first_end, "end": end, "built": built}
+        return {"start": start, "first_end": first_end, "end": end, "last_built": built}
 
 
 def _wait_done(bench: Bench, driver: subprocess.Popen[bytes], name: str, timeout: float) -> None:
@@ -174,7 +175,7 @@ def _wait_done(bench: Bench, driver: subprocess.Popen[bytes], name: str, timeout
             raise RuntimeError(f"campaign {name} did not end in {timeout:.0f} s")
         time.sleep(0.2)
     counts = bench.store.trial_counts(bench.store.campaign(name).id)
-    if driver.returncode or set(counts) != {"evaluated"}:
+    if driver.returncode or set(counts) != {TrialState.EVALUATED}:
         raise RuntimeError(f"campaign {name} ended with {driver.returncode}, trials {counts}:\n{bench.log_tail()}")
 
 
@@ -201,7 +202,7 @@ def mituna_order(bench: Bench, case: Case) -> dict[str, float]:
         _wait(lambda: bench.exists(name), 60, f"campaign {name}")
         cid = bench.store.campaign(name).id
         _wait(
-            lambda: bench.store.trial_counts(cid).get("compiled") == case.trials,
+            lambda: bench.store.trial_counts(cid).get(TrialState.COMPILED) == case.trials,
             30 + 3 * case.mituna_ideal_s,
             "every build",
         )
@@ -214,7 +215,7 @@ def mituna_order(bench: Bench, case: Case) -> dict[str, float]:
     # A Celery worker may take its first task a moment before it registers: the first run's end less R is
     # then earlier, and no evaluation started before it could have ended by then.
     released = min([w.started_at for w in evaluators] + [at["first_end"] - timedelta(seconds=case.run_s)])
-    build_phase = (at["built"] - at["start"]).total_seconds()
+    build_phase = (at["last_built"] - at["start"]).total_seconds()
     eval_phase = (at["end"] - released).total_seconds()
     return {"build_phase_s": build_phase, "eval_phase_s": eval_phase, "makespan_s": build_phase + eval_phase}
 

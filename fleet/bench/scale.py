@@ -44,6 +44,7 @@ from typing import Any
 from fleet.bench.cpu import CpuMeter
 from fleet.bench.dispatch import _stop, _wait
 from fleet.bench.servers import private_servers
+from fleet.states import FINISHED, CampaignStatus, TrialState
 
 BUILDS = 10
 """Build-time values of every campaign: few builds, every other trial reuses an artifact."""
@@ -209,7 +210,7 @@ class Bench(Servers):
         """Seconds of the three commands a user runs on a finished campaign."""
         return {
             "status": self.timed("status", *([status_of] if status_of else [])),
-            "trials_errored": self.timed("trials", campaign, "--state", "errored"),
+            "trials_errored": self.timed("trials", campaign, "--state", TrialState.ERRORED),
             "report": self.timed("report", campaign, "-o", str(self.workdir / "report.html")),
         }
 
@@ -245,16 +246,16 @@ class Bench(Servers):
 
     def progress(self, what: str, campaign_ids: list[int], total: int, pid: int) -> Callable[[], None]:
         """A function that prints, at most every five seconds: trials done, the recent rate, the driver's memory."""
-        last = {"at": time.monotonic(), "done": 0}
+        last = {"at": time.monotonic(), "finished": 0}
 
         def tick() -> None:
             now = time.monotonic()
             if now - last["at"] < 5:
                 return
             counts = self.counts(campaign_ids)
-            done = sum(counts.get(state, 0) for state in ("evaluated", "errored", "invalid"))
-            rate = (done - last["done"]) / (now - last["at"])
-            last.update(at=now, done=done)
+            done = sum(counts.get(state, 0) for state in FINISHED)
+            rate = (done - last["finished"]) / (now - last["at"])
+            last.update(at=now, finished=done)
             self.say(f"  {what}: {done:,}/{total:,} trials, {rate:.0f} trials/s lately, driver RSS {_rss_mb(pid)} MB")
 
         return tick
@@ -381,7 +382,7 @@ def one_campaign(bench: Bench, trials: int, window: int, profile: Path | None) -
     except RuntimeError as error:
         raise RuntimeError(f"{error}:\n{bench.log_tail()}") from None
     counts = bench.store.trial_counts(cid)
-    if counts.get("evaluated") != trials:
+    if counts.get(TrialState.EVALUATED) != trials:
         raise RuntimeError(f"campaign {name} did not evaluate every trial: {counts}")
     bench.say("  timing fleet status, fleet trials --state errored, fleet report")
     return {"trials": trials, "driver": "fleet tune"} | figures(bench, [cid], window, peak_kb, before, (name, name))
@@ -405,7 +406,7 @@ def many_campaigns(bench: Bench, campaigns: int, trials: int, window: int) -> di
     def ended() -> bool:
         if driver.poll() is not None:
             raise RuntimeError(f"the driver exited with {driver.returncode}:\n{bench.log_tail()}")
-        return all(bench.store.campaign(cid).status == "done" for cid in ids)
+        return all(bench.store.campaign(cid).status == CampaignStatus.DONE for cid in ids)
 
     tick = bench.progress(f"{campaigns} campaigns", ids, total, driver.pid)
     while not ended():
@@ -416,7 +417,7 @@ def many_campaigns(bench: Bench, campaigns: int, trials: int, window: int) -> di
     os.killpg(driver.pid, signal.SIGTERM)
     driver.wait(60)
     counts = bench.counts(ids)
-    if counts.get("evaluated") != total:
+    if counts.get(TrialState.EVALUATED) != total:
         raise RuntimeError(f"the {campaigns} campaigns did not evaluate every trial: {counts}")
     bench.say("  timing fleet status (every campaign), fleet trials --state errored, fleet report (one campaign)")
     shape = {"campaigns": campaigns, "trials_per_campaign": trials, "trials": total, "driver": "fleet driver"}
@@ -434,7 +435,7 @@ def figures(
 ) -> dict[str, Any]:
     """A finished phase's figures: rates, the driver's peak, the commands' seconds, the database's growth,
     and with ``evenness``, how evenly its campaigns went (:func:`campaign_ends`)."""
-    trials = sum(bench.store.trial_counts(cid).get("evaluated", 0) for cid in ids)
+    trials = sum(bench.store.trial_counts(cid).get(TrialState.EVALUATED, 0) for cid in ids)
     after = bench.database_bytes()
     times = bench.finish_times(ids)
     finished = sorted(t for ts in times.values() for t in ts)

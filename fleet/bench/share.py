@@ -32,6 +32,7 @@ from typing import Any
 
 from fleet.bench.dispatch import _stop, _wait
 from fleet.bench.servers import private_servers
+from fleet.states import CampaignStatus, TrialState
 
 LEASE_SECONDS = 10
 
@@ -116,7 +117,11 @@ class Bench:
         return api.submit(parse_spec(raw, self.workdir), self.store, priority=priority).id
 
     def wait_done(self, *ids: int, timeout: float = 600) -> None:
-        _wait(lambda: all(self.store.campaign(i).status == "done" for i in ids), timeout, "the campaigns to end")
+        _wait(
+            lambda: all(self.store.campaign(i).status == CampaignStatus.DONE for i in ids),
+            timeout,
+            "the campaigns to end",
+        )
 
     def close(self) -> None:
         _stop(self.procs)
@@ -125,7 +130,7 @@ class Bench:
 
 def first_half_shares(store: Any, ids: tuple[int, ...]) -> list[float]:
     """Each campaign's share of the evaluations that finished in the first half of their joint run."""
-    trials = [t for i in ids for t in store.trials(i, ["evaluated"])]
+    trials = [t for i in ids for t in store.trials(i, [TrialState.EVALUATED])]
     start = min(t.started_at for t in trials)
     middle = start + (max(t.finished_at for t in trials) - start) / 2
     early = [t for t in trials if t.finished_at <= middle]
@@ -139,7 +144,7 @@ def joined_shares(store: Any, first: int, second: int) -> dict[str, float]:
     its trials are cheap: two queues' worth of seconds before it gets its share. So: the seconds until its
     first trial finished, and its share of the evaluations in each half of the time both were submitted.
     """
-    finished = {i: sorted(t.finished_at for t in store.trials(i, ["evaluated"])) for i in (first, second)}
+    finished = {i: sorted(t.finished_at for t in store.trials(i, [TrialState.EVALUATED])) for i in (first, second)}
     start, end = store.campaign(second).created_at, min(times[-1] for times in finished.values())
     middle = start + (end - start) / 2
 
@@ -158,7 +163,7 @@ def joining(bench: Bench, trials: int) -> dict[str, float]:
     """A campaign of cheap trials joins one of equal priority that ran alone until a quarter of it finished."""
     tag = uuid.uuid4().hex[:4]
     first = bench.submit(f"alone-{tag}", trials, None)
-    _wait(lambda: bench.store.trial_counts(first).get("evaluated", 0) >= trials // 4, 300, "the first quarter")
+    _wait(lambda: bench.store.trial_counts(first).get(TrialState.EVALUATED, 0) >= trials // 4, 300, "the first quarter")
     second = bench.submit(f"joining-{tag}", trials // 2, None)
     bench.wait_done(first, second)
     return joined_shares(bench.store, first, second)
@@ -177,7 +182,7 @@ def takeover(bench: Bench, drivers: dict[str, subprocess.Popen[bytes]], seconds:
     # Either driver may take it: the first to look.
     _wait(lambda: bench.store.campaign(cid).driver in drivers, 60, "a driver to take the campaign")
     holder = bench.store.campaign(cid).driver
-    _wait(lambda: bench.store.trial_counts(cid).get("evaluated", 0) >= 4, 120, "trials to finish")
+    _wait(lambda: bench.store.trial_counts(cid).get(TrialState.EVALUATED, 0) >= 4, 120, "trials to finish")
     os.killpg(drivers[holder].pid, signal.SIGKILL)
     killed = time.monotonic()
     other = next(name for name in drivers if name != holder)
@@ -193,7 +198,7 @@ def cancel(bench: Bench, seconds: float) -> dict[str, float]:
 
     name = f"cancel-{uuid.uuid4().hex[:4]}"
     cid = bench.submit(name, 40, seconds)
-    _wait(lambda: bench.store.trial_counts(cid).get("evaluating", 0) >= 2, 120, "two measurements to run")
+    _wait(lambda: bench.store.trial_counts(cid).get(TrialState.EVALUATING, 0) >= 2, 120, "two measurements to run")
     at = utcnow()
     bench.store.cancel_campaign(cid)
     started = time.monotonic()

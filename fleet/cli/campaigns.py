@@ -25,6 +25,7 @@ from fleet.errors import FleetError, NotFound
 from fleet.fronts import WITHIN, Preference, campaign_fronts, check_preference, objective_values
 from fleet.labels import problem_label, short_labels
 from fleet.settings import get_settings
+from fleet.states import TERMINAL, UNFINISHED, CampaignStatus, TrialState
 
 OUTPUT_HELP = "- writes it to standard output."
 
@@ -127,7 +128,7 @@ def resume(campaign: str, window: int | None, local: bool | None, eval_procs: in
     """
     store = open_store(read_only=True)
     found = find_campaign(store, campaign)
-    if found.status == "cancelled":
+    if found.status == CampaignStatus.CANCELLED:
         if not force:
             raise FleetError(
                 f"campaign {found.name!r} was cancelled: `fleet resume --force {found.name}` runs its cancelled "
@@ -138,7 +139,7 @@ def resume(campaign: str, window: int | None, local: bool | None, eval_procs: in
         drivers = store.workers(role="driver", within=3 * get_settings().heartbeat_seconds + 5)
         if found.submitted and drivers:
             return  # the fleet's drivers take it up again
-    if found.status == "paused":
+    if found.status == CampaignStatus.PAUSED:
         found = store.resume_campaign(found.id)
         held = {} if found.submitted else live_drivers(store)
         holder = next((name for name, campaigns in held.items() if found.id in {c.id for c in campaigns}), None)
@@ -226,9 +227,7 @@ def _print_next(campaign: Any, summaries: list[Any]) -> None:
 
 def _finished(store: Any, campaign: Any) -> int:
     """Trials of ``campaign`` in a terminal state: the same number after a run means it measured nothing."""
-    from fleet.store import TERMINAL_STATES
-
-    return sum(n for state, n in store.trial_counts(campaign.id).items() if state in TERMINAL_STATES)
+    return sum(n for state, n in store.trial_counts(campaign.id).items() if state in TERMINAL)
 
 
 def count_trials(counts: dict[str, int], baselines: int) -> str:
@@ -321,7 +320,9 @@ def _failed(store: Any, campaign: Any) -> str | None:
     # that some valid results have none of (a perf-db's tuned parameters). The baseline's runs are not the search's.
     def evaluated(problem_id: int) -> int:
         tally = tallies.get(problem_id)
-        return 0 if tally is None else tally.counts.get("evaluated", 0) - tally.baselines.get("evaluated", 0)
+        if tally is None:
+            return 0
+        return tally.counts.get(TrialState.EVALUATED, 0) - tally.baselines.get(TrialState.EVALUATED, 0)
 
     empty = [p for p in problems if not evaluated(p.id)]
     if not empty:
@@ -351,7 +352,7 @@ def status(campaign: str | None, as_json: bool) -> None:
     report = []
     for c in campaigns:
         counts = store.trial_counts(c.id)
-        waiting = sum(counts.get(s, 0) for s in ("new", "compiling", "compiled", "evaluating"))
+        waiting = sum(counts.get(s, 0) for s in UNFINISHED)
         listening = [w.name for w in live if w.target == c.target]
         entry: dict[str, Any] = {
             "id": c.id,
@@ -367,10 +368,10 @@ def status(campaign: str | None, as_json: bool) -> None:
         }
         if c.reason:
             entry["reason"] = c.reason
-        if c.status == "done":
+        if c.status == CampaignStatus.DONE:
             failed = _failed(store, c)
             if failed is not None:
-                entry["status"], entry["reason"] = "failed", failed
+                entry["status"], entry["reason"] = CampaignStatus.FAILED, failed
         if waiting and not any(w.role == "eval" for w in live if w.target == c.target):
             entry["warning"] = f"no worker is listening on eval.{c.target}: {waiting} trials wait"
         chains = store.chains(c.id)

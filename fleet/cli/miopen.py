@@ -13,6 +13,7 @@ import click
 from fleet.cli._common import check_broker, open_store
 from fleet.cli._sections import WholeHelpGroup, old_name
 from fleet.errors import NotFound, SpecError
+from fleet.states import TrialState
 
 
 def _store() -> Any:
@@ -310,7 +311,7 @@ def jobs_invalidate(
 @click.option("--target", help="Jobs on this target.")
 @click.option(
     "--state",
-    type=click.Choice(["new", "compiling", "compiled", "evaluating", "evaluated", "errored", "invalid"]),
+    type=click.Choice([state.value for state in TrialState if state is not TrialState.CANCELLED]),
     help="Only jobs in this state.",
 )
 @selection_options

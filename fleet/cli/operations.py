@@ -34,6 +34,7 @@ from fleet.ops.logs import find_logs, follow, log_dir, select_logs, show, trial_
 from fleet.ops.queues import registry
 from fleet.ops.remote import fleet_hosts, format_result, run_everywhere
 from fleet.settings import get_settings
+from fleet.states import FINISHED, ChainState, TrialState
 
 
 @click.command("exec")
@@ -166,7 +167,7 @@ def call_command(
             raise click.UsageError("--no-send writes a trial; anneal-step takes a chain")
         subject = add_chain(store, adhoc, problem_id, config, steps)
         kwargs: dict[str, Any] = {"chain_id": subject, "step": 0, "target": target}
-        task, state = how.task, "running"
+        task, state = how.task, ChainState.RUNNING
     else:
         trial = new_trial(adhoc, problem_id, config)
         before = None if remeasure or no_send else measured_before(store, trial.measure_key)
@@ -175,11 +176,11 @@ def call_command(
             return
         [(subject, state)] = store.add_trials(adhoc.id, target, [trial], remeasure=remeasure)
         kwargs = {"trial_id": subject, "target": target}
-        task = "fleet.compile" if how.builds_first and state == "new" else how.task
+        task = "fleet.compile" if how.builds_first and state == TrialState.NEW else how.task
     if no_send:
         click.echo(json.dumps({"trial": subject, "target": target, "state": state}) if as_json else subject)
         return
-    if how.takes == "trial" and state in ("evaluated", "invalid", "errored"):
+    if how.takes == "trial" and state in FINISHED:
         print_result(describe(store, subject), as_json)  # already recorded: nothing to send
         return
     live = [w for w in store.workers(target=target, within=3 * get_settings().heartbeat_seconds + 5)]
@@ -201,7 +202,7 @@ def call_command(
     else:
         result = describe(store, subject)
     print_result(result, as_json)
-    if result["state"] == "errored":
+    if result["state"] == TrialState.ERRORED:
         raise click.exceptions.Exit(1)
 
 

@@ -14,6 +14,7 @@ from fleet.cli.campaigns import find_campaign
 from fleet.diagnose import first_line
 from fleet.errors import FleetError, NotFound
 from fleet.labels import short_labels
+from fleet.states import FAILED, TRIAL_STATES
 
 TAIL_LINES = 20
 
@@ -56,8 +57,6 @@ def trials(campaign: str, states: tuple[str, ...], as_json: bool, as_csv: bool, 
 
     A trial proposed from what related problems found best says so after its configuration: (history #RANK).
     """
-    from fleet.store import TRIAL_STATES
-
     unknown = [s for s in states if s not in TRIAL_STATES]
     if unknown:
         raise FleetError(f"unknown trial state {unknown[0]!r}: one of {', '.join(TRIAL_STATES)}")
@@ -101,7 +100,7 @@ def trials(campaign: str, states: tuple[str, ...], as_json: bool, as_csv: bool, 
     # The parameters that tell the campaign's problems apart name them (n=1024), not their ids.
     labels = short_labels((p.id, p) for p in store.campaign_problems(found.id))
     for r in rows:
-        reason = "" if r.reason is None and r.state not in ("errored", "invalid") else first_line(r.reason, r.state)
+        reason = "" if r.reason is None and r.state not in FAILED else first_line(r.reason, r.state)
         config = format_config(r.config) + (" (baseline)" if r.baseline else "") + _from_history(r.history)
         table.append(
             (

@@ -44,6 +44,7 @@ from sqlalchemy import Text, cast, func, select
 from fleet.errors import FleetError, SpecError
 from fleet.search.pareto import Objective
 from fleet.spec.workloads import load_workload_spec
+from fleet.states import TrialState as FleetState
 from fleet.store import Campaign, Measurement, Store, Trial, collector_paused
 from fleet.store._models import CampaignProblem
 
@@ -51,13 +52,13 @@ SHIFT = 24
 """Bits of a study id that hold the problem's position in its campaign."""
 
 _STATES = {
-    "new": TrialState.WAITING,
-    "compiling": TrialState.RUNNING,
-    "compiled": TrialState.RUNNING,
-    "evaluating": TrialState.RUNNING,
-    "invalid": TrialState.FAIL,
-    "errored": TrialState.FAIL,
-    "cancelled": TrialState.PRUNED,
+    FleetState.NEW: TrialState.WAITING,
+    FleetState.COMPILING: TrialState.RUNNING,
+    FleetState.COMPILED: TrialState.RUNNING,
+    FleetState.EVALUATING: TrialState.RUNNING,
+    FleetState.INVALID: TrialState.FAIL,
+    FleetState.ERRORED: TrialState.FAIL,
+    FleetState.CANCELLED: TrialState.PRUNED,
 }
 _FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 _CACHE_SECONDS = 1.0  # get_best_trial right after get_all_trials (as the dashboard calls them) reads once
@@ -360,14 +361,14 @@ class FleetStorage(BaseStorage):
                 values = [measured.get(o.name) for o in objectives]
                 if any(v is None for v in values):
                     objective = values = None  # a measurement without every objective is no point of the front
-            if fleet_state == "evaluated" and valid and objective is not None:
+            if fleet_state == FleetState.EVALUATED and valid and objective is not None:
                 state = complete
                 value = None if values is not None else float(objective)
                 if reason:
                     attrs["reason"] = reason
             else:
                 state = states.get(fleet_state, TrialState.FAIL)
-                if reason or fleet_state == "evaluated":
+                if reason or fleet_state == FleetState.EVALUATED:
                     attrs["reason"] = reason or "invalid measurement"
             if worker is not None:
                 attrs["worker"] = worker

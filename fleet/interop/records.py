@@ -29,6 +29,7 @@ from fleet.interop.kerneltuner import FAILURES, KTRecord, KTResults, problem_siz
 from fleet.interop.t1 import t1_document
 from fleet.space import digest
 from fleet.spec.targets import check_target
+from fleet.states import FINISHED, CampaignStatus, TrialState
 from fleet.store import Campaign, Measurement, Problem, Store, Trial, utcnow
 
 KIND = "kernel"
@@ -147,7 +148,7 @@ def import_kt(
                 baseline=None,
                 options={"interop": {"kt": header, "import": source}},
                 provenance={**provenance(f"imported {stem} sha256:{sha}"), **source, "kernel_tuner": header},
-                status="done",
+                status=CampaignStatus.DONE,
                 created_at=now,
                 finished_at=now,
             )
@@ -163,7 +164,7 @@ def import_kt(
             Trial,
             ("config", "config_key", "build_key", "measure_key", "seq", "state", "reason"),
             (
-                (r.config, k, keys[k], keys[k], i, "invalid" if r.error else "evaluated", r.error)
+                (r.config, k, keys[k], keys[k], i, TrialState.INVALID if r.error else TrialState.EVALUATED, r.error)
                 for i, (k, r) in enumerate(unique.items())
             ),
             same={
@@ -280,7 +281,7 @@ def finished_trials(store: Store, campaign_id: int, *, after: int = 0) -> list[F
             Measurement.objectives,
         )
         .outerjoin(Measurement, Measurement.trial_id == measured)
-        .where(Trial.campaign_id == campaign_id, Trial.state.in_(("evaluated", "invalid", "errored")), Trial.id > after)
+        .where(Trial.campaign_id == campaign_id, Trial.state.in_(FINISHED), Trial.id > after)
         .order_by(Trial.id)
     )
     with store.transaction() as connection:
@@ -293,7 +294,7 @@ def finished_trials(store: Store, campaign_id: int, *, after: int = 0) -> list[F
             r.state,
             r.reason,
             r.objective,
-            bool(r.valid and r.state == "evaluated" and r.objective is not None),
+            bool(r.valid and r.state == TrialState.EVALUATED and r.objective is not None),
             r.objective_name,
             r.samples or [],
             r.metrics or {},
@@ -314,7 +315,7 @@ def _failure(trial: FinishedTrial) -> str:
     reason = trial.reason or ""
     if reason in FAILURES:
         return reason
-    if trial.state == "invalid":
+    if trial.state == TrialState.INVALID:
         return "InvalidConfig"
     return "CompilationFailedConfig" if re.search(r"compil|build", reason, re.IGNORECASE) else "RuntimeFailedConfig"
 

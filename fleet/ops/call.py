@@ -20,6 +20,7 @@ from typing import Any
 
 from fleet.errors import BrokerError, FleetError, NotFound
 from fleet.settings import get_settings, redact
+from fleet.states import FINISHED, ChainState, TrialState
 
 ADHOC = "adhoc"
 
@@ -48,7 +49,7 @@ class Kind:
 
 # Adding a task kind is one line here (and its queue in fleet.tasks.TASK_QUEUES).
 KINDS: dict[str, Kind] = {
-    "compile": Kind("fleet.compile", "trial", "compiled"),
+    "compile": Kind("fleet.compile", "trial", TrialState.COMPILED),
     "evaluate": Kind("fleet.evaluate", "trial", "result", builds_first=True),
     "anneal-step": Kind("fleet.anneal_step", "chain", "step"),
     "tvm-measure": Kind("fleet.tvm_measure", "trial", "result"),
@@ -197,13 +198,13 @@ def wait(store: Any, until: str, subject: int, step: int = 0, timeout: float = 6
         if until == "step":
             steps = [s for c, s in store.chain_steps(store.chain(subject).campaign_id) if c.id == subject]
             done = next((s for s in steps if s.step == step), None)
-            if done is not None or store.chain(subject).state != "running":
+            if done is not None or store.chain(subject).state != ChainState.RUNNING:
                 return done
         else:
             trial = store.trial(subject)
-            if until == "compiled" and trial.state not in ("new", "compiling"):
+            if until == TrialState.COMPILED and trial.state not in (TrialState.NEW, TrialState.COMPILING):
                 return trial
-            if trial.state in ("evaluated", "invalid", "errored"):
+            if trial.state in FINISHED:
                 return trial
         if time.monotonic() > deadline:
             what = f"chain {subject} step {step}" if until == "step" else f"trial {subject}"

@@ -26,6 +26,7 @@ from typing import Any
 
 from fleet.errors import BrokerError
 from fleet.settings import Settings, get_settings, redact
+from fleet.states import CampaignStatus
 
 FLEET_QUEUES = ("build.", "eval.")
 NOBODY_TIMEOUT = 0.2
@@ -173,7 +174,7 @@ def queue_health(
             for queue in worker.queues or []:
                 consumers.setdefault(queue, set()).add(worker.name)
         for campaign in store.campaigns():
-            if campaign.status == "running":
+            if campaign.status == CampaignStatus.RUNNING:
                 names.update((f"build.{campaign.target}", f"eval.{campaign.target}"))
     names.update(waiting, unacked, consumers)
     shown = sorted(n for n in names if n.startswith(FLEET_QUEUES) or waiting.get(n) or unacked.get(n))

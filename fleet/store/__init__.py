@@ -6,9 +6,6 @@ from fleet.store._history import HistorySource
 from fleet.store._hotpath import INLINE_BYTES
 from fleet.store._metaschedule import MsRecord, MsWorkload
 from fleet.store._models import (
-    CAMPAIGN_STATES,
-    TERMINAL_STATES,
-    TRIAL_STATES,
     Artifact,
     Campaign,
     Chain,
@@ -26,10 +23,7 @@ from fleet.store._trials import ProblemTally, TrialDetail, TrialRow
 from fleet.store._types import NewTrial, Requeue, TrialResult, TrialWork
 
 __all__ = [
-    "CAMPAIGN_STATES",
     "INLINE_BYTES",
-    "TERMINAL_STATES",
-    "TRIAL_STATES",
     "Artifact",
     "Campaign",
     "Chain",

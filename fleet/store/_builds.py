@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
 
 from fleet.space import build_part
+from fleet.states import LEASED, ArtifactState, TrialState
 from fleet.store._base import patient
 from fleet.store._hotpath import claim_params
 from fleet.store._models import Artifact, Trial, utcnow
@@ -66,10 +67,10 @@ class BuildStore(TrialStore):
                 return CompileStart("claimed", work, created)
             else:
                 artifact = self._take_build(connection, work.build_key, toolchain, worker, lease, max_attempts)
-            if artifact.state == "built":
+            if artifact.state == ArtifactState.BUILT:
                 params = {"trial": trial_id, "owner": worker, "now": utcnow(), "built_with": toolchain}
                 connection.execute(self._hot.compiled, params)
-                return CompileStart("compiled")
+                return CompileStart(TrialState.COMPILED)
             return CompileStart("claimed", work, artifact)
 
     def add_trials(
@@ -105,7 +106,7 @@ class BuildStore(TrialStore):
         )
         failed_at = func.coalesce(Artifact.built_at, Artifact.created_at)
         before = failed_at < (first if until is None else until)
-        forget = delete(Artifact).where(Artifact.build_key.in_(keys), Artifact.state == "failed", before)
+        forget = delete(Artifact).where(Artifact.build_key.in_(keys), Artifact.state == ArtifactState.FAILED, before)
         with self._steps() as connection:
             return connection.execute(forget).rowcount
 
@@ -134,7 +135,7 @@ class BuildStore(TrialStore):
                 "target": work.target,
                 "build_config": build_part(work.space, work.config),
                 "toolchain": toolchain,
-                "state": "building",
+                "state": ArtifactState.BUILDING,
                 "worker": worker,
                 "expires": now + timedelta(seconds=lease),
                 "now": now,
@@ -152,7 +153,7 @@ class BuildStore(TrialStore):
         now = utcnow()
         key = {"key": build_key, "built_with": toolchain}
         artifact = connection.execute(hot.build, key).one()
-        if artifact.state != "building" or artifact.lease_expires_at >= now:
+        if artifact.state != ArtifactState.BUILDING or artifact.lease_expires_at >= now:
             return artifact
         if artifact.attempts >= max_attempts:
             why = f"the build was lost {max_attempts} times (its worker died)"
@@ -204,7 +205,7 @@ class BuildStore(TrialStore):
         params = {
             "key": build_key,
             "owner": worker,
-            "final": "built" if data is not None else "failed",
+            "final": ArtifactState.BUILT if data is not None else ArtifactState.FAILED,
             "blob": blob,
             "why": reason,
             "log": log_tail,
@@ -219,7 +220,7 @@ class BuildStore(TrialStore):
                 row = self._run(connection, "built_and_compiled", params).first()
                 if handed is not None:
                     handed += sorted(row.handed or [])
-                return bool(row.built)
+                return bool(row.builds)
             # In this order, so that a worker stopped between two statements leaves a trial that its lease
             # gives back.
             if data is not None:
@@ -250,12 +251,12 @@ class BuildStore(TrialStore):
         building = select(Artifact.id).where(
             Artifact.build_key == build_key,
             Artifact.toolchain == toolchain,
-            Artifact.state == "building",
+            Artifact.state == ArtifactState.BUILDING,
             Artifact.worker == builder,
         )
         handed = (
             update(Trial)
-            .where(Trial.id == trial_id, Trial.worker == worker, Trial.state == "compiling", building.exists())
+            .where(Trial.id == trial_id, Trial.worker == worker, Trial.state == TrialState.COMPILING, building.exists())
             .values(worker=builder, lease_expires_at=utcnow() + timedelta(seconds=lease))
         )
         with self._steps() as connection:
@@ -266,7 +267,7 @@ class BuildStore(TrialStore):
         """Take back a trial this worker handed to ``builder``, if that build has not ended its compile."""
         taken = (
             update(Trial)
-            .where(Trial.id == trial_id, Trial.worker == builder, Trial.state == "compiling")
+            .where(Trial.id == trial_id, Trial.worker == builder, Trial.state == TrialState.COMPILING)
             .values(worker=worker, lease_expires_at=utcnow() + timedelta(seconds=lease))
         )
         with self._steps() as connection:
@@ -281,7 +282,10 @@ class BuildStore(TrialStore):
         ended, and not seen there, is taken back by its own compile (see ``fleet.workers.execute.compile_trial``).
         """
         handed = select(Trial.id).where(
-            Trial.build_key == build_key, Trial.worker == worker, Trial.state == "compiling", Trial.id != trial_id
+            Trial.build_key == build_key,
+            Trial.worker == worker,
+            Trial.state == TrialState.COMPILING,
+            Trial.id != trial_id,
         )
         with self._steps() as connection:
             return list(connection.scalars(handed.order_by(Trial.id)))
@@ -304,14 +308,22 @@ class BuildStore(TrialStore):
         recorded as failed, and so are the trials other compiles handed to that build: they wait again too.
         Returns what to send.
         """
-        waiting, running = ("new", "compiling") if phase == "compile" else ("compiled", "evaluating")
+        waiting, running = (
+            (TrialState.NEW, TrialState.COMPILING)
+            if phase == "compile"
+            else (TrialState.COMPILED, TrialState.EVALUATING)
+        )
         held = and_(Trial.worker == worker, Trial.state == running)
         mine = Trial.id == trial_id
         if build_key is not None:
             mine = or_(mine, Trial.build_key == build_key)
         with self.session() as session:
             if build_key is not None:
-                building = [Artifact.build_key == build_key, Artifact.state == "building", Artifact.worker == worker]
+                building = [
+                    Artifact.build_key == build_key,
+                    Artifact.state == ArtifactState.BUILDING,
+                    Artifact.worker == worker,
+                ]
                 if toolchain is not None:
                     building.append(Artifact.toolchain == toolchain)
                 session.execute(delete(Artifact).where(*building))
@@ -342,12 +354,12 @@ class BuildStore(TrialStore):
                 select(Trial.id, Trial.state, Trial.build_key, Trial.toolchain).where(
                     Trial.id.in_(list(trial_ids)),
                     Trial.worker == owner,
-                    Trial.state.in_(("compiling", "evaluating")),
+                    Trial.state.in_(LEASED),
                 )
             ).all()
         given: list[Requeue] = []
         for trial_id, state, build_key, toolchain in held:
-            if state == "compiling":
+            if state == TrialState.COMPILING:
                 given += self.give_back(trial_id, owner, "compile", build_key, toolchain)
             else:
                 given += self.give_back(trial_id, owner, "evaluate")

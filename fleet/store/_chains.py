@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from fleet.errors import NotFound
+from fleet.states import CampaignStatus, ChainState
 from fleet.store._base import StoreBase, patient
 from fleet.store._models import Campaign, Chain, ChainStep, utcnow
 from fleet.store._workers import served_targets
@@ -42,7 +43,7 @@ class ChainStore(StoreBase):
                 "step": 0,
                 "config": config,
                 "temperature": temperature,
-                "state": "running",
+                "state": ChainState.RUNNING,
                 "created_at": now,
                 "updated_at": now,
             }
@@ -97,7 +98,7 @@ class ChainStore(StoreBase):
         now = utcnow()
         values: dict[str, Any] = {"step": chain.step + 1, "temperature": temperature, "updated_at": now}
         if chain.step + 1 >= chain.steps:
-            values["state"] = "done"
+            values["state"] = ChainState.DONE
         if accepted:
             values |= {"config": config, "objective": objective}
         better = objective is not None and (
@@ -106,7 +107,7 @@ class ChainStore(StoreBase):
         )
         if better:
             values |= {"best_config": config, "best_objective": objective}
-        last = values.get("state") == "done"
+        last = values.get("state") == ChainState.DONE
         with self.transaction() as connection:
             if last:
                 # The campaign's row first, locked, so that of two chains ending at once the later sees the
@@ -114,7 +115,7 @@ class ChainStore(StoreBase):
                 connection.execute(select(Campaign.id).where(Campaign.id == chain.campaign_id).with_for_update())
             moved = connection.execute(
                 update(Chain)
-                .where(Chain.id == chain.id, Chain.step == chain.step, Chain.state == "running")
+                .where(Chain.id == chain.id, Chain.step == chain.step, Chain.state == ChainState.RUNNING)
                 .values(**values)
             ).rowcount
             if moved:
@@ -141,11 +142,11 @@ class ChainStore(StoreBase):
         """A running campaign whose chains have all ended is done, with no driver watching: a detached
         campaign's chains drive themselves to their end, and its end is theirs (a paused or cancelled one
         stays as it is)."""
-        running = select(Chain.id).where(Chain.campaign_id == campaign_id, Chain.state == "running").exists()
+        running = select(Chain.id).where(Chain.campaign_id == campaign_id, Chain.state == ChainState.RUNNING).exists()
         connection.execute(
             update(Campaign)
-            .where(Campaign.id == campaign_id, Campaign.status == "running", ~running)
-            .values(status="done", finished_at=now)
+            .where(Campaign.id == campaign_id, Campaign.status == CampaignStatus.RUNNING, ~running)
+            .values(status=CampaignStatus.DONE, finished_at=now)
         )
 
     @patient
@@ -175,7 +176,7 @@ class ChainStore(StoreBase):
         cutoff = now - timedelta(seconds=older_than)
         query = (
             update(Chain)
-            .where(Chain.state == "running", Chain.updated_at < cutoff)
+            .where(Chain.state == ChainState.RUNNING, Chain.updated_at < cutoff)
             .values(updated_at=now)
             .returning(Chain.id, Chain.step, Chain.campaign_id)
         )

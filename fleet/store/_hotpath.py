@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from fleet.states import ArtifactState, CampaignStatus, TrialState
 from fleet.store._models import Artifact, Blob, Campaign, Measurement, Trial, utcnow
 
 # An evaluation claim brings an artifact up to this size along: reading it back from a worker's disk
@@ -77,7 +78,7 @@ class HotPath:
         )
 
         # A paused campaign's trials wait: their messages are dropped, and resuming sends them again.
-        paused = exists().where(Campaign.id == Trial.campaign_id, Campaign.status == "paused")
+        paused = exists().where(Campaign.id == Trial.campaign_id, Campaign.status == CampaignStatus.PAUSED)
 
         def claim(waiting: str, running: str, **values: Any) -> Any:
             free = or_(Trial.state == waiting, and_(Trial.state == running, Trial.lease_expires_at < now))
@@ -93,7 +94,7 @@ class HotPath:
                 )
             )
 
-        self.claim_compile = claim("new", "compiling").returning(*claimed)
+        self.claim_compile = claim(TrialState.NEW, TrialState.COMPILING).returning(*claimed)
         # Spelled out: SQLite's RETURNING renders columns unqualified, and ``build_key = build_key`` would
         # compare the artifact with itself. The artifact is the one its compile took: built with its toolchain.
         artifact = and_(
@@ -116,7 +117,7 @@ class HotPath:
         )
         reusable = select(Measurement.id).where(*same).order_by(Measurement.id).limit(1)
         self.claim_evaluate = (
-            claim("compiled", "evaluating", attempts=Trial.attempts + 1)
+            claim(TrialState.COMPILED, TrialState.EVALUATING, attempts=Trial.attempts + 1)
             .where(Trial.attempts < bindparam("max_attempts"))
             .returning(
                 *claimed,
@@ -129,9 +130,9 @@ class HotPath:
         held = (Trial.id == trial, Trial.worker == owner)
         self.compiled = (
             update(Trial)
-            .where(*held, Trial.state == "compiling")
+            .where(*held, Trial.state == TrialState.COMPILING)
             .values(
-                state="compiled",
+                state=TrialState.COMPILED,
                 worker=None,
                 lease_expires_at=None,
                 queued_at=now,
@@ -140,7 +141,7 @@ class HotPath:
             )
         )
         # Not IN (...): SQLAlchemy expands an IN list on every execution.
-        running = or_(Trial.state == "compiling", Trial.state == "evaluating")
+        running = or_(Trial.state == TrialState.COMPILING, Trial.state == TrialState.EVALUATING)
         self.renew_trial = update(Trial).where(*held, running).values(lease_expires_at=expires)
         self.finish_trial = (
             update(Trial)
@@ -163,7 +164,7 @@ class HotPath:
         if dialect == "postgresql":
             # The trial's final state and its measurement in one statement: atomic without a transaction. The
             # measurement's parameters are prefixed: an UPDATE sets every column named in the parameters.
-            done = self.finish_trial.cte("done")
+            done = self.finish_trial.cte("finished")
             columns = Measurement.__table__.columns
             measured = (
                 insert(Measurement)
@@ -191,7 +192,7 @@ class HotPath:
         # Not named "toolchain": an UPDATE keeps the names of its columns for its SET clause.
         built_with = bindparam("built_with", type_=Text)
         mine = (Artifact.build_key == key, Artifact.toolchain == built_with)
-        building = (*mine, Artifact.state == "building")
+        building = (*mine, Artifact.state == ArtifactState.BUILDING)
         self.build = select(*columns).where(*mine)
         created = ("build_key", "problem_id", "target", "build_config", "toolchain", "state", "worker")
         self.create_build = (
@@ -204,11 +205,11 @@ class HotPath:
         self.take_build = expired.values(
             worker=owner, lease_expires_at=expires, attempts=Artifact.attempts + 1
         ).returning(*columns)
-        self.fail_build = expired.values(state="failed", reason=bindparam("why")).returning(*columns)
+        self.fail_build = expired.values(state=ArtifactState.FAILED, reason=bindparam("why")).returning(*columns)
         # By key and holder: a worker builds one artifact at a time, so its toolchain need not be named.
         self.renew_build = (
             update(Artifact)
-            .where(Artifact.build_key == key, Artifact.state == "building", Artifact.worker == owner)
+            .where(Artifact.build_key == key, Artifact.state == ArtifactState.BUILDING, Artifact.worker == owner)
             .values(lease_expires_at=expires)
         )
         # The trials other compiles handed to that build (Store.hand_to_builder) are held with it, and compiled
@@ -216,12 +217,16 @@ class HotPath:
         # 'compiling' as a literal, not a parameter: a prepared statement's generic plan may then use the
         # partial index ix_trials_compiling_build. Without it, each build read every trial compiled since the
         # last vacuum (82 to 393 us a build within a round of fleet bench dispatch).
-        handed = (Trial.build_key == key, Trial.worker == owner, Trial.state == literal_column("'compiling'"))
+        handed = (
+            Trial.build_key == key,
+            Trial.worker == owner,
+            Trial.state == literal_column(f"'{TrialState.COMPILING}'"),
+        )
         self.renew_handed = update(Trial).where(*handed).values(lease_expires_at=expires)
         self.compile_handed = (
             update(Trial)
             .where(*handed, Trial.id != trial)
-            .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now, toolchain=built_with)
+            .values(state=TrialState.COMPILED, worker=None, lease_expires_at=None, queued_at=now, toolchain=built_with)
             .returning(Trial.id)
         )
         self.put_blob = insert(Blob).on_conflict_do_nothing()
@@ -250,8 +255,8 @@ class HotPath:
                 .on_conflict_do_nothing()
                 .cte("stored")
             )
-            built = self.finish_build.returning(Artifact.build_key).cte("built")
-            compiled = self.compiled.where(select(built.c.build_key).exists()).cte("compiled")
+            built = self.finish_build.returning(Artifact.build_key).cte("built_now")
+            compiled = self.compiled.where(select(built.c.build_key).exists()).cte("compiled_now")
             # The trials other compiles handed to this build (Store.hand_to_builder), when the caller sends their
             # evaluations (``sweep``): compiled in the same statement, as a round trip more per build would cost
             # a build worker a third of its rate on cheap trials.
@@ -259,7 +264,7 @@ class HotPath:
                 self.compile_handed.where(bindparam("sweep", type_=Boolean), select(built.c.build_key).exists())
             ).cte("handed")
             self.built_and_compiled = select(
-                select(func.count()).select_from(built).scalar_subquery().label("built"),
+                select(func.count()).select_from(built).scalar_subquery().label("builds"),
                 select(func.array_agg(handed_now.c.id)).scalar_subquery().label("handed"),
             ).add_cte(stored, compiled)
 
@@ -294,7 +299,7 @@ class HotPath:
                         trial_claimed.c.target,
                         build_config,
                         toolchain,
-                        literal_column("'building'"),
+                        literal_column(f"'{ArtifactState.BUILDING}'"),
                         cast(owner, Text),  # Cast: see record_measured.
                         cast(expires, DateTime()),
                         literal_column("1"),

@@ -24,14 +24,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from fleet.states import ArtifactState, CampaignStatus, ChainState, TrialState
+
 JSONType = JSON().with_variant(JSONB(), "postgresql")
-
-TRIAL_STATES = ("new", "compiling", "compiled", "evaluating", "evaluated", "errored", "invalid", "cancelled")
-TERMINAL_STATES = ("evaluated", "errored", "invalid", "cancelled")
-# ``running`` and ``paused`` campaigns have a driver's work to do; the others have ended.
-CAMPAIGN_STATES = ("running", "paused", "done", "cancelled", "failed")
-ARTIFACT_STATES = ("building", "built", "failed")
-
 
 # The database's clock minus this machine's (Store.sync_clock measures it): leases are compared on the database's
 # clock, so a node whose own clock runs ahead does not take live work from the others. FLEET_TEST_CLOCK_SKEW
@@ -100,7 +95,7 @@ class Campaign(Base):
     baseline: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     options: Mapped[dict[str, Any]]
     provenance: Mapped[dict[str, Any]]
-    status: Mapped[str] = mapped_column(String(16), default="running")
+    status: Mapped[str] = mapped_column(String(16), default=CampaignStatus.RUNNING)
     # Why a campaign ended in ``failed`` (a driver could not go on with it); shown by ``fleet status``.
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Submitted campaigns are driven by ``fleet driver`` processes; the others by the process that runs them.
@@ -149,7 +144,7 @@ class Artifact(Base):
     target: Mapped[str] = mapped_column(String(64))
     build_config: Mapped[dict[str, Any]]
     toolchain: Mapped[str] = mapped_column(Text, default="")
-    state: Mapped[str] = mapped_column(String(16), default="building")
+    state: Mapped[str] = mapped_column(String(16), default=ArtifactState.BUILDING)
     blob_digest: Mapped[str | None] = mapped_column(ForeignKey("blobs.digest"), nullable=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     log_tail: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -174,8 +169,8 @@ class Trial(Base):
         Index(
             "ix_trials_compiling_build",
             "build_key",
-            postgresql_where=text("state = 'compiling'"),
-            sqlite_where=text("state = 'compiling'"),
+            postgresql_where=text(f"state = '{TrialState.COMPILING}'"),
+            sqlite_where=text(f"state = '{TrialState.COMPILING}'"),
         ),
     )
 
@@ -194,7 +189,7 @@ class Trial(Base):
     remeasure: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     seq: Mapped[int] = mapped_column(Integer, default=0)
     baseline: Mapped[bool] = mapped_column(Boolean, default=False)
-    state: Mapped[str] = mapped_column(String(16), default="new")
+    state: Mapped[str] = mapped_column(String(16), default=TrialState.NEW)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     # Times a node's fault (a full disk, an unwritable cache, a sandbox that would not start) gave it back to
     # its queue: counted here, never as an attempt against the configuration.
@@ -307,7 +302,7 @@ class Chain(Base):
     best_config: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     best_objective: Mapped[float | None] = mapped_column(Float, nullable=True)
     temperature: Mapped[float] = mapped_column(Float)
-    state: Mapped[str] = mapped_column(String(16), default="running")
+    state: Mapped[str] = mapped_column(String(16), default=ChainState.RUNNING)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 

@@ -10,6 +10,7 @@ from sqlalchemy import or_, select, update
 
 from fleet.errors import NotFound, StoreError, did_you_mean
 from fleet.space import digest
+from fleet.states import CampaignStatus
 from fleet.store._base import StoreBase, patient
 from fleet.store._models import Blob, Campaign, CampaignProblem, Measurement, Problem, ProblemTag, Trial, utcnow
 
@@ -108,7 +109,7 @@ class ProblemStore(StoreBase):
                     options=options,
                     provenance=provenance,
                     baseline=baseline,
-                    status="running",
+                    status=CampaignStatus.RUNNING,
                     created_at=utcnow(),
                 )
                 .on_conflict_do_nothing()
@@ -166,7 +167,7 @@ class ProblemStore(StoreBase):
 
     @patient
     def set_campaign_status(self, campaign_id: int, status: str) -> None:
-        finished = utcnow() if status in ("done", "stopped") else None
+        finished = utcnow() if status == CampaignStatus.DONE else None
         with self.session() as session:
             session.execute(
                 update(Campaign).where(Campaign.id == campaign_id).values(status=status, finished_at=finished)

@@ -17,11 +17,9 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, true, update
 
 from fleet.errors import FleetError, NotFound
+from fleet.states import DRIVEN, TRIAL_STATES, UNFINISHED, CampaignStatus, ChainState, TrialState
 from fleet.store._base import StoreBase, patient
-from fleet.store._models import TRIAL_STATES, Campaign, Chain, Measurement, Trial, Worker, utcnow
-
-ACTIVE = ("running", "paused")
-UNFINISHED = ("new", "compiling", "compiled", "evaluating")
+from fleet.store._models import Campaign, Chain, Measurement, Trial, Worker, utcnow
 
 
 class SteeringError(FleetError):
@@ -61,7 +59,7 @@ class SteeringStore(StoreBase):
         with self.session() as session:
             taken = session.execute(
                 update(Campaign)
-                .where(Campaign.id == campaign_id, Campaign.status.in_(ACTIVE), true() if force else free)
+                .where(Campaign.id == campaign_id, Campaign.status.in_(DRIVEN), true() if force else free)
                 .values(driver=driver, driver_lease_expires_at=now + timedelta(seconds=lease))
             ).rowcount
         return bool(taken)
@@ -98,7 +96,7 @@ class SteeringStore(StoreBase):
                     select(Campaign)
                     .where(
                         Campaign.submitted.is_(True),
-                        Campaign.status.in_(ACTIVE),
+                        Campaign.status.in_(DRIVEN),
                         or_(Campaign.driver.is_(None), Campaign.driver_lease_expires_at < now),
                     )
                     .order_by(Campaign.priority.desc(), Campaign.id)
@@ -129,7 +127,7 @@ class SteeringStore(StoreBase):
         now = utcnow()
         active = and_(
             Campaign.target == target,
-            Campaign.status == "running",
+            Campaign.status == CampaignStatus.RUNNING,
             or_(Campaign.id == campaign_id, Campaign.driver_lease_expires_at >= now),
         )
         total = select(func.sum(Campaign.priority)).where(active).scalar_subquery()
@@ -175,19 +173,19 @@ class SteeringStore(StoreBase):
     @patient
     def cancel_campaign(self, ref: str | int) -> dict[str, int]:
         """Cancel a running or paused campaign; its unfinished trials end as ``cancelled`` (counts by former state)."""
-        campaign = self._steerable(ref, "cancel", ACTIVE)
+        campaign = self._steerable(ref, "cancel", DRIVEN)
         now = utcnow()
         with self.session() as session:
             session.execute(
                 update(Campaign)
                 .where(Campaign.id == campaign.id)
-                .values(status="cancelled", finished_at=now, driver=None, driver_lease_expires_at=None)
+                .values(status=CampaignStatus.CANCELLED, finished_at=now, driver=None, driver_lease_expires_at=None)
             )
             # A chain's next step is sent by the worker of its last one: a cancelled chain sends none.
             session.execute(
                 update(Chain)
-                .where(Chain.campaign_id == campaign.id, Chain.state == "running")
-                .values(state="cancelled")
+                .where(Chain.campaign_id == campaign.id, Chain.state == ChainState.RUNNING)
+                .values(state=ChainState.CANCELLED)
             )
         return self.cancel_trials(campaign.id)
 
@@ -202,7 +200,7 @@ class SteeringStore(StoreBase):
                     update(Trial)
                     .where(Trial.campaign_id == campaign_id, Trial.state == state)
                     .values(
-                        state="cancelled",
+                        state=TrialState.CANCELLED,
                         reason=f"cancelled while {state}",
                         worker=None,
                         lease_expires_at=None,
@@ -214,39 +212,39 @@ class SteeringStore(StoreBase):
     @patient
     def pause_campaign(self, ref: str | int) -> Campaign:
         """Hold a running campaign: no new trial starts; running ones finish."""
-        campaign = self._steerable(ref, "pause", ("running",))
-        self._set_status(campaign.id, "paused", "running")
+        campaign = self._steerable(ref, "pause", (CampaignStatus.RUNNING,))
+        self._set_status(campaign.id, CampaignStatus.PAUSED, CampaignStatus.RUNNING)
         return campaign
 
     @patient
     def resume_campaign(self, ref: str | int) -> Campaign:
         """Let a paused campaign go on; its driver sends the trials whose messages the pause dropped."""
-        campaign = self._steerable(ref, "resume", ("paused",))
-        self._set_status(campaign.id, "running", "paused")
+        campaign = self._steerable(ref, "resume", (CampaignStatus.PAUSED,))
+        self._set_status(campaign.id, CampaignStatus.RUNNING, CampaignStatus.PAUSED)
         return campaign
 
     @patient
     def reopen_campaign(self, ref: str | int) -> tuple[Campaign, int]:
         """Let a cancelled campaign go on (``fleet resume --force``): it runs again, and the trials its cancel
         ended are new again, to be sent once more; returns the campaign and how many trials were reopened."""
-        campaign = self._steerable(ref, "reopen", ("cancelled",))
+        campaign = self._steerable(ref, "reopen", (CampaignStatus.CANCELLED,))
         with self.session() as session:
             changed = session.execute(
                 update(Campaign)
-                .where(Campaign.id == campaign.id, Campaign.status == "cancelled")
-                .values(status="running", finished_at=None, reason=None)
+                .where(Campaign.id == campaign.id, Campaign.status == CampaignStatus.CANCELLED)
+                .values(status=CampaignStatus.RUNNING, finished_at=None, reason=None)
             ).rowcount
             if not changed:
                 raise SteeringError(f"campaign {campaign.id} changed state meanwhile; look at `fleet status`")
             session.execute(
                 update(Chain)
-                .where(Chain.campaign_id == campaign.id, Chain.state == "cancelled")
-                .values(state="running")
+                .where(Chain.campaign_id == campaign.id, Chain.state == ChainState.CANCELLED)
+                .values(state=ChainState.RUNNING)
             )
             reopened = session.execute(
                 update(Trial)
-                .where(Trial.campaign_id == campaign.id, Trial.state == "cancelled")
-                .values(state="new", reason=None, worker=None, lease_expires_at=None, finished_at=None)
+                .where(Trial.campaign_id == campaign.id, Trial.state == TrialState.CANCELLED)
+                .values(state=TrialState.NEW, reason=None, worker=None, lease_expires_at=None, finished_at=None)
             ).rowcount
         return self.campaign(campaign.id), reopened  # type: ignore[attr-defined]
 
@@ -256,8 +254,14 @@ class SteeringStore(StoreBase):
         with self.session() as session:
             session.execute(
                 update(Campaign)
-                .where(Campaign.id == campaign_id, Campaign.status.in_(ACTIVE))
-                .values(status="failed", reason=reason, finished_at=utcnow(), driver=None, driver_lease_expires_at=None)
+                .where(Campaign.id == campaign_id, Campaign.status.in_(DRIVEN))
+                .values(
+                    status=CampaignStatus.FAILED,
+                    reason=reason,
+                    finished_at=utcnow(),
+                    driver=None,
+                    driver_lease_expires_at=None,
+                )
             )
 
     def _set_status(self, campaign_id: int, status: str, was: str) -> None:
@@ -272,8 +276,8 @@ class SteeringStore(StoreBase):
         campaign = self.campaign(ref)  # type: ignore[attr-defined]
         if campaign.status not in allowed:
             hint = {
-                "paused": "it is paused already" if action == "pause" else "resume it first",
-                "running": "it is not paused",
+                CampaignStatus.PAUSED: "it is paused already" if action == "pause" else "resume it first",
+                CampaignStatus.RUNNING: "it is not paused",
             }.get(campaign.status, f"it has ended ({campaign.status})")
             raise SteeringError(f"cannot {action} campaign {campaign.name!r}: {hint}")
         return campaign

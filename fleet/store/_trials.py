@@ -12,11 +12,10 @@ from sqlalchemy.orm import aliased
 
 from fleet.errors import NotFound
 from fleet.space import digest
+from fleet.states import UNFINISHED, WAITING, TrialState
 from fleet.store._base import StoreBase, patient
 from fleet.store._hotpath import MEASURED, claim_params
 from fleet.store._models import (
-    TERMINAL_STATES,
-    TRIAL_STATES,
     Artifact,
     Campaign,
     Measurement,
@@ -26,8 +25,6 @@ from fleet.store._models import (
 )
 from fleet.store._types import NewTrial, Requeue, TrialResult, TrialWork
 from fleet.store._workers import served_targets
-
-UNFINISHED_STATES = tuple(state for state in TRIAL_STATES if state not in TERMINAL_STATES)
 
 
 @dataclass(frozen=True)
@@ -108,7 +105,7 @@ class TrialStore(StoreBase):
                     "baseline": new.baseline,
                     "history": new.history,
                     "remeasure": remeasure,
-                    "state": "new",
+                    "state": TrialState.NEW,
                     "attempts": 0,
                     "created_at": now,
                     "queued_at": now,
@@ -239,7 +236,7 @@ class TrialStore(StoreBase):
             # NOT IN, not IN: no index serves it, so the planner finds the trials by id (or campaign) even
             # when its statistics, stale in the middle of a campaign, say that few trials have finished;
             # with IN, it may read every finished trial of the database through the state index instead.
-            .where(Trial.state.not_in(UNFINISHED_STATES))
+            .where(Trial.state.not_in(UNFINISHED))
             .order_by(Trial.id)
         )
         if trial_ids is not None:
@@ -259,7 +256,7 @@ class TrialStore(StoreBase):
                 state=r.state,
                 reason=r.reason,
                 objective=r.objective,
-                valid=bool(r.valid and r.state == "evaluated"),
+                valid=bool(r.valid and r.state == TrialState.EVALUATED),
                 metrics=r.metrics or {},
                 baseline=r.baseline,
                 reused=r.source_trial_id is not None,
@@ -286,7 +283,7 @@ class TrialStore(StoreBase):
         """
         counted = (
             select(Trial.problem_id, Trial.state, Trial.baseline, func.count(), func.min(Trial.id).label("first"))
-            .where(Trial.campaign_id == campaign_id, Trial.state.not_in(UNFINISHED_STATES))
+            .where(Trial.campaign_id == campaign_id, Trial.state.not_in(UNFINISHED))
             .group_by(Trial.problem_id, Trial.state, Trial.baseline)
             .order_by("first")
         )
@@ -299,7 +296,7 @@ class TrialStore(StoreBase):
             .join(Measurement, Measurement.trial_id == func.coalesce(Trial.source_trial_id, Trial.id))
             .where(
                 Trial.campaign_id == campaign_id,
-                Trial.state == "evaluated",
+                Trial.state == TrialState.EVALUATED,
                 Measurement.valid.is_(True),
                 Measurement.objective.is_not(None),
             )
@@ -345,7 +342,7 @@ class TrialStore(StoreBase):
                 Trial.campaign_id == campaign_id,
                 Trial.problem_id == problem_id,
                 Trial.baseline.is_(True),
-                Trial.state == "evaluated",
+                Trial.state == TrialState.EVALUATED,
                 Measurement.valid.is_(True),
             )
             .order_by(Trial.id)
@@ -458,7 +455,7 @@ class TrialStore(StoreBase):
         trial_id: int,
         worker: str,
         *,
-        state: str = "evaluated",
+        state: str = TrialState.EVALUATED,
         reason: str | None = None,
         measurement: dict[str, Any] | None = None,
         stdout_tail: str | None = None,
@@ -509,8 +506,8 @@ class TrialStore(StoreBase):
             return bool(
                 session.execute(
                     update(Trial)
-                    .where(Trial.id == trial_id, Trial.state.in_(("new", "compiled")))
-                    .values(state="errored", reason=reason, finished_at=utcnow())
+                    .where(Trial.id == trial_id, Trial.state.in_(WAITING))
+                    .values(state=TrialState.ERRORED, reason=reason, finished_at=utcnow())
                 ).rowcount
             )
 
@@ -523,10 +520,10 @@ class TrialStore(StoreBase):
                 update(Trial)
                 .where(
                     Trial.id.in_(list(trial_ids)),
-                    Trial.state.in_(("new", "compiled")),
+                    Trial.state.in_(WAITING),
                     Trial.node_faults >= max_node_faults,
                 )
-                .values(state="errored", reason=reason, finished_at=utcnow())
+                .values(state=TrialState.ERRORED, reason=reason, finished_at=utcnow())
                 .returning(Trial.id)
             ).all()
         return set(failed)
@@ -539,9 +536,9 @@ class TrialStore(StoreBase):
         with self.session() as session:
             session.execute(
                 update(Trial)
-                .where(Trial.state == "evaluating", expired, Trial.attempts >= max_attempts)
+                .where(Trial.state == TrialState.EVALUATING, expired, Trial.attempts >= max_attempts)
                 .values(
-                    state="errored",
+                    state=TrialState.ERRORED,
                     lease_expires_at=None,
                     finished_at=now,
                     reason=f"lost its worker {max_attempts} times (killed, or the node went away)",
@@ -550,23 +547,23 @@ class TrialStore(StoreBase):
             # Also a `compiled` trial whose attempts ran out while it waited for its lost message.
             session.execute(
                 update(Trial)
-                .where(Trial.state == "compiled", Trial.attempts >= max_attempts)
+                .where(Trial.state == TrialState.COMPILED, Trial.attempts >= max_attempts)
                 .values(
-                    state="errored",
+                    state=TrialState.ERRORED,
                     finished_at=now,
                     reason=f"lost its worker {max_attempts} times (killed, or the node went away)",
                 )
             )
             to_evaluate = session.execute(
                 update(Trial)
-                .where(Trial.state == "evaluating", expired)
-                .values(state="compiled", worker=None, lease_expires_at=None, queued_at=now)
+                .where(Trial.state == TrialState.EVALUATING, expired)
+                .values(state=TrialState.COMPILED, worker=None, lease_expires_at=None, queued_at=now)
                 .returning(Trial.id, Trial.target)
             ).all()
             to_compile = session.execute(
                 update(Trial)
-                .where(Trial.state == "compiling", expired)
-                .values(state="new", worker=None, lease_expires_at=None, queued_at=now)
+                .where(Trial.state == TrialState.COMPILING, expired)
+                .values(state=TrialState.NEW, worker=None, lease_expires_at=None, queued_at=now)
                 .returning(Trial.id, Trial.target)
             ).all()
         return [Requeue(r.id, r.target, "evaluate") for r in to_evaluate] + [
@@ -589,7 +586,7 @@ class TrialStore(StoreBase):
         now = utcnow()
         with self.session() as session:
             cutoff = now - timedelta(seconds=older_than)
-            query = select(Trial.id).where(Trial.state.in_(("new", "compiled")), Trial.queued_at < cutoff)
+            query = select(Trial.id).where(Trial.state.in_(WAITING), Trial.queued_at < cutoff)
             if campaign_id is not None:
                 query = query.where(Trial.campaign_id == campaign_id)
             if served_within is not None:
@@ -600,14 +597,14 @@ class TrialStore(StoreBase):
             rows = session.execute(
                 update(Trial)
                 # Re-checked here: another reaper may have sent them again since the SELECT above.
-                .where(Trial.id.in_(ids), Trial.state.in_(("new", "compiled")), Trial.queued_at < cutoff)
+                .where(Trial.id.in_(ids), Trial.state.in_(WAITING), Trial.queued_at < cutoff)
                 .values(queued_at=now)
                 .returning(Trial.id, Trial.target, Trial.state)
             ).all()
-        return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]
+        return [Requeue(r.id, r.target, "compile" if r.state == TrialState.NEW else "evaluate") for r in rows]
 
     @patient
-    def resend(self, trial_id: int, states: Sequence[str] = ("new", "compiled")) -> list[Requeue]:
+    def resend(self, trial_id: int, states: Sequence[str] = WAITING) -> list[Requeue]:
         """The trial, if it waits (in one of ``states``) for a message that nobody may send: what a worker
         whose work was lost sends.
 
@@ -622,7 +619,7 @@ class TrialStore(StoreBase):
                 .values(queued_at=utcnow())
                 .returning(Trial.id, Trial.target, Trial.state)
             ).all()
-        return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]
+        return [Requeue(r.id, r.target, "compile" if r.state == TrialState.NEW else "evaluate") for r in rows]
 
     @patient
     def pending(self, campaign_id: int) -> list[Requeue]:
@@ -630,7 +627,7 @@ class TrialStore(StoreBase):
         with self.session() as session:
             rows = session.execute(
                 select(Trial.id, Trial.target, Trial.state)
-                .where(Trial.campaign_id == campaign_id, Trial.state.in_(("new", "compiled")))
+                .where(Trial.campaign_id == campaign_id, Trial.state.in_(WAITING))
                 .order_by(Trial.id)
             ).all()
-        return [Requeue(r.id, r.target, "compile" if r.state == "new" else "evaluate") for r in rows]
+        return [Requeue(r.id, r.target, "compile" if r.state == TrialState.NEW else "evaluate") for r in rows]

@@ -20,6 +20,7 @@ from celery.exceptions import Retry
 from fleet.errors import StoreUnavailable
 from fleet.pace import CHEAP_SECONDS, SPLIT_SECONDS
 from fleet.settings import get_settings
+from fleet.states import TrialState
 from fleet.store import Requeue
 from fleet.tasks._app import app
 from fleet.tasks.lifecycle import context
@@ -102,7 +103,7 @@ def _each(
                 raise
             except Exception as failure:  # recorded as the trial's error already; the others still run
                 error = error or failure
-                outcome, more = "failed", []
+                outcome, more = "raised", []
             outcomes[outcome] += 1
             following += more
             seconds = time.monotonic() - began
@@ -148,7 +149,7 @@ def compile(self: Task, target: str, trial_ids: list[int] | None = None, trial_i
             log.info("trial %d compile end: compiled by trial %d's build (task %s)", other, trial_id, self.request.id)
         following = [Requeue(other, target, "evaluate", label=labels.get(other, "")) for other in handed]
         handed.clear()
-        if outcome == "compiled":
+        if outcome == TrialState.COMPILED:
             following.insert(0, Requeue(trial_id, target, "evaluate", label=labels.get(trial_id, "")))
         elif outcome == "lost":  # a database crash may have taken our claim, and the message with it
             following += ctx.store.resend(trial_id)
@@ -172,7 +173,7 @@ def evaluate(self: Task, target: str, trial_ids: list[int] | None = None, trial_
         if outcome == "skipped":
             # An evaluation is sent only once its trial is compiled: a trial found still new was rolled back
             # by a database crash (workers commit without waiting for the disk), and nothing else will send it.
-            return ctx.store.resend(trial_id, states=("new",))
+            return ctx.store.resend(trial_id, states=(TrialState.NEW,))
         return ctx.given_back()
 
     return _each(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from celery import Task
 
+from fleet.states import TrialState
 from fleet.tasks._app import app
 from fleet.tasks.lifecycle import context
 from fleet.tasks.sending import send
@@ -24,9 +25,9 @@ def tvm_measure(self: Task, trial_id: int, target: str) -> str:
     ctx = context(self.request.hostname)
     ctx.lap()  # the build's time on the slot runs from here, then the measurement's from the build's end
     outcome = compile_trial(ctx, trial_id)
-    if outcome == "skipped" and ctx.store.trial(trial_id).state != "compiled":
+    if outcome == "skipped" and ctx.store.trial(trial_id).state != TrialState.COMPILED:
         return outcome  # another worker holds it, or it is finished
-    if outcome in ("compiled", "skipped"):
+    if outcome in (TrialState.COMPILED, "skipped"):
         outcome = evaluate_trial(ctx, trial_id)
     send(ctx.given_back())  # a node's fault, or a trial of another target: back to its queue
     return outcome

@@ -30,6 +30,7 @@ from sqlalchemy import select
 from fleet.campaign import check_target, provenance
 from fleet.errors import FleetError, NotFound, SpecError
 from fleet.space import digest
+from fleet.states import ArtifactState, CampaignStatus, TrialState
 from fleet.store import Artifact, Campaign, Measurement, Store, Trial, utcnow
 from fleet.store._models import GoldenEntry, GoldenVersion
 from fleet.tuna import KINDS, RAW
@@ -243,7 +244,7 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
                 baseline=None,
                 options={"tuna": {"reason": f"import-{stem}", "import": source}},
                 provenance={**provenance(toolchain), **source},
-                status="done",
+                status=CampaignStatus.DONE,
                 created_at=now,
                 finished_at=now,
             )
@@ -309,7 +310,7 @@ def _write_results(
             "config": config,
             "config_key": digest(config),
             "baseline": False,
-            "state": "evaluated",
+            "state": TrialState.EVALUATED,
             "attempts": 0,
             "created_at": now,
             "queued_at": now,
@@ -397,7 +398,7 @@ def campaign_results(
                     Trial.build_key,
                     measured,
                 )
-                .where(Trial.campaign_id == campaign.id, Trial.state == "evaluated")
+                .where(Trial.campaign_id == campaign.id, Trial.state == TrialState.EVALUATED)
                 .order_by(Trial.id)
             ).all()
             wanted = [r.source_trial_id or r.id for r in rows]
@@ -678,7 +679,9 @@ def export_kernel_db(store: Store, what: Selection, output: Path) -> int:
             digests += list(
                 connection.scalars(
                     select(Artifact.blob_digest).where(
-                        Artifact.build_key.in_(part), Artifact.state == "built", Artifact.blob_digest.is_not(None)
+                        Artifact.build_key.in_(part),
+                        Artifact.state == ArtifactState.BUILT,
+                        Artifact.blob_digest.is_not(None),
                     )
                 )
             )

@@ -19,6 +19,7 @@ from sqlalchemy import and_, func, select, update
 from fleet.campaign import check_target, provenance, trial_keys
 from fleet.errors import NotFound, SpecError
 from fleet.space import Space, digest
+from fleet.states import CampaignStatus, TrialState
 from fleet.store import Campaign, Requeue, Store, Trial, utcnow
 from fleet.store._models import CampaignProblem
 from fleet.tuna.problems import chunks
@@ -92,7 +93,7 @@ def ensure_campaign(store: Store, reason: str, target: str) -> Campaign:
                 baseline=None,
                 options={"tuna": {"reason": reason}},
                 provenance=provenance(toolchain),
-                status="running",
+                status=CampaignStatus.RUNNING,
                 created_at=utcnow(),
             )
             .on_conflict_do_nothing()
@@ -154,7 +155,7 @@ def _add(store: Store, reason: str, target: str, jobs: Sequence[tuple[int, str]]
                 "measure_key": digest([measure_key, campaign.name]),
                 "seq": 0,
                 "baseline": False,
-                "state": "new",
+                "state": TrialState.NEW,
                 "attempts": 0,
                 "remeasure": remeasure,
                 "created_at": now,
@@ -182,19 +183,23 @@ def _add(store: Store, reason: str, target: str, jobs: Sequence[tuple[int, str]]
                 states[(r.problem_id, r.config_key)] = (r.id, r.state)
         after = connection.scalar(select(func.count()).select_from(Trial).where(Trial.campaign_id == campaign.id))
         wanted = [states[(t["problem_id"], t["config_key"])] for t in trials]
-        again = {trial_id for trial_id, state in wanted if state == "errored"} if remeasure else set()
+        again = {trial_id for trial_id, state in wanted if state == TrialState.ERRORED} if remeasure else set()
         for part in chunks(sorted(again)):
             connection.execute(
                 update(Trial)
-                .where(Trial.id.in_(part), Trial.state == "errored")
-                .values(state="new", reason=None, worker=None, lease_expires_at=None, finished_at=None, attempts=0,
-                        remeasure=True, queued_at=now)
+                .where(Trial.id.in_(part), Trial.state == TrialState.ERRORED)
+                .values(state=TrialState.NEW, reason=None, worker=None, lease_expires_at=None, finished_at=None,
+                        attempts=0, remeasure=True, queued_at=now)
             )  # fmt: skip
     if remeasure:
         store.forget_failed_builds(campaign.id, {t["build_key"] for t in trials}, until=now)
     created = after - before
-    store.set_campaign_status(campaign.id, "running")
-    work = [Requeue(trial_id, target, "compile") for trial_id, state in wanted if state == "new" or trial_id in again]
+    store.set_campaign_status(campaign.id, CampaignStatus.RUNNING)
+    work = [
+        Requeue(trial_id, target, "compile")
+        for trial_id, state in wanted
+        if state == TrialState.NEW or trial_id in again
+    ]
     return Added(campaign, created, len(wanted) - created, work, len(again))
 
 
@@ -216,7 +221,7 @@ def copy_jobs(
     for source in sources:
         query = select(Trial.problem_id, Trial.config).where(Trial.campaign_id == source.id).order_by(Trial.id)
         if not include_invalid:
-            query = query.where(Trial.state != "invalid")
+            query = query.where(Trial.state != TrialState.INVALID)
         with store.transaction() as connection:
             rows = connection.execute(query).all()
         jobs = [(row.problem_id, str(row.config["step"])) for row in rows]
@@ -240,8 +245,14 @@ def invalidate(
         return 0
     now = utcnow()
     changed = 0
-    condition = [Trial.campaign_id.in_(campaigns), Trial.state != "invalid"]
-    values = {"state": "invalid", "reason": INVALIDATED, "worker": None, "lease_expires_at": None, "finished_at": now}
+    condition = [Trial.campaign_id.in_(campaigns), Trial.state != TrialState.INVALID]
+    values = {
+        "state": TrialState.INVALID,
+        "reason": INVALIDATED,
+        "worker": None,
+        "lease_expires_at": None,
+        "finished_at": now,
+    }
     with store.transaction() as connection:
         parts = [None] if problem_ids is None else list(chunks(sorted(set(problem_ids))))
         for part in parts:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleet.states import ArtifactState, CampaignStatus, TrialState
 from fleet.tvm.available import require_tvm
 
 KIND = "tvm.metaschedule"
@@ -210,7 +211,9 @@ class _Session:
             for trial_id in batch.trial_ids:
                 self.pending.setdefault(trial_id, []).append(batch)
         for new, (trial_id, state) in zip(news, created, strict=True):
-            if (state == "new" and self._compile(trial_id, new.build_key, datas[new.build_key])) or state == "compiled":
+            if (
+                state == TrialState.NEW and self._compile(trial_id, new.build_key, datas[new.build_key])
+            ) or state == TrialState.COMPILED:
                 # Sent as soon as it is stored: the workers measure the first candidates while the rest are stored.
                 # One trial to a message: every evaluation slot of the target takes its share.
                 send([Requeue(trial_id, self.target, "evaluate")])
@@ -220,7 +223,7 @@ class _Session:
         """Record the candidate as the trial's artifact, built here; True when its evaluation is to be sent."""
         s = self.settings
         start = self.store.start_compile(trial_id, self.owner, s.lease_seconds, s.max_attempts, {self.campaign.id: ""})
-        if start.outcome == "compiled":
+        if start.outcome == TrialState.COMPILED:
             return True
         if start.outcome != "claimed":
             return False  # not new any more: whoever holds it sends what follows
@@ -228,10 +231,12 @@ class _Session:
         while True:
             if artifact is None:
                 artifact = self.store.claim_build(start.work, self.owner, s.lease_seconds, s.max_attempts, "")
-            if artifact.state == "built":
+            if artifact.state == ArtifactState.BUILT:
                 return bool(self.store.mark_compiled(trial_id, self.owner, ""))
-            if artifact.state == "failed":
-                self.store.record(trial_id, self.owner, state="errored", reason=f"build failed: {artifact.reason}")
+            if artifact.state == ArtifactState.FAILED:
+                self.store.record(
+                    trial_id, self.owner, state=TrialState.ERRORED, reason=f"build failed: {artifact.reason}"
+                )
                 return False
             if artifact.worker == self.owner:
                 # The same bytes are the same artifact: its digest is the blob's key.
@@ -255,7 +260,7 @@ class _Session:
             # While nothing comes back, look less often, up to POLL_MAX: a candidate measured for seconds is not
             # waited for with a query every 50 ms, on a database every runner shares and beside the measurement.
             self.interval = self.poll_seconds if finished else min(POLL_MAX, self.interval * 1.5)
-            where = self._where([r.trial_id for r in finished if r.state == "evaluated"])
+            where = self._where([r.trial_id for r in finished if r.state == TrialState.EVALUATED])
             for result in finished:
                 value = self._result(result, where.get(result.trial_id))
                 for batch in self.pending.pop(result.trial_id, []):
@@ -283,7 +288,7 @@ class _Session:
         return {r.trial_id: {"worker": r.worker, "node": r.node, "device": r.device, "gpu": r.gpu} for r in rows}
 
     def _result(self, result: Any, where: dict[str, Any] | None) -> tuple[list[float] | None, str | None]:
-        if result.state == "evaluated" and result.objective is not None:
+        if result.state == TrialState.EVALUATED and result.objective is not None:
             secs = run_secs(result.metrics, result.objective)
             with _MEASURED_LOCK:
                 MEASURED[tuple(secs)] = {
@@ -304,7 +309,7 @@ class _Session:
 
     def close(self) -> None:
         if self.campaign is not None:
-            self.store.set_campaign_status(self.campaign.id, "done")
+            self.store.set_campaign_status(self.campaign.id, CampaignStatus.DONE)
 
 
 def pack_candidate(artifact_path: str, device_type: str, args_info: list[Any]) -> bytes:

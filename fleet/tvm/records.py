@@ -25,6 +25,7 @@ from sqlalchemy import select
 
 from fleet.errors import SpecError
 from fleet.space import canonical_json, check_value, digest
+from fleet.states import CampaignStatus, TrialState
 from fleet.tvm.operators import KINDS, OPS, check_problem
 from fleet.tvm.spaces import space_for
 
@@ -170,7 +171,7 @@ def import_records(store: Any, parsed: list[dict[str, Any]], source: str = "reco
             news.append(NewTrial(problem_id, record["knobs"], build_key, measure_key, seq))
         created = store.add_trials(campaign.id, target, news)
         for record, (trial_id, state) in zip(group, created, strict=True):
-            if state != "new" or store.claim(trial_id, "compile", owner, 600, 1) is None:
+            if state != TrialState.NEW or store.claim(trial_id, "compile", owner, 600, 1) is None:
                 present += 1
                 continue
             info = record["provenance"]
@@ -185,7 +186,7 @@ def import_records(store: Any, parsed: list[dict[str, Any]], source: str = "reco
             store.record(
                 trial_id,
                 owner,
-                state="evaluated" if record.get("valid") else "invalid",
+                state=TrialState.EVALUATED if record.get("valid") else TrialState.INVALID,
                 reason=None if record.get("valid") else "imported as invalid",
                 measurement={
                     "objective_name": "gflops",
@@ -202,7 +203,7 @@ def import_records(store: Any, parsed: list[dict[str, Any]], source: str = "reco
                 },
             )
             added += 1
-        store.set_campaign_status(campaign.id, "done")
+        store.set_campaign_status(campaign.id, CampaignStatus.DONE)
     return added, present
 
 

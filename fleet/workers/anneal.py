@@ -13,6 +13,7 @@ import time
 from fleet.search.anneal import COOLING, accept, neighbour
 from fleet.space import Space
 from fleet.spec.keys import trial_keys
+from fleet.states import CampaignStatus, ChainState, TrialState
 from fleet.store import NewTrial, TrialResult
 from fleet.workers.execute import WorkerContext, compile_trial, evaluate_trial
 
@@ -26,10 +27,10 @@ def measure(ctx: WorkerContext, trial_id: int) -> TrialResult:
         if finished:
             return finished[0]
         state = ctx.store.trial(trial_id).state
-        if state == "new":
+        if state == TrialState.NEW:
             ctx.lap()  # its compile's time on the slot, not the chain's
             compile_trial(ctx, trial_id)
-        elif state == "compiled":
+        elif state == TrialState.COMPILED:
             ctx.lap()  # its evaluation's, likewise
             evaluate_trial(ctx, trial_id)
         else:
@@ -41,10 +42,10 @@ def measure(ctx: WorkerContext, trial_id: int) -> TrialResult:
 def anneal_step(ctx: WorkerContext, chain_id: int, step: int) -> int | None:
     """Run step ``step`` of a chain; return the next step to send, or None when there is none to send."""
     chain = ctx.store.chain(chain_id)
-    if chain.state != "running" or chain.step != step:
+    if chain.state != ChainState.RUNNING or chain.step != step:
         return None  # a duplicate of a step already recorded
     campaign = ctx.store.campaign(chain.campaign_id)
-    if campaign.status in ("paused", "cancelled"):
+    if campaign.status in (CampaignStatus.PAUSED, CampaignStatus.CANCELLED):
         return None  # a paused campaign's driver sends the step again on resume
     space = Space.from_dict(campaign.space)
     workload = ctx.workload(campaign.id, campaign.workload)

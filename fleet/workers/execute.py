@@ -23,6 +23,7 @@ from pathlib import Path
 from fleet.errors import NodeFault, SpecError, StoreUnavailable
 from fleet.settings import Settings, node_name
 from fleet.space import build_part
+from fleet.states import MEASURED, ArtifactState, TrialState
 from fleet.store import INLINE_BYTES, Requeue, Store, TrialWork
 from fleet.workers import health
 from fleet.workers.cache import ArtifactCache
@@ -324,16 +325,18 @@ def compile_trial(ctx: WorkerContext, trial_id: int, handed: list[int] | None = 
             artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts, toolchain)
         last_tick = time.monotonic()
         while True:
-            if artifact.state == "failed":
+            if artifact.state == ArtifactState.FAILED:
                 reason = f"build failed: {artifact.reason}"
-                ctx.store.record(trial_id, ctx.owner, state="errored", reason=reason, stderr_tail=artifact.log_tail)
-                return "errored"
-            if artifact.state == "built":
+                ctx.store.record(
+                    trial_id, ctx.owner, state=TrialState.ERRORED, reason=reason, stderr_tail=artifact.log_tail
+                )
+                return TrialState.ERRORED
+            if artifact.state == ArtifactState.BUILT:
                 compiled = ctx.store.mark_compiled(trial_id, ctx.owner, toolchain, seconds=ctx.lap())
-                return "compiled" if compiled else "lost"
+                return TrialState.COMPILED if compiled else "lost"
             if artifact.worker == ctx.owner:
                 if _build(ctx, work, toolchain, handed):
-                    return "compiled"
+                    return TrialState.COMPILED
             elif handed is not None:
                 # Another worker is building the same key right now: its build ends this compile too, and this
                 # build slot goes on to the next build instead of waiting (refused: that build has just ended).
@@ -342,7 +345,7 @@ def compile_trial(ctx: WorkerContext, trial_id: int, handed: list[int] | None = 
                     # Still building: its end will find the trial. Ended already: it may have looked before
                     # the trial was handed, so the trial is taken back, unless that build has ended it.
                     artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts, toolchain)
-                    if artifact.state == "building" and artifact.worker == builder:
+                    if artifact.state == ArtifactState.BUILDING and artifact.worker == builder:
                         return "handed"
                     if not ctx.store.take_back(trial_id, ctx.owner, builder, s.lease_seconds):
                         return "handed"
@@ -362,15 +365,15 @@ def compile_trial(ctx: WorkerContext, trial_id: int, handed: list[int] | None = 
     except OSError as error:  # the worker's own files: its scratch, its cache
         fault = health.from_os_error(error, "the build")
         if fault is None:
-            ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"compile failed: {error!r}")
+            ctx.store.record(trial_id, ctx.owner, state=TrialState.ERRORED, reason=f"compile failed: {error!r}")
             raise
         return ctx.node_fault(trial_id, "compile", fault, work.build_key)
     except ToolchainError as error:
         # Its own reason, one line: the fix is to install the compiler on this node, not in the spec.
-        ctx.store.record(trial_id, ctx.owner, state="errored", reason=str(error))
-        return "errored"
+        ctx.store.record(trial_id, ctx.owner, state=TrialState.ERRORED, reason=str(error))
+        return TrialState.ERRORED
     except Exception as error:
-        ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"compile failed: {error!r}")
+        ctx.store.record(trial_id, ctx.owner, state=TrialState.ERRORED, reason=f"compile failed: {error!r}")
         raise
 
 
@@ -420,7 +423,7 @@ def _build(ctx: WorkerContext, work: TrialWork, toolchain: str, handed: list[int
         for trial_id in ctx.store.handed_trials(work.trial_id, work.build_key, ctx.owner):
             # They end as the trial that built it does.
             reason = f"build failed: {built.reason}"
-            ctx.store.record(trial_id, ctx.owner, state="errored", reason=reason, stderr_tail=built.log_tail)
+            ctx.store.record(trial_id, ctx.owner, state=TrialState.ERRORED, reason=reason, stderr_tail=built.log_tail)
     return built.data is not None
 
 
@@ -435,14 +438,16 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
         return "misrouted"
     if work.reuse is not None:
         # Measured before with the same toolchain on the same kind of device: that measurement answers.
-        state = "evaluated" if work.reuse_valid else "invalid"
+        state = TrialState.EVALUATED if work.reuse_valid else TrialState.INVALID
         recorded = ctx.store.record(trial_id, ctx.owner, state=state, source=work.reuse, seconds=ctx.lap())
         return state if recorded else "lost"
     try:
         workload = ctx.workload(work.campaign_id, work.workload)
         if work.artifact_digest is None:
-            ctx.store.record(trial_id, ctx.owner, state="errored", reason="its artifact is missing", seconds=ctx.lap())
-            return "errored"
+            ctx.store.record(
+                trial_id, ctx.owner, state=TrialState.ERRORED, reason="its artifact is missing", seconds=ctx.lap()
+            )
+            return TrialState.ERRORED
         data = work.artifact_data
         if data is None:
             data = ctx.cache.get(work.artifact_digest, ctx.store.get_blob)
@@ -475,19 +480,21 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
         fault = health.from_os_error(error, "the evaluation")
         if fault is None:
             reason = f"evaluate failed: {error!r}"
-            ctx.store.record(trial_id, ctx.owner, state="errored", reason=reason, seconds=ctx.lap())
+            ctx.store.record(trial_id, ctx.owner, state=TrialState.ERRORED, reason=reason, seconds=ctx.lap())
             raise
         return ctx.node_fault(trial_id, "evaluate", fault)
     except Exception as error:
-        ctx.store.record(trial_id, ctx.owner, state="errored", reason=f"evaluate failed: {error!r}", seconds=ctx.lap())
+        ctx.store.record(
+            trial_id, ctx.owner, state=TrialState.ERRORED, reason=f"evaluate failed: {error!r}", seconds=ctx.lap()
+        )
         raise
     measurement = None
-    if measured.state in ("evaluated", "invalid"):  # an invalid run keeps its samples and metrics too
+    if measured.state in MEASURED:  # an invalid run keeps its samples and metrics too
         measurement = {
             "objective_name": workload.objective_name,
             "maximize": workload.maximize,
             "objective": measured.objective,
-            "valid": measured.state == "evaluated",
+            "valid": measured.state == TrialState.EVALUATED,
             "samples": measured.samples,
             "metrics": measured.metrics,
             "objectives": measured.objectives or None,

@@ -43,6 +43,7 @@ from datetime import datetime
 from typing import Any
 
 from fleet.errors import FleetError
+from fleet.states import MEASURED, TrialState
 from fleet.workers.workloads import Measured
 
 __all__ = [
@@ -493,12 +494,12 @@ def observed(
     try:
         lock = clock_locks(clocks, values or {})
     except ObserverError as error:
-        return Measured(state="errored", reason=str(error))
+        return Measured(state=TrialState.ERRORED, reason=str(error))
     if observer is None:
         if wanted or lock:
             needs = f"the objective is the observer's {wanted!r}" if wanted else "the spec tunes the GPU's clocks"
             return Measured(
-                state="errored",
+                state=TrialState.ERRORED,
                 reason=f"{needs}, and this worker observes no GPU "
                 "(an NVIDIA GPU with nvidia-ml-py or nvidia-smi, and FLEET_OBSERVE not off)",
             )
@@ -508,16 +509,19 @@ def observed(
     except ObserverError as error:
         if lock is None:
             raise  # the worker's own FLEET_LOCK_CLOCKS: its operator's setting, not this trial's
-        return Measured(state="errored", reason=str(error))
+        return Measured(state=TrialState.ERRORED, reason=str(error))
     try:
         measured = evaluate()
     finally:
         readings = observer.stop()
     measured = dataclasses.replace(measured, metrics={**measured.metrics, **readings})
-    if not wanted or measured.state not in ("evaluated", "invalid"):
+    if not wanted or measured.state not in MEASURED:
         return measured
     if wanted not in readings:
         return dataclasses.replace(
-            measured, state="errored", objective=None, reason=f"the {observer.name} observer gave no {wanted!r}"
+            measured,
+            state=TrialState.ERRORED,
+            objective=None,
+            reason=f"the {observer.name} observer gave no {wanted!r}",
         )
     return dataclasses.replace(measured, objective=readings[wanted], samples=[readings[wanted]])

@@ -13,6 +13,7 @@ from typing import Any
 from fleet.space import Config
 from fleet.spec.workloads.base import WorkloadSpec
 from fleet.spec.workloads.objectives import objective_of
+from fleet.states import MEASURED, TrialState
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class Measured:
             else:
                 merged[name] = given[0] if all(v == given[0] for v in given) else given
         return cls(
-            state="evaluated" if valid else "invalid",
+            state=TrialState.EVALUATED if valid else TrialState.INVALID,
             objective=statistics.median(samples),
             samples=samples,
             metrics=merged,
@@ -131,7 +132,7 @@ class Workload(WorkloadSpec, ABC):
             What :meth:`evaluate` measured, the observer's readings merged into its metrics.
         """
         definitions = self.definition.get("objectives")
-        if not definitions or measured.state not in ("evaluated", "invalid"):
+        if not definitions or measured.state not in MEASURED:
             return measured
         values = dict(measured.objectives)
         for definition in definitions:
@@ -143,7 +144,7 @@ class Workload(WorkloadSpec, ABC):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 return dataclasses.replace(
                     measured,
-                    state="errored",
+                    state=TrialState.ERRORED,
                     objective=None,
                     reason=f"the objective {name!r} is the observer's {reading!r}, and this evaluation has none "
                     "(an NVIDIA GPU watched with nvidia-ml-py or nvidia-smi, and FLEET_OBSERVE not off, gives it)",

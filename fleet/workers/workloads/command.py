@@ -21,6 +21,7 @@ from fleet.errors import SpecError, did_you_mean, shown
 from fleet.settings import positive_number
 from fleet.spec.workloads.command import CommandSpec, fill, names_in
 from fleet.spec.workloads.objectives import objective_of
+from fleet.states import TrialState
 from fleet.workers import health
 from fleet.workers.runner import Completed, Resident, run
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
@@ -108,7 +109,7 @@ class CommandWorkload(CommandSpec, Workload):
                 if fault is not None:
                     raise fault
                 return Measured(
-                    state="errored",
+                    state=TrialState.ERRORED,
                     reason=last.failure("the run"),
                     stdout_tail=last.stdout_tail,
                     stderr_tail=last.stderr_tail,
@@ -118,7 +119,7 @@ class CommandWorkload(CommandSpec, Workload):
             if parsed is None or read is None:
                 names = ", ".join(o.name for o in self.objectives)
                 return Measured(
-                    state="errored",
+                    state=TrialState.ERRORED,
                     reason=self._missing(last.stdout)
                     if parsed is None
                     else f"not every objective ({names}) in the run's output",

@@ -34,6 +34,7 @@ from typing import Any
 from fleet.bundle import pack, unpack
 from fleet.errors import MIOpenDbError
 from fleet.spec.workloads.miopen import MiopenSpec
+from fleet.states import TrialState
 from fleet.workers import health
 from fleet.workers.runner import Completed, run, seen
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
@@ -128,21 +129,21 @@ class MiopenWorkload(MiopenSpec, Workload):
 
         step = str(job.config.get("step", "find"))
         if find_driver()[0] is None:
-            return Measured(state="errored", reason=find_driver()[1] or NO_MIOPEN)
+            return Measured(state=TrialState.ERRORED, reason=find_driver()[1] or NO_MIOPEN)
         (job.scratch / "kernel-cache").mkdir(exist_ok=True)
         unpack(artifact, job.scratch / "kernel-cache")
         done = self._run(job, step, compile_only=False, timeout=float(self.definition.get("run_timeout", 3600)))
         if isinstance(done, str):
-            return Measured(state="errored", reason=done)
+            return Measured(state=TrialState.ERRORED, reason=done)
         tails = {"stdout_tail": done.stdout_tail, "stderr_tail": done.stderr_tail}
         if not done.ok:
             fault = health.fault_in(done, job.scratch)
             if fault is not None:
                 raise fault
-            return Measured(state="errored", reason=done.failure("MIOpenDriver"), **tails)
+            return Measured(state=TrialState.ERRORED, reason=done.failure("MIOpenDriver"), **tails)
         times = _TIME.findall(done.stdout)
         if not times:
-            return Measured(state="errored", reason="MIOpenDriver printed no GPU kernel time", **tails)
+            return Measured(state=TrialState.ERRORED, reason="MIOpenDriver printed no GPU kernel time", **tails)
         time_ms = float(times[-1])
         metrics: dict[str, Any] = {"driver": find_driver()[0]}
         solution = _SOLUTION.search(done.stdout)
@@ -157,11 +158,13 @@ class MiopenWorkload(MiopenSpec, Workload):
             if step == "find":
                 entries = _find_entries(user_db, key)
                 if not entries:
-                    return Measured(state="errored", reason=f"MIOpen wrote no find-db record for {key}", **tails)
+                    return Measured(
+                        state=TrialState.ERRORED, reason=f"MIOpen wrote no find-db record for {key}", **tails
+                    )
                 metrics["find"] = entries
             else:
                 metrics["perf"] = _perf_entries(user_db, key)
-        return Measured(state="evaluated", objective=time_ms, samples=[time_ms], metrics=metrics, **tails)
+        return Measured(state=TrialState.EVALUATED, objective=time_ms, samples=[time_ms], metrics=metrics, **tails)
 
 
 def _find_entries(user_db: Path, key: str) -> list[list[Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fleet.space import canonical_json
 from fleet.spec.workloads.noop import NoopSpec
+from fleet.states import TrialState
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
 
@@ -14,4 +15,4 @@ class NoopWorkload(NoopSpec, Workload):
         return Built(canonical_json(job.config).encode())
 
     def evaluate(self, job: Job, artifact: bytes) -> Measured:
-        return Measured(state="evaluated", objective=0.0, samples=[0.0])
+        return Measured(state=TrialState.EVALUATED, objective=0.0, samples=[0.0])

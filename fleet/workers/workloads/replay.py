@@ -8,6 +8,7 @@ from __future__ import annotations
 from fleet.replay import OVERHEAD_S, run_of
 from fleet.space import canonical_json
 from fleet.spec.workloads.replay import ReplaySpec
+from fleet.states import TrialState
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
 
@@ -22,9 +23,9 @@ class ReplayWorkload(ReplaySpec, Workload):
         record = self.recorded.lookup(job.config)
         run = run_of(dict(job.config), record, OVERHEAD_S)
         if record is None or run.objective is None:
-            return Measured(state="invalid", metrics=run.metrics, reason=run.reason)
+            return Measured(state=TrialState.INVALID, metrics=run.metrics, reason=run.reason)
         return Measured(
-            state="evaluated",
+            state=TrialState.EVALUATED,
             objective=run.objective,
             samples=list(record.samples) or [run.objective],
             metrics=run.metrics,

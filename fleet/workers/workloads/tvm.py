@@ -11,6 +11,7 @@ from fleet.errors import FleetError
 from fleet.space import canonical_json
 from fleet.spec.targets import cpu_target
 from fleet.spec.workloads.tvm import TvmSpec
+from fleet.states import TrialState
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
 
@@ -39,11 +40,11 @@ class TvmWorkload(TvmSpec, Workload):
                 tick_seconds=job.tick_seconds,
             )
         except FleetError as error:  # TVM missing here, or a target TVM cannot build for
-            return Measured(state="errored", reason=str(error))
+            return Measured(state=TrialState.ERRORED, reason=str(error))
         except Exception as error:  # a TVM build or run that failed: the trial's reason, not the worker's end
             text = str(error).strip().splitlines()
-            return Measured(state="errored", reason=f"tvm: {text[-1] if text else type(error).__name__}"[:500])
+            return Measured(state=TrialState.ERRORED, reason=f"tvm: {text[-1] if text else type(error).__name__}"[:500])
         metrics = {"time_s": timing.seconds, "gflops": timing.gflops, "correct": timing.correct, "error": timing.error}
         samples = [timing.gflops * timing.seconds / s for s in timing.samples]
-        state = "evaluated" if timing.correct else "invalid"
+        state = TrialState.EVALUATED if timing.correct else TrialState.INVALID
         return Measured(state=state, objective=timing.gflops, samples=samples, metrics=metrics, reason=timing.reason)
