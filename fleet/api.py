@@ -198,11 +198,12 @@ def driver(
         on_warning=on_warning,
         max_attempts=settings.max_attempts,
         heartbeat_seconds=settings.heartbeat_seconds,
+        liveness_seconds=settings.liveness_seconds,
         requeue_seconds=settings.requeue_seconds,
         steering=steering,
         user_code=user_code,
     )
-    within = 3 * settings.heartbeat_seconds + 5
+    within = settings.liveness_seconds
     if window is not None:
         result.window = window
     elif campaign.submitted:

@@ -24,6 +24,7 @@ from fleet.history import campaign_history
 from fleet.pace import MAX_BATCH, SLOT_DEPTH, Pace
 from fleet.search import Run, Searcher
 from fleet.search.feed import Feed
+from fleet.settings import liveness_window
 from fleet.space import Config, Space, digest
 from fleet.space_files import VERDICT_LIMIT, load_space_file, predicate_from_verdicts
 from fleet.spec import (  # noqa: F401 - the spec's names, re-exported for callers that predate fleet.spec
@@ -321,6 +322,7 @@ class Driver:
         poll_seconds: float = 0.05,
         max_attempts: int = 3,
         heartbeat_seconds: float = 5.0,
+        liveness_seconds: float | None = None,
         requeue_seconds: float = 300.0,
         steering: Steering | None = None,
         window_for: Callable[[float], int] | None = None,
@@ -338,6 +340,7 @@ class Driver:
         self.poll_seconds = poll_seconds
         self.max_attempts = max_attempts
         self.heartbeat_seconds = heartbeat_seconds
+        self.liveness_seconds = liveness_window(heartbeat_seconds) if liveness_seconds is None else liveness_seconds
         self.requeue_seconds = requeue_seconds
         self.space, factory = campaign_space(campaign, user_code)
         workload = load_workload_spec(campaign.workload)
@@ -451,8 +454,7 @@ class Driver:
                 send.append(Requeue(trial_id, self.campaign.target, task, label=self._label(trial)))
                 keys.append(trial.build_key if state == TrialState.NEW and self.first_task == "compile" else None)
         if len(set(keys) - {None}) > 1:
-            within = 3 * self.heartbeat_seconds + 5
-            builders = self.store.workers(target=self.campaign.target, role="build", within=within)
+            builders = self.store.workers(target=self.campaign.target, role="build", within=self.liveness_seconds)
             send = build_order(send, keys, sum(w.concurrency for w in builders))
         self._send(send)
 
@@ -560,7 +562,7 @@ class Driver:
         return finished
 
     def _check_workers(self, started: float, warned: list[float]) -> None:
-        live = self.store.workers(target=self.campaign.target, role="eval", within=3 * self.heartbeat_seconds + 5)
+        live = self.store.workers(target=self.campaign.target, role="eval", within=self.liveness_seconds)
         # Its share of them: with other campaigns on the target, it sees only its own trials finish.
         slots = max(1, sum(w.concurrency for w in live))
         self.pace.slots = max(0.01, slots * self.store.share(self.campaign.id, self.campaign.target))
@@ -573,7 +575,7 @@ class Driver:
         # So a worker is missing only once it has been missing for as long as a heartbeat counts, seen from
         # after the store answered (``now`` is taken then).
         self.unheard = now if self.unheard is None else self.unheard
-        heard_of = now - self.unheard <= 3 * self.heartbeat_seconds + 5
+        heard_of = now - self.unheard <= self.liveness_seconds
         if not heard_of and now - started > 2 * self.heartbeat_seconds and (not warned or now - warned[-1] > 60):
             warned.append(now)
             self.on_warning(
@@ -653,7 +655,7 @@ class Driver:
                 last_check = now
                 self._check_workers(started, warned)
                 # Not to a queue that no one consumes: each pass would add a message to it.
-                served = 3 * self.heartbeat_seconds + 5
+                served = self.liveness_seconds
                 stale = [] if self.paused else self.store.stale(self.requeue_seconds, self.campaign.id, served)
                 self._send(self.store.reap(self.max_attempts) + stale)
             if self.pace.probing:

@@ -143,7 +143,7 @@ class ChainDriver:
             if time.monotonic() - last_check > self.requeue_seconds / 4:
                 last_check = time.monotonic()
                 # Not to a queue that no one consumes: each pass would add a message to it.
-                served = 3 * get_settings().heartbeat_seconds + 5
+                served = get_settings().liveness_seconds
                 self.send_steps(self.store.stale_chains(self.requeue_seconds, self.campaign.id, served_within=served))
             time.sleep(self.poll_seconds)
         self.store.set_campaign_status(self.campaign.id, CampaignStatus.DONE)

@@ -33,6 +33,13 @@ def positive_number(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def liveness_window(heartbeat_seconds: float, slack_seconds: float = 5.0) -> float:
+    """The one liveness rule: a worker or driver is alive while its last heartbeat is at most three beats and a
+    slack old. Three, so that one beat lost under load does not make it gone; the slack, so that a short
+    heartbeat does not make a busy database's delay look like a death."""
+    return 3 * heartbeat_seconds + slack_seconds
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything Fleet reads from the environment.
@@ -56,6 +63,9 @@ class Settings:
         ``FLEET_MAX_NODE_FAULTS``.
     heartbeat_seconds:
         How often workers renew their registration and run the reaper.
+    liveness_slack_seconds:
+        How late a heartbeat may be, beyond three missed, before its worker or driver counts as gone
+        (:attr:`liveness_seconds`). ``FLEET_LIVENESS_SLACK_SECONDS``.
     cache_dir:
         Each worker's artifact cache. ``FLEET_CACHE_DIR``.
     visibility_timeout:
@@ -79,11 +89,17 @@ class Settings:
     max_attempts: int = 3
     max_node_faults: int = 5
     heartbeat_seconds: float = 5.0
+    liveness_slack_seconds: float = 5.0
     cache_dir: Path = Path(".fleet/cache")
     visibility_timeout: float = 3600.0
     requeue_seconds: float = 300.0
     driver_lease_seconds: float = 30.0
     outage_seconds: float = 60.0
+
+    @property
+    def liveness_seconds(self) -> float:
+        """How recent a worker's or driver's last heartbeat must be for it to count as alive."""
+        return liveness_window(self.heartbeat_seconds, self.liveness_slack_seconds)
 
     @property
     def embedded(self) -> bool:
@@ -128,6 +144,7 @@ class Settings:
             max_attempts=int(positive_number(env, "FLEET_MAX_ATTEMPTS", 3)),
             max_node_faults=int(positive_number(env, "FLEET_MAX_NODE_FAULTS", 5)),
             heartbeat_seconds=positive_number(env, "FLEET_HEARTBEAT_SECONDS", 5.0),
+            liveness_slack_seconds=positive_number(env, "FLEET_LIVENESS_SLACK_SECONDS", 5.0),
             cache_dir=Path(env.get("FLEET_CACHE_DIR") or home / "cache").absolute(),
             visibility_timeout=positive_number(env, "FLEET_VISIBILITY_TIMEOUT", 3600.0),
             requeue_seconds=positive_number(env, "FLEET_REQUEUE_SECONDS", 300.0),

@@ -136,7 +136,7 @@ def resume(campaign: str, window: int | None, local: bool | None, eval_procs: in
             )
         found, reopened = store.reopen_campaign(found.id)
         click.echo(f"resuming cancelled campaign {found.name} (--force): {reopened} trials run again", err=True)
-        drivers = store.workers(role="driver", within=3 * get_settings().heartbeat_seconds + 5)
+        drivers = store.workers(role="driver", within=get_settings().liveness_seconds)
         if found.submitted and drivers:
             return  # the fleet's drivers take it up again
     if found.status == CampaignStatus.PAUSED:
@@ -344,7 +344,7 @@ def status(campaign: str | None, as_json: bool) -> None:
 
     store = open_store(read_only=True)
     settings = get_settings()
-    live = store.workers(within=3 * settings.heartbeat_seconds + 5)
+    live = store.workers(within=settings.liveness_seconds)
     campaigns = [find_campaign(store, campaign)] if campaign else store.campaigns()
     # One look at the leases for both views: a campaign's "driven by" and a driver's "drives" agree.
     driven = live_drivers(store)

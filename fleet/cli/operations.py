@@ -183,7 +183,7 @@ def call_command(
     if how.takes == "trial" and state in FINISHED:
         print_result(describe(store, subject), as_json)  # already recorded: nothing to send
         return
-    live = [w for w in store.workers(target=target, within=3 * get_settings().heartbeat_seconds + 5)]
+    live = [w for w in store.workers(target=target, within=get_settings().liveness_seconds)]
     if not any(w.role == ("build" if task == "fleet.compile" else "eval") for w in live):
         click.echo(f"fleet: warning: no worker of target {target} is listening; the task waits in its queue", err=True)
     task_id = send(task, kwargs)

@@ -41,7 +41,7 @@ def submit(
         f"submitted campaign {campaign.name} (id {campaign.id}, priority {campaign.priority:g}) to {database_url()}"
     )
     click.echo(f"watch it: fleet status {campaign.name}; steer it: fleet pause|resume|cancel {campaign.name}")
-    if not handle.store.workers(role="driver", within=3 * get_settings().heartbeat_seconds + 5):
+    if not handle.store.workers(role="driver", within=get_settings().liveness_seconds):
         click.echo(
             "no `fleet driver` is running: start one (it may run anywhere that reaches the database and the broker), "
             f"or drive it from here with `fleet resume {campaign.name}`",

@@ -162,7 +162,7 @@ def queue_health(
                 waiting, unacked, names = _redis_counts(connection.default_channel)
         except Exception as error:  # kombu and redis-py raise many kinds; all mean the same here
             raise BrokerError(f"broker {redact(settings.broker_url)} does not answer: {error}") from None
-    live = [] if store is None else store.workers(within=3 * settings.heartbeat_seconds + 5)
+    live = [] if store is None else store.workers(within=settings.liveness_seconds)
     if not filesystem:
         celery_workers = sum(1 for worker in live if worker.role != "driver")
         # With no live worker in the database, one that answers anyway has missed its heartbeats for 20 s:
@@ -258,7 +258,7 @@ class QueueCollector:
             )
             counts: dict[tuple[str, str], int] = {}
             settings = get_settings()
-            for worker in self.store.workers(within=3 * settings.heartbeat_seconds + 5):
+            for worker in self.store.workers(within=settings.liveness_seconds):
                 counts[(worker.role, worker.target)] = counts.get((worker.role, worker.target), 0) + 1
             for (role, target), n in sorted(counts.items()):
                 live.add_metric([role, target], n)

@@ -130,7 +130,8 @@ def fleet_hosts(*, available: bool) -> list[str]:
     try:
         machines = store.machines()
         if available:
-            within = max(30.0, 3 * settings.heartbeat_seconds)
+            # Not less than 30 s: a node between two beats of a short heartbeat is still there to run a command.
+            within = max(30.0, settings.liveness_seconds)
             live = {w.machine_id for w in store.workers(within=within)}
             machines = [m for m in machines if m.id in live]
     finally:

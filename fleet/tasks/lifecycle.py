@@ -123,7 +123,7 @@ def _heartbeat(ctx: WorkerContext) -> None:
             if beats * ctx.settings.heartbeat_seconds >= requeue_after / 4:
                 beats = 0
                 # Only for targets that a worker serves: a queue without consumers would grow at each pass.
-                within = 3 * ctx.settings.heartbeat_seconds + 5
+                within = ctx.settings.liveness_seconds
                 reaped += ctx.store.stale(requeue_after, served_within=within)
                 send_steps(ctx.store.stale_chains(requeue_after, served_within=within))
             if reaped:

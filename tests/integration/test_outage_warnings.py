@@ -6,7 +6,10 @@ from __future__ import annotations
 import sys
 import time
 
+import pytest
+
 from fleet.services import PostgresServer
+from fleet.settings import Settings
 from tests.conftest import Fleet, write_spec
 from tests.integration.test_faults import start_tune, trials
 
@@ -14,8 +17,11 @@ SLEEP = "import sys, time; time.sleep(float(sys.argv[1])); print('{\"score\": 1}
 
 
 def test_the_driver_does_not_warn_of_missing_workers_after_a_database_outage(
-    fleet: Fleet, postgres_server: PostgresServer
+    fleet: Fleet, postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A short liveness window (3 x 0.5 s + 2.5 s), for an outage longer than it to be short too.
+    monkeypatch.setitem(fleet.env, "FLEET_LIVENESS_SLACK_SECONDS", "2.5")
+    liveness = Settings.from_env(fleet.env).liveness_seconds
     fleet.start_worker()
     spec = {
         "name": "outage",
@@ -32,7 +38,7 @@ def test_the_driver_does_not_warn_of_missing_workers_after_a_database_outage(
     fleet.wait_for(lambda: any(t.state == "evaluating" for t in trials(fleet)), what="a trial to be evaluating")
 
     postgres_server.kill()
-    time.sleep(9)  # longer than a heartbeat counts (3 x 0.5 s + 5 s): every worker's last one is too old
+    time.sleep(liveness + 1)  # longer than a heartbeat counts: every worker's last one is too old
     postgres_server.start()
 
     _, err = tune.communicate(timeout=180)
