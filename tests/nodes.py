@@ -32,6 +32,7 @@ SETTINGS = {
     "FLEET_DB_OUTAGE_SECONDS": "120",
     "FLEET_MAX_ATTEMPTS": "5",
 }
+SHARED_HOSTNAME = "gpu-image"
 
 
 def make_bed(count: int, **kwargs: object) -> Bed:
@@ -45,8 +46,9 @@ def make_bed(count: int, **kwargs: object) -> Bed:
 
 @pytest.fixture(scope="module")
 def bed() -> Iterator[Bed]:
-    """A database node and three nodes for the module; torn down completely after it."""
-    made = make_bed(3)
+    """A database node and three nodes for the module, all with one host name (as nodes cloned from one image have,
+    so that anything told apart by host name is caught); torn down completely after it."""
+    made = make_bed(3, hostname=SHARED_HOSTNAME)
     try:
         yield made
     finally:
@@ -68,19 +70,20 @@ class BedFleet:
     def env(self, node: Node, **extra: str) -> dict[str, str]:
         return self.bed.node_env(node, {**SETTINGS, **extra})
 
-    def worker(self, node: Node, target: str, *args: str) -> subprocess.Popen[bytes]:
-        """``fleet worker`` on ``node`` for ``target``."""
-        argv = [sys.executable, "-m", "fleet.cli", "worker", "--target", target, *args]
-        proc = self.bed.spawn(node, argv, log=self.logs / f"worker-{node.name}.log", env=self.env(node))
+    def spawn_fleet(self, node: Node, *args: str, log: str) -> subprocess.Popen[bytes]:
+        """``fleet ARGS`` started on ``node``, its output in ``log`` of the test's folder; stopped after the test."""
+        argv = [sys.executable, "-m", "fleet.cli", *args]
+        proc = self.bed.spawn(node, argv, log=self.logs / log, env=self.env(node))
         self.procs.append(proc)
         return proc
 
+    def worker(self, node: Node, target: str, *args: str) -> subprocess.Popen[bytes]:
+        """``fleet worker`` on ``node`` for ``target``."""
+        return self.spawn_fleet(node, "worker", "--target", target, *args, log=f"worker-{node.name}.log")
+
     def driver(self, node: Node) -> subprocess.Popen[bytes]:
         """``fleet driver`` on ``node``."""
-        argv = [sys.executable, "-m", "fleet.cli", "driver"]
-        proc = self.bed.spawn(node, argv, log=self.logs / f"driver-{node.name}.log", env=self.env(node))
-        self.procs.append(proc)
-        return proc
+        return self.spawn_fleet(node, "driver", log=f"driver-{node.name}.log")
 
     def fleet(self, node: Node, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """``fleet ARGS`` run on ``node``."""

@@ -176,6 +176,13 @@ class StoreBase:
             # a connection that a restart broke fails one call, which a patient store runs again. The
             # other pool's checkouts are few, and a ping spares them a connection that died while idle.
             session = {} if durable else {"options": "-c synchronous_commit=off"}
+            # A link that dies (a partition: packets dropped, nothing refused) must fail a call in seconds, not hang
+            # it for TCP's quarter of an hour: then the store's patience runs it again, and a driver cut off finds,
+            # once healed, that its lease has gone (issue 39). Keepalives find an idle dead link in 5 + 3 * 2 s;
+            # tcp_user_timeout fails a call whose data stays unacknowledged for 15 s. A slow query is not cut: the
+            # server's kernel acknowledges it and the probes while it runs. Unix sockets ignore both.
+            dead_link = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
+            dead_link["tcp_user_timeout"] = 15_000
             # A pool keeps pool_size connections open; beyond them, a checkout opens a connection that its
             # checkin closes. A driver serving 20 campaigns from 20 threads opened 15 a second with 2.
             return create_engine(
@@ -183,7 +190,7 @@ class StoreBase:
                 pool_size=8,
                 max_overflow=8,
                 pool_pre_ping="isolation_level" not in options,
-                connect_args={"connect_timeout": 5, **session},
+                connect_args={"connect_timeout": 5, **dead_link, **session},
                 **options,
             )
         raise StoreError(f"{self.display_url}: Fleet stores its data in PostgreSQL or SQLite")
