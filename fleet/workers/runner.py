@@ -314,9 +314,23 @@ def _box(
     cleanup.callback(os.close, info_read)
     writer = cleanup.enter_context(os.fdopen(info_write, "wb"))  # closed once, by the caller or by cleanup
     gpu = bool(sandbox.gpu_nodes(env))
-    command, options = _launch(sandbox.wrap(argv, cwd=cwd, env=env, network=network, tmp=tmp), None, gpu)
-    options["pass_fds"] = (info_write,)
+    seccomp = _filter_fd(cleanup)
+    box = sandbox.wrap(argv, cwd=cwd, env=env, network=network, tmp=tmp, seccomp=seccomp)
+    command, options = _launch(box, None, gpu)
+    options["pass_fds"] = (info_write, seccomp)
     return _info_fd(command, info_write), options, info_read, writer
+
+
+def _filter_fd(cleanup: contextlib.ExitStack) -> int:
+    """A file holding the sandbox's seccomp program, read from its start by bubblewrap (closed by ``cleanup``)."""
+    fd = os.memfd_create("fleet-seccomp", os.MFD_CLOEXEC)
+    cleanup.callback(os.close, fd)
+    os.write(fd, _FILTER)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+_FILTER = sandbox.unix_socket_filter()
 
 
 def _tmp(cwd: Path) -> Path:

@@ -189,12 +189,13 @@ def hidden_paths(env: Mapping[str, str] | None = None) -> list[Path]:
     env = os.environ if env is None else env
     from fleet.settings import Settings
 
-    found: list[Path] = []
     try:
         settings = Settings.from_env(dict(env))
-        found += [settings.home, settings.cache_dir]
-    except ConfigurationError:
-        pass
+    except ConfigurationError as error:
+        # Without its settings the worker cannot tell where the fleet's state is: it runs nothing rather than run a
+        # workload that might see it. The node's fault: the trial goes to another worker.
+        raise SandboxUnavailable(f"cannot tell what to hide from workloads: {error}") from None
+    found = [settings.home, settings.cache_dir]
     for name in ("FLEET_DATABASE_URL_FILE", "FLEET_BROKER_URL_FILE", "CREDENTIALS_DIRECTORY"):
         if env.get(name):
             found.append(Path(env[name]))
@@ -227,6 +228,72 @@ def _indices(pinning: str) -> list[int]:
     return [int(part) for part in pinning.split(",") if part.strip().isdigit()]
 
 
+PRIVATE = ("/tmp", "/var/tmp")
+"""The node's shared temporary folders: a command gets empty ones of its own (whatever is left in them, another
+campaign's files, a database's or a broker's socket, is no workload's business)."""
+
+
+def shown_tools(env: Mapping[str, str] | None = None) -> list[Path]:
+    """The folders of the worker's own ``PATH`` and ``LD_LIBRARY_PATH`` that lie in :data:`PRIVATE`: its toolchain
+    (a CI checkout's compiler, a test's), shown read-only in the command's own ``/tmp``. The worker's, never the
+    spec's: a spec that set ``PATH=/tmp`` would otherwise be shown the node's whole ``/tmp``."""
+    env = os.environ if env is None else env
+    found: list[Path] = []
+    for name in ("PATH", "LD_LIBRARY_PATH"):
+        for entry in (env.get(name) or "").split(":"):
+            path = Path(entry)
+            if path.is_absolute() and _under(path, PRIVATE) and path.is_dir() and path not in found:
+                found.append(path)
+    return found
+
+
+def _under(path: Path, folders: Sequence[str | Path]) -> bool:
+    return any(path == Path(folder) or Path(folder) in path.parents for folder in folders)
+
+
+def unix_socket_filter() -> bytes:
+    """A seccomp program (classic BPF, as bubblewrap's ``--seccomp`` takes it) refusing to create a unix socket:
+    ``socket(AF_UNIX, ...)`` fails with EACCES, and on i386 ``socketcall(SYS_SOCKET)`` too (its family is behind a
+    pointer). A read-only mount does not stop ``connect()`` to a socket file, and one lies wherever a service put it
+    (a database's in ``/tmp``, a user's agent), and a peer-credential check would see the worker's own account in a
+    worker that is not root: a command reaches none. ``socketpair`` still works.
+    """
+    import struct
+
+    # (audit arch, socket's number, socketcall's number or None, the lowest number of another ABI or None)
+    arches = [
+        (0xC000003E, 41, None, 0x40000000),  # x86_64 (x32's numbers have bit 30 set: refused whole)
+        (0x40000003, 359, 102, None),  # i386, on an x86_64 kernel
+        (0xC00000B7, 198, None, None),  # aarch64
+        (0x40000028, 281, None, None),  # arm, on an aarch64 kernel
+    ]
+    program: list[tuple[int, int, int, int]] = []
+    for arch, socket_nr, socketcall_nr, other_abi in arches:
+        # Labels: "next" the next instruction, "skip" past this socket test, "allow" and "deny" the block's end.
+        block: list[tuple[int, int, str, str]] = [(_LD, _NR, "next", "next")]
+        if other_abi is not None:
+            block.append((_JGE, other_abi, "deny", "next"))
+        block += [(_JEQ, socket_nr, "next", "skip"), (_LD, _ARG0, "next", "next"), (_JEQ, 1, "deny", "allow")]
+        if socketcall_nr is not None:  # A still holds the number here: "skip" lands on this test
+            block += [(_JEQ, socketcall_nr, "next", "allow"), (_LD, _ARG0, "next", "next"), (_JEQ, 1, "deny", "allow")]
+        block += [(_RET, _ALLOW, "next", "next"), (_RET, _DENY, "next", "next")]
+        skip = next(at for at, i in enumerate(block) if i[1] == 1) + 1  # past the socket test's family check
+        where = {"allow": len(block) - 2, "deny": len(block) - 1, "skip": skip}
+        resolved = [
+            (code, *(0 if label == "next" else where[label] - at - 1 for label in (jt, jf)), k)
+            for at, (code, k, jt, jf) in enumerate(block)
+        ]
+        program += [(_LD, 0, 0, _ARCH), (_JEQ, 0, len(resolved), arch), *resolved]
+    program.append((_RET, 0, 0, _ALLOW))  # another architecture: nothing of ours to refuse
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+
+
+# Classic BPF for unix_socket_filter: the opcodes, seccomp_data's offsets, and the verdicts.
+_LD, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+_NR, _ARCH, _ARG0 = 0, 4, 16  # args[0]'s low half, on these little-endian machines
+_ALLOW, _DENY = 0x7FFF0000, 0x00050000 | 13  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EACCES
+
+
 def wrap(
     argv: Sequence[str],
     *,
@@ -236,6 +303,7 @@ def wrap(
     hide: Sequence[Path] | None = None,
     tmp: Path | None = None,
     who: pwd.struct_passwd | str | None = "default",
+    seccomp: int | None = None,
 ) -> list[str]:
     """``argv`` as the sandbox runs it in ``cwd`` (which it sees as :data:`WORK`): the bubblewrap and setpriv
     argument list.
@@ -254,6 +322,9 @@ def wrap(
         A directory of the command's own, writable, for its temporary files (seen as :data:`TMP`).
     who:
         The account to run it as; by default :func:`account`.
+    seccomp:
+        A file descriptor the command's start inherits, holding :func:`unix_socket_filter`: the command creates no
+        unix socket, network or not (the network a spec asks for is the node's TCP/IP, not its services' sockets).
     """
     bwrap = shutil.which("bwrap") or "bwrap"
     cwd = cwd.absolute()
@@ -268,8 +339,17 @@ def wrap(
         box += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
     box += ["--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
     box += ["--tmpfs", "/run"]
+    for folder in PRIVATE:
+        box += ["--tmpfs", folder]
+    shown = shown_tools()
+    for path in shown:
+        box += ["--ro-bind", str(path), str(path)]
     for path in hidden_paths() if hide is None else hide:
+        if _under(path, PRIVATE) and not any(_under(path, [tool]) or _under(tool, [path]) for tool in shown):
+            continue  # gone with the node's /tmp; hiding it would leave its folders' names there
         box += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+    if seccomp is not None:
+        box += ["--seccomp", str(seccomp)]
     for node in gpu_nodes(env):
         box += ["--dev-bind", node, node]
     box += ["--perms", "0755", "--dir", os.path.dirname(WORK)]

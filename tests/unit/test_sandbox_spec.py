@@ -76,6 +76,7 @@ def test_the_sandbox_hides_the_fleet_and_passes_only_the_pinned_gpu(
     monkeypatch.setenv("FLEET_DATABASE_URL_FILE", str(secret))
     monkeypatch.setattr(sandbox.glob, "glob", lambda pattern: ["/dev/nvidia0"])
     monkeypatch.setattr(sandbox.os.path, "exists", lambda path: path.startswith("/dev/nvidia"))
+    monkeypatch.setattr(sandbox, "PRIVATE", ("/nowhere",))  # tmp_path is in /tmp, which goes whole otherwise
     argv = sandbox.wrap(["./k"], cwd=scratch, env={"CUDA_VISIBLE_DEVICES": "1"}, who=None)
     # The fleet's state and the secret file are hidden; the scratch is bound where every command finds it.
     assert ["--tmpfs", str(home)] == argv[argv.index(str(home)) - 1 : argv.index(str(home)) + 1]
@@ -162,3 +163,18 @@ def test_a_command_whose_scratch_grows_past_its_limit_is_killed_and_it_is_its_ow
     # Below the limit nothing is looked at twice: a command that writes less runs to its end.
     small = "open('f', 'wb').write(bytes(1 << 20)); print('ok')"
     assert runner.run([sys.executable, "-c", small], cwd=tmp_path, timeout=60, env={}).stdout.strip() == "ok"
+
+
+def test_a_sandbox_that_cannot_tell_what_to_hide_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44, item 8: settings that cannot be read (a URL file gone) left the fleet's home and cache unhidden and
+    ran the workload all the same; now the node refuses it, as a node fault (the trial goes to another worker)."""
+    from fleet.workers import runner
+    from fleet.workers.sandbox import SandboxUnavailable
+
+    monkeypatch.setenv("FLEET_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("FLEET_DATABASE_URL_FILE", str(tmp_path / "gone"))
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(SandboxUnavailable, match="cannot tell what to hide from workloads: FLEET_DATABASE_URL_FILE"):
+        runner.run(["sh", "-c", "touch ran"], cwd=work, timeout=10)
+    assert not (work / "ran").exists()
