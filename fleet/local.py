@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from fleet.errors import FleetError
 from fleet.services import RedisServer
@@ -43,6 +46,7 @@ class LocalFleet:
         self.build_procs = build_procs
         self.redis: RedisServer | None = None
         self.launcher: Launcher | None = None
+        self._on_terminate: Any = None  # the SIGTERM handler to put back when it stops
 
     @property
     def log_dir(self) -> Path:
@@ -103,10 +107,28 @@ class LocalFleet:
             self.redis = None
 
     def __enter__(self) -> LocalFleet:
+        self._on_terminate = _unwind_on_terminate()
         return self.start()
 
     def __exit__(self, *_: object) -> None:
-        self.stop()
+        try:
+            self.stop()
+        finally:
+            if self._on_terminate is not None:
+                signal.signal(signal.SIGTERM, self._on_terminate)
+
+
+def _unwind_on_terminate() -> Any:
+    """Make a SIGTERM end this process as Ctrl-C does, through ``__exit__``: by default it ends at once, leaving the
+    private Redis it started running. Only in the main thread and where no one chose a handler; returns the one to
+    put back (None when none was set here)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return None
+
+    def unwind(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # the status a shell gives a command that a signal ended
+
+    return signal.signal(signal.SIGTERM, unwind)
 
 
 def _answers(redis: RedisServer) -> bool:

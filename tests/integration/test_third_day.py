@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -450,3 +452,43 @@ def test_validate_counts_a_grid_and_shows_the_commands_it_would_run(tmp_path: Pa
     assert "  trials    16 in all\n" in done.stdout, done.stdout  # 8 configurations of each of 2 problems
     assert "  build     cc -DX=1 prog.c -o prog" in done.stdout, done.stdout
     assert f"  run       {sys.executable} -c " in done.stdout and " 1 10\n" in done.stdout, done.stdout
+
+
+def processes_under(folder: Path) -> list[str]:
+    """The command lines of the live processes that name ``folder`` (a private Redis's socket, a worker's home)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # ended meanwhile, or not a process
+        if entry.name.isdigit() and str(folder) in argv and int(entry.name) != os.getpid():
+            found.append(argv)
+    return found
+
+
+def test_a_terminated_embedded_tune_stops_its_redis_and_workers(tmp_path: Path) -> None:
+    home = Home(tmp_path)  # the private Redis `make run` starts
+    spec = slow_spec(tmp_path, "held", 20)
+    tune = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "tune", str(spec)],
+        cwd=tmp_path, env=home.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while trial_counts_or_none(home, "held").get("evaluated", 0) < 1:
+            assert tune.poll() is None and time.monotonic() < deadline, tune.communicate()
+            time.sleep(0.5)
+        assert any("redis-server" in argv for argv in processes_under(tmp_path))
+
+        tune.terminate()
+        tune.communicate(timeout=60)
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+
+    deadline = time.monotonic() + 30  # the workers' warm shutdown
+    while processes_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert processes_under(tmp_path) == []
+    assert tune.returncode == 128 + signal.SIGTERM  # the shell's status of a command a SIGTERM ended
