@@ -65,7 +65,8 @@ def worker(
     if target:
         check_target(target)
     specs = plan(
-        gpus=node_gpus(target, gpus),
+        # A build-only node of a GPU target has no GPU to find: it compiles on its cores (a Kubernetes build pod).
+        gpus=[] if role == "build" and target else node_gpus(target, gpus),
         target=target,
         eval_procs=eval_procs,
         build_procs=build_procs,
