@@ -10,7 +10,7 @@ import logging
 
 import click
 
-from fleet.cli import bench, campaigns, fleet, interop, operations, slurm, steering, trials
+from fleet.cli import bench, campaigns, fleet, interop, kubernetes, operations, slurm, steering, trials
 from fleet.cli._sections import SectionedGroup, old_name
 from fleet.cli.miopen import register as register_tuna
 from fleet.cli.tvm import run_model_command, tune_model_command, tvm_group
@@ -46,6 +46,8 @@ def _assemble(group: SectionedGroup) -> None:
     for command in steering.OPERATIONS:
         group.add_to_section("Fleet", command)
     for command in slurm.COMMANDS:  # workers that Slurm launches
+        group.add_to_section("Fleet", command)
+    for command in kubernetes.COMMANDS:  # workers on Kubernetes, scaled by KEDA
         group.add_to_section("Fleet", command)
     register_tuna(group, campaigns.export, bench.bench)
     group.add_to_section("MIOpen", group.commands.pop("miopen"))

@@ -262,3 +262,22 @@ def test_render_of_another_target_asks_for_its_vendor_gpus() -> None:
     assert scale_evals["spec"]["maxReplicaCount"] == 2 and builds["metadata"]["name"] == "fleet-build-gfx90a"
     with pytest.raises(KubernetesError):
         target_objects("sm_90", gpus=0)
+
+
+def test_render_command_writes_a_target_folder_kustomize_builds(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fleet.cli import cli
+
+    done = CliRunner().invoke(cli, ["kubernetes", "render", "--target", "sm_80", "--gpus", "2", "--out", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    built = build(tmp_path)
+    assert [o["kind"] for o in built] == ["Deployment", "Deployment", "ScaledObject", "ScaledObject"]
+    assert {o["spec"]["triggers"][0]["metadata"]["listName"] for o in built if o["kind"] == "ScaledObject"} == {
+        "eval.sm_80",
+        "build.sm_80",
+    }
+    printed = CliRunner().invoke(cli, ["kubernetes", "render", "--target", "sm_80"])
+    assert printed.exit_code == 0 and "eval.sm_80" in printed.output
+    wrong = CliRunner().invoke(cli, ["kubernetes", "render", "--target", "sm 80"])
+    assert wrong.exit_code != 0
