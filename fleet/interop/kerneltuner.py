@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fleet.errors import NotFound, SpecError
 
@@ -134,17 +136,29 @@ def problem_size_value(param: Any) -> Any:
     return param
 
 
+IMPORT_BYTES = 256 << 20
+"""What an imported file may hold, gunzipped (FLEET_IMPORT_BYTES)."""
+
+
 def read_text(path: Path) -> str:
-    """A file's text, gunzipped when it is gzip'd."""
+    """A file's text, gunzipped when it is gzip'd; read as a stream that stops at FLEET_IMPORT_BYTES (a gzip of
+    a few kilobytes may expand to gigabytes: it is refused having taken no more than the limit)."""
+    from fleet.bundle import size_text
+    from fleet.settings import positive_number
+
+    limit = int(positive_number(os.environ, "FLEET_IMPORT_BYTES", IMPORT_BYTES))
     try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise NotFound(f"{path}: {error.strerror}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as error:
-            raise SpecError(f"{path}: not a readable gzip file ({error})") from None
+        with path.open("rb") as raw:
+            zipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if zipped else raw
+            data = stream.read(limit + 1)
+    except (OSError, EOFError, zlib.error) as error:
+        if isinstance(error, OSError) and error.strerror:
+            raise NotFound(f"{path}: {error.strerror}") from None
+        raise SpecError(f"{path}: not a readable gzip file ({error})") from None
+    if len(data) > limit:
+        raise SpecError(f"{path}: holds more than {size_text(limit)} (FLEET_IMPORT_BYTES)")
     try:
         return data.decode()
     except UnicodeDecodeError:
@@ -158,12 +172,16 @@ def loads_open(text: str, path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as error:
         first = error
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply") from None
     body = text.strip().removesuffix(",")
     for ending in ("}\n}", "}"):
         try:
             return json.loads(body + ending)
         except json.JSONDecodeError:
             continue
+        except RecursionError:
+            raise SpecError(f"{path}: nested too deeply") from None
     raise SpecError(f"{path}: not JSON ({first.msg} at line {first.lineno} column {first.colno})")
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import SpecError, shown
-from fleet.expr import Expression, Undefined
+from fleet.expr import MAX_LENGTH, Expression, Undefined
 
 SCHEMA_VERSION = "1.0.0"
 LANGUAGES = ("CUDA", "HIP", "C")
@@ -238,10 +238,13 @@ def argument_size(text: Any, problem_size: Sequence[Any], values: Mapping[str, l
             raise SpecError(f"Size {shown(text)} changes with {node.id!r}: one size for every configuration is needed")
         raise SpecError(f"Size {shown(text)}: {ast.unparse(node)} is not a number, ProblemSize[i] or max(parameter)")
 
+    _check_length("Size", text)
     try:
         size = value(ast.parse(str(text).strip(), mode="eval").body)
     except (SyntaxError, ZeroDivisionError, OverflowError) as error:
         raise SpecError(f"Size {shown(text)}: {error}") from None
+    except RecursionError:
+        raise SpecError(f"Size {shown(text)}: nested too deeply") from None
     if not isinstance(size, (int, float)) or size < 0 or size > 1 << 40:
         raise SpecError(f"Size {shown(text)} is {size}, not a number of elements")
     return int(size)
@@ -274,10 +277,19 @@ def c_expression(text: Any, problem_size: Sequence[Any], knobs: Sequence[str]) -
             "ProblemSize[i]"
         )
 
+    _check_length("grid or block size", text)
     try:
         return c(ast.parse(str(text).strip(), mode="eval").body)
     except SyntaxError as error:
         raise SpecError(f"grid or block size {shown(str(text))}: {error.msg}") from None
+    except RecursionError:
+        raise SpecError(f"grid or block size {shown(str(text))}: nested too deeply") from None
+
+
+def _check_length(what: str, text: Any) -> None:
+    """Refuse an expression longer than a constraint may be (fleet.expr's bound): it is walked recursively."""
+    if len(str(text)) > MAX_LENGTH:
+        raise SpecError(f"{what} {shown(str(text))} has {len(str(text))} characters; at most {MAX_LENGTH} are allowed")
 
 
 def launch_dimensions(spec: Mapping[str, Any], knobs: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -143,3 +143,59 @@ def test_a_spec_naming_another_campaigns_stored_sources_by_digest_is_refused(tmp
     mixed = spec_file(tmp_path / "mixed", bundle=digest, sources=["k.c"])
     (tmp_path / "mixed" / "k.c").write_text("/* mine */\n")
     assert load_spec(mixed).workload["bundle"] != digest
+
+
+def fleet_cli(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fleet.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"FLEET_HOME": str(home), "PATH": "/usr/bin:/bin", **env},
+    )
+
+
+def peak_kib(done: subprocess.CompletedProcess[str]) -> int:
+    """The child's peak memory, from /usr/bin/time's line (the last of stderr)."""
+    return int(done.stderr.strip().splitlines()[-1])
+
+
+def test_a_gzip_that_expands_past_the_import_bound_is_refused_without_taking_its_size_in_memory(tmp_path: Path) -> None:
+    """Issue 44, item 6: a gzip of 1.5 MB that expands to 1.5 GB took 3.1 GB of memory to refuse."""
+    import gzip
+
+    bomb = tmp_path / "bomb.json.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as out:
+        out.write(b'{"cache": {"' + b" " * (128 << 20))  # 128 MiB of blanks: a few hundred kilobytes zipped
+    assert bomb.stat().st_size < 1 << 20
+    timed = ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "fleet.cli", "import", "kt", str(bomb)]
+    env = {"FLEET_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "FLEET_IMPORT_BYTES": str(8 << 20)}
+    done = subprocess.run(timed, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1
+    said = [line for line in done.stderr.strip().splitlines()[:-1] if not line.startswith("Command exited")]
+    assert said == [f"fleet: error: {bomb}: holds more than 8 MiB (FLEET_IMPORT_BYTES)"], said
+    assert peak_kib(done) < 100 << 10, peak_kib(done)  # Python and Fleet, and far less than the 128 MiB it expands to
+
+
+def test_a_kernel_tuner_file_nested_100000_deep_is_one_line(tmp_path: Path) -> None:
+    """Issue 44, item 7: it ended in RecursionError's traceback."""
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"cache": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    done = fleet_cli(tmp_path / "home", "import", "kt", str(deep))
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [f"fleet: error: {deep}: nested too deeply"]
+
+
+@pytest.mark.parametrize(
+    ("size", "said"), [("+".join(["1"] * 200_000), "at most 4096 are allowed"), ("+".join(["1"] * 2000), "too deeply")]
+)
+def test_a_t1_size_of_many_terms_is_one_line(tmp_path: Path, size: str, said: str) -> None:
+    """Issue 44, item 7: a Size of 200,000 added terms ended in RecursionError's traceback."""
+    path = t1_file(tmp_path / "t1", "vector_add.c")
+    data = json.loads(path.read_text())
+    data["KernelSpecification"]["Arguments"] = [
+        {"Name": "a", "Type": "float", "MemoryType": "Vector", "Size": size, "FillType": "Random"}
+    ]
+    path.write_text(json.dumps(data))
+    done = validate(path, tmp_path / "home")
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr[-2000:]
+    assert said in done.stderr, done.stderr
