@@ -90,7 +90,7 @@ def size_text(size: int) -> str:
     """``size`` bytes in the unit that says it shortest: ``256 MiB``, ``4 KiB``, ``17 bytes``."""
     for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
         if size >= 1 << shift:
-            return f"{size / (1 << shift):g} {unit}"
+            return f"{size / (1 << shift):.3g} {unit}"
     return f"{size} bytes"
 
 

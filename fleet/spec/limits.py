@@ -28,6 +28,8 @@ SPEC_BYTES = 16 << 20
 """Bytes of a spec file: far more than any real one, and little enough to read and check at once."""
 SOURCES_BYTES = 64 << 20
 """Bytes of a spec's source files together (a T1 file's kernel included): stored with its campaign, sent to workers."""
+TIMEOUT_SECONDS = 86400.0
+"""The most seconds a spec may give a build or a run (a fleet's operator may allow less: FLEET_MAX_TIMEOUT)."""
 JSON_DEPTH = 32
 """Nesting of the objects and lists of a spec (a workload's templates nest a few levels)."""
 

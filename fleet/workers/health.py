@@ -44,8 +44,8 @@ def fault_in(done: Completed, scratch: Path) -> NodeFault | None:
     Either the command said so (``No space left on device``, ``Read-only file system``, ``Disk quota
     exceeded``), or its scratch's filesystem has almost no room left after it.
     """
-    if done.ok or done.timed_out or done.scratch_limit is not None:
-        return None  # a command that filled its own scratch filled no more than it was allowed to
+    if done.ok or done.timed_out or done.scratch_limit is not None or done.output_limit is not None:
+        return None  # a command that filled its own scratch, or printed too much, did no more than it was allowed to
     said = next((words for words in _NODE_WORDS if words in done.stderr or words in done.stdout), None)
     try:
         room = os.statvfs(scratch)

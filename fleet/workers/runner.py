@@ -28,12 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from fleet.bundle import size_text
 from fleet.workers import sandbox
 from fleet.workers.sandbox import SandboxUnavailable
 
 TAIL_BYTES = 4096
 # How often a running command's scratch is looked at (see _ScratchWatch).
 WATCH_SECONDS = 1.0
+# How often its output's size is: a command may print a gigabyte a second.
+OUTPUT_WATCH_SECONDS = 0.1
+OUTPUT_BYTES = 16 << 20
+"""What a command may print, stdout and stderr together, before it is stopped (FLEET_OUTPUT_LIMIT): what is kept of
+it is read into memory, and its objective is found within it."""
 _PASSED_ENV = (
     "PATH",
     "HOME",
@@ -59,13 +65,15 @@ class Completed:
     returncode:
         Exit status; negative for a signal, None when it was killed for running past its limit.
     stdout, stderr:
-        The full output (decoded, errors replaced).
+        The output (decoded, errors replaced), at most :func:`output_limit` bytes of it.
     seconds:
         Wall time.
     timed_out:
         True when the time limit killed it.
     scratch_limit:
         The limit its scratch outgrew, when that killed it (:class:`fleet.workers.sandbox.Limits`).
+    output_limit:
+        The limit its output outgrew, when that stopped it (:func:`output_limit`).
     """
 
     argv: list[str]
@@ -75,10 +83,11 @@ class Completed:
     seconds: float
     timed_out: bool = False
     scratch_limit: int | None = None
+    output_limit: int | None = None
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and self.output_limit is None
 
     @property
     def stdout_tail(self) -> str:
@@ -93,9 +102,9 @@ class Completed:
         if self.timed_out:
             return f"{what} timed out after {self.seconds:.1f} s"
         if self.scratch_limit is not None:
-            size = f"{self.scratch_limit / (1 << 30):g} GiB" if self.scratch_limit >= 1 << 30 else ""
-            size = size or f"{self.scratch_limit / (1 << 20):g} MiB"
-            return f"{what} was killed: its scratch grew past {size} (FLEET_SANDBOX_SCRATCH)"
+            return f"{what} was killed: its scratch grew past {size_text(self.scratch_limit)} (FLEET_SANDBOX_SCRATCH)"
+        if self.output_limit is not None:
+            return f"{what} was killed: it printed more than {size_text(self.output_limit)} (FLEET_OUTPUT_LIMIT)"
         if self.returncode is not None and self.returncode < 0:
             return f"{what} was killed by signal {-self.returncode}{_signal_name(-self.returncode)}"
         lines = [line for line in self.stderr.splitlines() if line.strip()]
@@ -201,6 +210,8 @@ def _run(
         timed_out = False
         scratch = _ScratchWatch(_scratch(cwd), sandbox.Limits.from_env(os.environ))
         overgrown = False
+        limit = output_limit()
+        printed_too_much = False
         next_tick = start + tick_seconds
         try:
             with _Exit(proc) as exited:
@@ -210,7 +221,10 @@ def _run(
                     if left <= 0:
                         timed_out = True
                         break
-                    if exited.wait(max(0.0, min(left, next_tick - now, WATCH_SECONDS))):
+                    if exited.wait(max(0.0, min(left, next_tick - now, OUTPUT_WATCH_SECONDS))):
+                        break
+                    if _size(out) + _size(err) > limit:
+                        printed_too_much = True
                         break
                     if scratch.overgrown():
                         overgrown = True
@@ -229,15 +243,29 @@ def _run(
         if boxed:
             _check_started(info_read, err, timed_out)
             err.seek(0)
+        # What it printed between the last look and its end may pass the limit too: only the limit's worth is read.
+        printed_too_much = printed_too_much or _size(out) + _size(err) > limit
         return Completed(
             argv,
             None if timed_out else _status(proc.returncode, boxed),
-            _text(out.read()),
-            _text(err.read()),
+            _text(out.read(limit)),
+            _text(err.read(max(0, limit - _size(out)) if not printed_too_much else TAIL_BYTES)),
             seconds,
             timed_out,
             scratch.limit if overgrown else None,
+            limit if printed_too_much else None,
         )
+
+
+def output_limit() -> int:
+    """Bytes a command may print, stdout and stderr together (FLEET_OUTPUT_LIMIT, 16 MiB)."""
+    from fleet.settings import positive_number
+
+    return int(positive_number(os.environ, "FLEET_OUTPUT_LIMIT", OUTPUT_BYTES))
+
+
+def _size(file: IO[bytes]) -> int:
+    return os.fstat(file.fileno()).st_size
 
 
 def seen(path: Path, cwd: Path) -> str:
@@ -687,6 +715,7 @@ class Resident:
         poll.register(fd, select.POLLIN | select.POLLHUP)
         # The same watch as a command of its own gets (run): its folder and temporary folder together.
         scratch = _ScratchWatch(_scratch(self.cwd), sandbox.Limits.from_env(os.environ))
+        limit = output_limit()
         next_tick = start + tick_seconds
         while True:
             line, nl, rest = self._pending.partition(b"\n")
@@ -695,18 +724,21 @@ class Resident:
                 out += line + b"\n"
                 if _answer(line):
                     self._err.seek(0)
-                    return Completed(self.argv, 0, _text(bytes(out)), _text(self._err.read()), time.monotonic() - start)
+                    err = _text(self._err.read(max(0, limit - len(out))))
+                    return Completed(self.argv, 0, _text(bytes(out)), err, time.monotonic() - start)
                 continue
             now = time.monotonic()
             left = timeout - (now - start)
             if left <= 0:
                 return self._ended(out, start, timed_out=True)
-            if poll.poll(max(0.0, min(left, next_tick - now, WATCH_SECONDS)) * 1000):
+            if poll.poll(max(0.0, min(left, next_tick - now, OUTPUT_WATCH_SECONDS)) * 1000):
                 chunk = os.read(fd, 65536)
                 if not chunk:  # the command closed its output: it has ended, or is of no more use
                     out += self._pending
                     return self._ended(out, start, timed_out=False)
                 self._pending += chunk
+            if len(out) + len(self._pending) + _size(self._err) > limit:
+                return self._ended(out, start, timed_out=False, printed_limit=limit)
             if scratch.overgrown():
                 return self._ended(out, start, timed_out=False, scratch_limit=scratch.limit)
             # Renewed on time even while the command prints lines that are not its answer.
@@ -715,7 +747,14 @@ class Resident:
                 if tick is not None and not tick():
                     return self._ended(out, start, timed_out=False)
 
-    def _ended(self, out: bytearray, start: float, timed_out: bool, scratch_limit: int | None = None) -> Completed:
+    def _ended(
+        self,
+        out: bytearray,
+        start: float,
+        timed_out: bool,
+        scratch_limit: int | None = None,
+        printed_limit: int | None = None,
+    ) -> Completed:
         """End the command (it may have ended already) and say how, as :func:`run` would have."""
         assert self._proc is not None
         proc = self._proc
@@ -730,11 +769,12 @@ class Resident:
         done = Completed(
             self.argv,
             None if timed_out else _status(proc.returncode, self._info is not None),
-            _text(bytes(out)),
-            _text(self._err.read()),
+            _text(bytes(out)),  # no more than its limit: it is stopped past it
+            _text(self._err.read(output_limit())),
             time.monotonic() - start,
             timed_out,
             scratch_limit,
+            printed_limit,
         )
         self.close()
         return done

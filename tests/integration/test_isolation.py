@@ -149,3 +149,84 @@ def test_the_sockets_are_there_to_reach_without_the_sandbox(fleet: Fleet, server
     targets = [s.address if s.address[0] != "\0" else "@" + s.address[1:] for s in servers]
     fleet.cli("tune", str(dial_spec(fleet, "open", targets)), "--json")
     assert last_line(fleet, "open")["reached"] >= 2, last_line(fleet, "open")
+
+
+def hog_spec(fleet: Fleet, name: str, run: str, build: str = "pass", **workload: object) -> Path:
+    """A campaign of one trial whose build and run are these Python lines."""
+    spec = {
+        "name": name,
+        "target": fleet.target,
+        "problems": [{"kind": "hog", "params": {}}],
+        "space": {"knobs": {"attempt": {"values": [1], "build": False}}},
+        "workload": {
+            "kind": "command",
+            "build": ["python3", "-c", build],
+            "run": ["python3", "-c", run],
+            "objective": {"json": "t"},
+            **workload,
+        },
+    }
+    return write_spec(fleet.home, spec, f"{name}.json")
+
+
+def peak_rss_kib(session: int) -> int:
+    """The largest peak resident memory of the processes of ``session`` (a worker and its pool)."""
+    peak = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.getsid(int(entry.name)) == session:
+                for line in (entry / "status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]))
+        except (OSError, ValueError):
+            continue
+    return peak
+
+
+def only_trial(fleet: Fleet, campaign: str) -> object:
+    trials = fleet.store.trials(fleet.store.campaign(campaign).id)
+    assert len(trials) == 1
+    return trials[0]
+
+
+BIG_LINE = """
+import sys
+for _ in range(1024):
+    sys.stdout.write("x" * (1 << 20) + "\\n")
+print('{"t": 1}')
+"""
+
+
+def test_nothing_a_workload_produces_takes_a_workers_memory_or_blames_its_node(fleet: Fleet) -> None:
+    """Issue 44, item 6, on a real worker: 1 GiB on stdout took the evaluation process to 2 GB and ended "lost its
+    worker 3 times"; a 1.5 GB artifact was read whole, built three times, then "lost"; a large string metric was
+    stored whole; NaN in a metric ended "lost" after PostgreSQL refused it three times; a timeout of 1e12 was taken.
+    Each is now its trial's own error, with its reason, once, on a healthy node whose memory stays small."""
+    worker = start_service_worker(fleet)
+    cases = {
+        "stdout": (hog_spec(fleet, "stdout", BIG_LINE), "the run was killed: it printed more than 16 MiB"),
+        "artifact": (
+            hog_spec(fleet, "artifact", "print('{\"t\": 1}')", build="open('k', 'wb').truncate(1536 << 20)"),
+            "the build's artifacts hold more than 256 MiB (FLEET_ARTIFACT_LIMIT)",
+        ),
+        "metric": (
+            hog_spec(fleet, "metric", "import json; print(json.dumps({'t': 1, 's': 'x' * (1 << 20)}))"),
+            "the run's JSON line holds 1 MiB of metrics; at most 16 KiB (FLEET_METRICS_BYTES)",
+        ),
+        "nan": (
+            hog_spec(fleet, "nan", 'print(\'{"t": 1, "m": NaN, "n": Infinity}\')'),
+            "the run's metric 'm' is nan: not a finite number, which is not stored",
+        ),
+    }
+    for name, (spec, said) in cases.items():
+        done = fleet.cli("tune", str(spec), "--json", timeout=240)
+        trial = only_trial(fleet, name)
+        assert trial.state == "errored" and said in (trial.reason or ""), (name, trial.reason, done.stderr[-2000:])
+        assert trial.node_faults == 0 and trial.attempts <= 1, (name, trial.attempts, trial.node_faults)
+    assert all(w.fault is None for w in fleet.store.workers(within=5)), "a workload's own fault made a node unhealthy"
+    assert peak_rss_kib(worker.pid) < 400 << 10, peak_rss_kib(worker.pid)
+
+    far = hog_spec(fleet, "far", "print('{\"t\": 1}')", build_timeout=1e12)
+    done = fleet.cli("tune", str(far))
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "'build_timeout' must be a number of seconds, more than 0 and at most 86400" in done.stderr

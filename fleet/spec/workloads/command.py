@@ -35,6 +35,7 @@ from typing import Any
 
 from fleet.errors import SpecError, did_you_mean
 from fleet.search.pareto import Objective
+from fleet.spec.limits import TIMEOUT_SECONDS
 from fleet.spec.workloads.base import WorkloadSpec
 from fleet.spec.workloads.objectives import check_objectives, objective_of
 
@@ -180,8 +181,10 @@ class CommandSpec(WorkloadSpec):
                 raise SpecError(f"workload {name!r} must be an integer >= {low}")
         for name in ("build_timeout", "run_timeout"):
             value = d.get(name, 1)
-            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-                raise SpecError(f"workload {name!r} must be a positive number of seconds")
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= TIMEOUT_SECONDS:
+                raise SpecError(
+                    f"workload {name!r} must be a number of seconds, more than 0 and at most {TIMEOUT_SECONDS:g}"
+                )
         toolchain = d.get("toolchain")
         if toolchain is not None and (
             not isinstance(toolchain, list) or not toolchain or not all(isinstance(a, str) for a in toolchain)

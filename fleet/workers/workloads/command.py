@@ -10,15 +10,15 @@ import json
 import math
 import os
 import re
-import stat
 import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from fleet.bundle import pack, unpack
+from fleet.bundle import Refused, pack, read_inside, size_text, unpack
 from fleet.errors import SpecError, did_you_mean, shown
 from fleet.settings import positive_number
+from fleet.spec.limits import TIMEOUT_SECONDS
 from fleet.spec.workloads.command import CommandSpec, fill, names_in
 from fleet.spec.workloads.objectives import objective_of
 from fleet.states import TrialState
@@ -53,15 +53,21 @@ class CommandWorkload(CommandSpec, Workload):
         return toolchain_line(done.stdout or done.stderr)
 
     def build(self, job: Job) -> Built:
+        timeout, over = _timeout(self.definition, "build_timeout")
+        if over:
+            return Built(None, over)
         self._sources(job)
         if not self.definition.get("build"):
-            return Built(pack(_artifacts(job.scratch, None)))
+            try:
+                return Built(pack(_artifacts(job.scratch, None)))
+            except ArtifactError as error:
+                return Built(None, str(error))
         values = {**job.problem, **job.config}
         done = run(
             fill(self.definition["build"], values),
             cwd=job.scratch,
             env=job.env,
-            timeout=float(self.definition.get("build_timeout", 300)),
+            timeout=timeout,
             tick=job.tick,
             tick_seconds=job.tick_seconds,
             network=self.network,
@@ -80,7 +86,9 @@ class CommandWorkload(CommandSpec, Workload):
 
     def evaluate(self, job: Job, artifact: bytes) -> Measured:
         argv = fill(self.definition["run"], {**job.problem, **job.config})
-        timeout = float(self.definition.get("run_timeout", 300))
+        timeout, over = _timeout(self.definition, "run_timeout")
+        if over:
+            return Measured(state=TrialState.ERRORED, reason=over)
         resident = _resident(argv, job, self.network) if self.definition.get("resident") else None
         if resident is None:
             unpack(artifact, job.scratch)
@@ -127,6 +135,11 @@ class CommandWorkload(CommandSpec, Workload):
                     stderr_tail=last.stderr_tail,
                 )
             value, extra = parsed
+            refused = _refused_metrics(extra)
+            if refused is not None:
+                return Measured(
+                    state=TrialState.ERRORED, reason=refused, stdout_tail=last.stdout_tail, stderr_tail=last.stderr_tail
+                )
             if index < int(self.definition.get("warmup", 0)):
                 continue
             samples.append(value)
@@ -195,7 +208,7 @@ def _json_object(line: str) -> dict[str, Any] | None:
         return None
     try:
         record = json.loads(line)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
 
@@ -228,8 +241,45 @@ def _resident(argv: list[str], job: Job, network: bool) -> Resident:
     return _RESIDENT
 
 
+METRICS = 64
+"""Fields a run's JSON line may hold (FLEET_MAX_METRICS)."""
+METRICS_BYTES = 16 << 10
+"""Bytes of JSON they may take together (FLEET_METRICS_BYTES): they are stored with every measurement."""
+ARTIFACT_BYTES = 256 << 20
+"""Bytes a build's artifacts may hold together (FLEET_ARTIFACT_LIMIT): they are read, packed and stored whole."""
+
+
+def _timeout(definition: dict[str, Any], name: str) -> tuple[float, str | None]:
+    """The seconds ``definition`` gives a build or run (``name``), and why they are refused, when they are: past the
+    most this fleet's operator allows."""
+    most = positive_number(os.environ, "FLEET_MAX_TIMEOUT", TIMEOUT_SECONDS)
+    seconds = float(definition.get(name, 300))
+    if seconds > most:
+        return seconds, f"its {name} of {seconds:g} s is more than this fleet allows (FLEET_MAX_TIMEOUT={most:g} s)"
+    return seconds, None
+
+
+def _refused_metrics(record: dict[str, Any]) -> str | None:
+    """Why the extra metrics of a run's JSON line may not be stored, or None: too many, too large, or a number that
+    is not finite (JSON has no NaN, and a database's JSON refuses it)."""
+    most = int(positive_number(os.environ, "FLEET_MAX_METRICS", METRICS))
+    if len(record) > most:
+        return f"the run's JSON line has {len(record)} fields; at most {most} are stored (FLEET_MAX_METRICS)"
+    for name, value in record.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError:
+            return f"the run's metric {shown(name, 40)} is {shown(value, 40)}: not a finite number, which is not stored"
+    size = len(json.dumps(record))
+    most = int(positive_number(os.environ, "FLEET_METRICS_BYTES", METRICS_BYTES))
+    if size > most:
+        held = size_text(size)
+        return f"the run's JSON line holds {held} of metrics; at most {size_text(most)} (FLEET_METRICS_BYTES)"
+    return None
+
+
 class ArtifactError(Exception):
-    """The build left an artifact that is missing, or is not a regular file of its own directory."""
+    """The build left an artifact that is missing, is not a regular file of its own directory, or is too large."""
 
 
 def _artifacts(scratch: Path, names: list[str] | None) -> dict[str, bytes]:
@@ -242,35 +292,24 @@ def _artifacts(scratch: Path, names: list[str] | None) -> dict[str, bytes]:
     """
     if names is None:
         names = sorted(e.name for e in os.scandir(scratch) if e.is_file(follow_symlinks=False))
-    return {name: _read_inside(scratch, name) for name in names}
-
-
-def _read_inside(scratch: Path, name: str) -> bytes:
-    parts = name.split("/")
-    if name.startswith("/") or ".." in parts:
-        raise ArtifactError(f"the artifact {name!r} is not inside the build's directory")
-    folder = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in parts[:-1]:
-            try:
-                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
-            except OSError:
-                raise ArtifactError(f"the build did not produce {name!r} (or a folder of its name is a link)") from None
-            os.close(folder)
-            folder = inner
+    most = int(positive_number(os.environ, "FLEET_ARTIFACT_LIMIT", ARTIFACT_BYTES))
+    files: dict[str, bytes] = {}
+    for name in names:
         try:
-            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
-        except FileNotFoundError:
-            raise ArtifactError(f"the build did not produce {name!r}") from None
-        except OSError:
-            raise ArtifactError(f"the build left {name!r} as a link: artifacts are regular files") from None
-    finally:
-        os.close(folder)
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            raise ArtifactError(f"the build left {name!r} as something else than a regular file of its own")
-        return file.read()
+            files[name] = read_inside(scratch, name, limit=most - sum(map(len, files.values())), own=True)
+        except Refused as refused:
+            raise ArtifactError(_ARTIFACT_REFUSED[refused.why].format(name=repr(name), most=size_text(most))) from None
+    return files
+
+
+# What the build is told of an artifact read_inside refused, by why.
+_ARTIFACT_REFUSED = {
+    "outside": "the artifact {name} is not inside the build's directory",
+    "missing": "the build did not produce {name}",
+    "link": "the build left {name} as a link (or a folder on its way): artifacts are regular files",
+    "special": "the build left {name} as something else than a regular file of its own",
+    "large": "the build's artifacts hold more than {most} (FLEET_ARTIFACT_LIMIT)",
+}
 
 
 _VERSION = re.compile(r"\d+\.\d+")
