@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 from typing import Any, TextIO
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from fleet.labels import params_label
 from fleet.space import Space
@@ -50,11 +50,10 @@ COLUMNS = [
 
 def _trials(store: Store, campaign: Campaign) -> dict[int, dict[str, Any]]:
     # A trial that reused an earlier measurement reports that measurement.
-    measured = func.coalesce(Trial.source_trial_id, Trial.id)
     with store.session() as session:
         rows = session.execute(
             select(Trial, Measurement, Artifact.build_seconds)
-            .outerjoin(Measurement, Measurement.trial_id == measured)
+            .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
             # The artifact its own compile took: a build key has one artifact per toolchain that built it.
             .outerjoin(Artifact, (Artifact.build_key == Trial.build_key) & (Artifact.toolchain == Trial.toolchain))
             .where(Trial.campaign_id == campaign.id)

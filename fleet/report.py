@@ -213,7 +213,6 @@ def _json_list(texts: Sequence[str | None]) -> list[Any]:
 
 def collect(store: Store, campaign: Campaign) -> Data:
     """Everything the page shows, read from the store in a few queries."""
-    measured_in = func.coalesce(Trial.source_trial_id, Trial.id)  # the trial whose measurement it has
     # Columns, not ORM objects, and only those the page uses for every trial: of a measurement's JSON only
     # the chain (a series), its samples and other metrics are read for the trials the tables show (see _details).
     query = (
@@ -237,7 +236,7 @@ def collect(store: Store, campaign: Campaign) -> Data:
             Measurement.objective_name,
             Measurement.maximize,
         )
-        .outerjoin(Measurement, Measurement.trial_id == measured_in)
+        .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
         .where(Trial.campaign_id == campaign.id)
         .order_by(Trial.id)
     )
@@ -334,7 +333,6 @@ def _details(store: Store, rows: Sequence[Row]) -> dict[int, Detail]:
     """The samples, metrics and output of ``rows``, and the build logs of those that errored, by trial id."""
     if not rows:
         return {}
-    measured = func.coalesce(Trial.source_trial_id, Trial.id)
     query = (
         select(
             Trial.id,
@@ -344,7 +342,7 @@ def _details(store: Store, rows: Sequence[Row]) -> dict[int, Detail]:
             Measurement.samples,
             Measurement.metrics,
         )
-        .outerjoin(Measurement, Measurement.trial_id == measured)
+        .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
         .where(Trial.id.in_(sorted({row.trial_id for row in rows})))
     )
     errored = {row.trial_id for row in rows if row.state == TrialState.ERRORED}

@@ -243,7 +243,6 @@ class FleetStorage(BaseStorage):
         the trials need only (the configuration as its JSON text, decoded in one call for all rows rather than one
         call a row) and built in one loop that shares what trials can share (see :meth:`_build`), with Python's
         cyclic garbage collector paused (see :func:`fleet.store.collector_paused`)."""
-        measured = func.coalesce(Trial.source_trial_id, Trial.id)
         columns = (
             Trial.id,
             cast(Trial.config, Text),
@@ -275,11 +274,11 @@ class FleetStorage(BaseStorage):
             rows: Sequence[Any] = []
             whole = not kept or len(wanted) > 5000
             if whole:
-                query = select(*columns).outerjoin(Measurement, Measurement.trial_id == measured).where(*mine)
+                query = select(*columns).outerjoin(Measurement, Measurement.trial_id == Trial.measured_in).where(*mine)
                 rows = connection.execute(query.order_by(Trial.id)).all()
                 ids = [r[0] for r in rows]
             elif wanted:
-                query = select(*columns).outerjoin(Measurement, Measurement.trial_id == measured)
+                query = select(*columns).outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
                 rows = connection.execute(query.where(Trial.id.in_(wanted))).all()
         # One json.loads over every row's text costs a tenth of one a row.
         configs = json.loads("[" + ",".join(r[1] or "null" for r in rows) + "]") if rows else []

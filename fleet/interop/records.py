@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from fleet.errors import SpecError
 from fleet.interop.kerneltuner import FAILURES, KTRecord, KTResults, problem_size_value, target_of_device
@@ -259,7 +259,6 @@ class FinishedTrial:
 def finished_trials(store: Store, campaign_id: int, *, after: int = 0) -> list[FinishedTrial]:
     """Every finished (evaluated, invalid or errored) trial of a campaign, by id, with its measurement (its
     source trial's for a reused one)."""
-    measured = func.coalesce(Trial.source_trial_id, Trial.id)
     query = (
         select(
             Trial.id,
@@ -280,7 +279,7 @@ def finished_trials(store: Store, campaign_id: int, *, after: int = 0) -> list[F
             Trial.finished_at,
             Measurement.objectives,
         )
-        .outerjoin(Measurement, Measurement.trial_id == measured)
+        .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
         .where(Trial.campaign_id == campaign_id, Trial.state.in_(FINISHED), Trial.id > after)
         .order_by(Trial.id)
     )

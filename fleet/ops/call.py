@@ -233,9 +233,7 @@ def describe(store: Any, trial_id: int) -> dict[str, Any]:
     if trial.source_trial_id is not None:
         out["measured_by_trial"] = trial.source_trial_id
     with store.session() as session:
-        m = session.scalars(
-            select(Measurement).where(Measurement.trial_id == (trial.source_trial_id or trial.id))
-        ).first()
+        m = session.scalars(select(Measurement).where(Measurement.trial_id == trial.measured_in)).first()
     if m is not None:
         out |= {
             "objective_name": m.objective_name,

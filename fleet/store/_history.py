@@ -187,10 +187,9 @@ class HistoryStore(StoreBase):
     @patient
     def history_trials(self, campaign_id: int) -> list[tuple[int, int, dict[str, Any], float | None]]:
         """The trials of a campaign proposed from history: (trial id, problem id, what history said, objective)."""
-        measured_in = func.coalesce(Trial.source_trial_id, Trial.id)
         query = (
             select(Trial.id, Trial.problem_id, Trial.history, Measurement.objective)
-            .outerjoin(Measurement, and_(Measurement.trial_id == measured_in, Measurement.valid.is_(True)))
+            .outerjoin(Measurement, and_(Measurement.trial_id == Trial.measured_in, Measurement.valid.is_(True)))
             .where(Trial.campaign_id == campaign_id, Trial.history.is_not(None))
             .order_by(Trial.id)
         )

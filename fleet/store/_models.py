@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Boolean,
+    ColumnElement,
     DateTime,
     Float,
     ForeignKey,
@@ -19,9 +20,11 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    func,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from fleet.states import ArtifactState, CampaignStatus, ChainState, TrialState
@@ -214,6 +217,19 @@ class Trial(Base):
     history: Mapped[dict[str, Any] | None] = mapped_column(
         JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql"), nullable=True
     )
+
+    # A reused trial's measurement is its source's: it has no measurement row of its own. Every read of a trial's
+    # measurement goes through this, in Python (a loaded trial) and in SQL (``Measurement.trial_id ==
+    # Trial.measured_in``, aliases too).
+    @hybrid_property
+    def measured_in(self) -> int:
+        """The trial whose measurement this one has: the one it reused, else itself."""
+        return self.source_trial_id if self.source_trial_id is not None else self.id
+
+    @measured_in.inplace.expression
+    @classmethod
+    def _measured_in(cls) -> ColumnElement[int]:
+        return func.coalesce(cls.source_trial_id, cls.id)
 
 
 class Measurement(Base):

@@ -311,10 +311,9 @@ class SteeringStore(StoreBase):
         """The trials of a campaign with their measurements (a reused trial shows the measurement it reused)."""
         if state is not None and state not in TRIAL_STATES:
             raise NotFound(f"no trial state {state!r}: one of {', '.join(TRIAL_STATES)}")
-        measured = Measurement.trial_id == func.coalesce(Trial.source_trial_id, Trial.id)
         query = (
             select(Trial, Measurement.objective, Measurement.valid, Measurement.samples)
-            .outerjoin(Measurement, measured)
+            .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
             .where(Trial.campaign_id == campaign_id)
             .order_by(Trial.id)
         )

@@ -171,7 +171,7 @@ class TrialStore(StoreBase):
             )
             .join(Problem, Problem.id == Trial.problem_id)
             .outerjoin(source, source.id == Trial.source_trial_id)
-            .outerjoin(Measurement, Measurement.trial_id == func.coalesce(Trial.source_trial_id, Trial.id))
+            .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
             .where(Trial.campaign_id == campaign_id)
             .order_by(Trial.id)
         )
@@ -190,7 +190,6 @@ class TrialStore(StoreBase):
             if trial is None:
                 raise NotFound(f"no trial {trial_id}")
             source = session.get(Trial, trial.source_trial_id) if trial.source_trial_id is not None else None
-            measured = (source or trial).id
             # The artifact its compile took; a trial compiled before toolchains were the workers' has none named.
             built = select(Artifact).where(Artifact.build_key == trial.build_key)
             if trial.toolchain is not None:
@@ -200,7 +199,7 @@ class TrialStore(StoreBase):
                 campaign=session.get_one(Campaign, trial.campaign_id),
                 problem=session.get_one(Problem, trial.problem_id),
                 source=source,
-                measurement=session.scalar(select(Measurement).where(Measurement.trial_id == measured)),
+                measurement=session.scalar(select(Measurement).where(Measurement.trial_id == trial.measured_in)),
                 artifact=session.scalars(built.order_by(Artifact.id)).first(),
             )
 
@@ -215,7 +214,6 @@ class TrialStore(StoreBase):
     @patient
     def results(self, trial_ids: Iterable[int] | None = None, campaign_id: int | None = None) -> list[TrialResult]:
         """The trials among ``trial_ids`` (or of a campaign) that reached a terminal state."""
-        measured = func.coalesce(Trial.source_trial_id, Trial.id)
         query = (
             select(
                 Trial.id,
@@ -232,7 +230,7 @@ class TrialStore(StoreBase):
                 Trial.compile_seconds,
                 Trial.eval_seconds,
             )
-            .outerjoin(Measurement, Measurement.trial_id == measured)
+            .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
             # NOT IN, not IN: no index serves it, so the planner finds the trials by id (or campaign) even
             # when its statistics, stale in the middle of a campaign, say that few trials have finished;
             # with IN, it may read every finished trial of the database through the state index instead.
@@ -293,7 +291,7 @@ class TrialStore(StoreBase):
                 Trial.id,
                 func.row_number().over(partition_by=Trial.problem_id, order_by=(objective, Trial.id)).label("rank"),
             )
-            .join(Measurement, Measurement.trial_id == func.coalesce(Trial.source_trial_id, Trial.id))
+            .join(Measurement, Measurement.trial_id == Trial.measured_in)
             .where(
                 Trial.campaign_id == campaign_id,
                 Trial.state == TrialState.EVALUATED,
@@ -337,7 +335,7 @@ class TrialStore(StoreBase):
         """
         query = (
             select(Trial.id, Trial.config)
-            .join(Measurement, Measurement.trial_id == func.coalesce(Trial.source_trial_id, Trial.id))
+            .join(Measurement, Measurement.trial_id == Trial.measured_in)
             .where(
                 Trial.campaign_id == campaign_id,
                 Trial.problem_id == problem_id,

@@ -387,7 +387,7 @@ def campaign_results(
 ) -> dict[tuple[int, str], Result]:
     """The best valid result per (problem, step) of ``campaigns``; trials not ``evaluated`` are never read."""
     best: dict[tuple[int, str], Result] = {}
-    measured = Trial.source_trial_id
+    measured = Trial.measured_in.label("measured_in")
     for campaign in campaigns:
         with store.transaction() as connection:
             rows = connection.execute(
@@ -401,7 +401,7 @@ def campaign_results(
                 .where(Trial.campaign_id == campaign.id, Trial.state == TrialState.EVALUATED)
                 .order_by(Trial.id)
             ).all()
-            wanted = [r.source_trial_id or r.id for r in rows]
+            wanted = [r.measured_in for r in rows]
             found: dict[int, Any] = {}
             for part in chunks(wanted):
                 for m in connection.execute(
@@ -416,7 +416,7 @@ def campaign_results(
                     found[m.trial_id] = m
         for row in rows:
             row_step = str(row.config.get("step", "find"))
-            m = found.get(row.source_trial_id or row.id)
+            m = found.get(row.measured_in)
             if m is None or not m.valid or (step is not None and row_step != step):
                 continue
             metrics = m.metrics or {}

@@ -301,7 +301,7 @@ def _resolved(connection: Connection, items: list[tuple[str, dict[str, Any]]]) -
 
 
 def _trials(connection: Connection, problem_id: int) -> list[dict[str, Any]]:
-    measured = Trial.source_trial_id
+    measured = Trial.measured_in.label("measured_in")
     rows = connection.execute(
         select(
             Trial.id,
@@ -321,7 +321,7 @@ def _trials(connection: Connection, problem_id: int) -> list[dict[str, Any]]:
         .order_by(Trial.target, Trial.id)
     ).all()
     by_trial = {}
-    ids = [r.id for r in rows] + [r.source_trial_id for r in rows if r.source_trial_id]
+    ids = [r.measured_in for r in rows]
     for part in chunks(ids):
         for m in connection.execute(
             select(Measurement.trial_id, Measurement.objective, Measurement.valid, Measurement.metrics).where(
@@ -331,7 +331,7 @@ def _trials(connection: Connection, problem_id: int) -> list[dict[str, Any]]:
             by_trial[m.trial_id] = m
     trials = []
     for r in rows:
-        m = by_trial.get(r.source_trial_id or r.id)
+        m = by_trial.get(r.measured_in)
         best = None
         if m is not None and m.valid:
             best = {"time_ms": m.objective, **_best_entry(m.metrics or {})}
