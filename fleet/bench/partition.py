@@ -162,6 +162,7 @@ def check(
 
 def wait_done(store: Any, campaign_id: int, timeout: float) -> str:
     """Wait for the campaign to end (done, failed, cancelled); its status then, or its status at the timeout."""
+    from fleet.states import ENDED
     from fleet.store import Campaign
 
     deadline = time.monotonic() + timeout
@@ -169,7 +170,7 @@ def wait_done(store: Any, campaign_id: int, timeout: float) -> str:
     while time.monotonic() < deadline:
         with store.session() as session:
             status = str(session.get(Campaign, campaign_id).status)
-        if status in ("done", "failed", "cancelled"):
+        if status in ENDED:
             return status
         time.sleep(0.5)
     return status
