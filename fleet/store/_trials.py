@@ -512,7 +512,8 @@ class TrialStore(StoreBase):
     @patient
     def fail_faulted(self, trial_ids: Sequence[int], max_node_faults: int, why: str) -> set[int]:
         """Error the waiting trials of ``trial_ids`` that have met ``max_node_faults`` node faults; their ids."""
-        reason = f"met a node fault on {max_node_faults} workers, the last: {why}; the configuration may be the cause"
+        # Counted per fault, not per worker: one worker may have met them all (a fleet of one).
+        reason = f"met {max_node_faults} node faults, the last: {why}; the configuration may be the cause"
         with self.session() as session:
             failed = session.scalars(
                 update(Trial)

@@ -142,3 +142,24 @@ def test_flower_shows_the_workers_and_the_tasks_with_their_arguments(fleet: Flee
 def test_flower_wrapper_refuses_an_open_port_beyond_loopback(fleet: Fleet) -> None:
     done = fleet.cli("flower", "--address", "0.0.0.0", env={"FLOWER_BASIC_AUTH": ""})
     assert done.returncode == 1 and "set FLOWER_BASIC_AUTH=user:password" in done.stderr
+
+
+def test_flower_on_loopback_without_a_password_says_its_pages_are_open(fleet: Fleet) -> None:
+    """Issue 44, item 9: its API asks for a login, its pages do not; loopback is every local account's."""
+    port = free_port()
+    flower = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "flower", "--port", str(port)],
+        env={**fleet.env, "FLOWER_BASIC_AUTH": ""},
+        cwd=fleet.home,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert flower.stderr is not None
+        first = flower.stderr.readline()
+    finally:
+        os.killpg(flower.pid, signal.SIGKILL)
+        flower.wait()
+    assert first.startswith("fleet: warning: Flower on 127.0.0.1 asks no password"), first

@@ -151,7 +151,7 @@ def test_a_configuration_that_fills_every_nodes_disk_is_errored_after_its_node_f
     with fleet.store.session() as session:
         rows = {t.config["mode"]: t for t in session.scalars(select(Trial))}
     assert (rows["fill"].state, rows["fill"].node_faults) == ("errored", 2)
-    assert rows["fill"].reason.startswith("met a node fault on 2 workers, the last: No space left on device")
+    assert rows["fill"].reason.startswith("met 2 node faults, the last: No space left on device")
     assert (rows["ok"].state, rows["ok"].node_faults) == ("evaluated", 0)
     assert not list((small_disk / "cache").rglob("fill"))  # its scratch went with it: the node is whole again
 
