@@ -14,8 +14,10 @@ What a command sees:
 - the filesystem read-only, except its scratch directory, which it sees as ``/run/fleet/work`` (its home and
   working directory, wherever the worker keeps it), and a private temporary directory, ``/run/fleet/tmp``
   (``TMPDIR``); the fleet's own state (``FLEET_HOME``, the artifact cache, secret files, the credentials
-  directory, ``/run``) hidden under empty directories. ``/tmp`` stays visible, read-only, because tools and
-  checkouts live there too (a CI clone, a test's compiler): nothing secret may be left world-readable in it;
+  directory, ``/run``) hidden under empty directories; ``/tmp`` and ``/var/tmp`` its own, empty (the folders of the
+  worker's own ``PATH`` there, a CI clone's or a test's compiler, shown read-only: :func:`shown_tools`);
+- no unix socket: a read-only mount does not stop ``connect()``, so creating one is refused
+  (:func:`unix_socket_filter`), network or not;
 - a minimal ``/dev``, plus the device nodes of the GPU its worker is pinned to;
 - a workload account: a root worker switches to ``FLEET_WORKLOAD_USER`` (``nobody`` when unset) with every
   capability dropped once the mounts are made; a worker that is not root runs it in a user namespace;
