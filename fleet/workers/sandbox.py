@@ -345,6 +345,10 @@ def wrap(
         box += ["--tmpfs", folder]
     shown = shown_tools()
     for path in shown:
+        # The folders on its way, made in the private /tmp, passable by the workload's account as on the node.
+        ancestors = [a for a in reversed(path.parents) if _under(a, PRIVATE) and str(a) not in PRIVATE]
+        for folder in ancestors:
+            box += ["--perms", "0755", "--dir", str(folder)]
         box += ["--ro-bind", str(path), str(path)]
     for path in hidden_paths() if hide is None else hide:
         if _under(path, PRIVATE) and not any(_under(path, [tool]) or _under(tool, [path]) for tool in shown):
