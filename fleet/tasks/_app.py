@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Any
 
 from celery import Celery
 from kombu import Queue
+from kombu.transport import TRANSPORT_ALIASES
+from kombu.transport import redis as kombu_redis
+from kombu.transport.virtual import QoS as VirtualQoS
 
 from fleet.settings import Settings, get_settings
 
@@ -40,6 +44,64 @@ def _no_hostname_warning(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("No hostname was supplied")
 
 
+# A broker link that dies (a partition: packets dropped, nothing refused) must fail a call in seconds, not hang it
+# for TCP's quarter of an hour, as the PostgreSQL connections do (fleet.store._base): a publish waits for Redis's
+# reply, and a worker's consumer waits on a socket that never turns readable (issue 39). socket_timeout bounds each
+# reply; keepalives find an idle dead link in 5 + 3 * 2 s; tcp_user_timeout fails a connection whose data stays
+# unacknowledged for 15 s; the health check pings a connection idle longer than 5 s before using it, and kombu
+# drops a consumer's BRPOP whose reply is that late. Unix sockets (embedded mode) take the timeout alone.
+DEAD_LINK = 15
+BROKER_LINK: dict[str, Any] = {
+    "socket_timeout": DEAD_LINK,
+    "socket_connect_timeout": 5,
+    "socket_keepalive": True,
+    "socket_keepalive_options": {
+        socket.TCP_KEEPIDLE: 5,
+        socket.TCP_KEEPINTVL: 2,
+        socket.TCP_KEEPCNT: 3,
+        socket.TCP_USER_TIMEOUT: DEAD_LINK * 1000,
+    },
+    "health_check_interval": 5,
+}
+
+
+class _QoS(kombu_redis.QoS):
+    """kombu's Redis QoS, which forgets a delivery even when the broker could not be told of its ack.
+
+    kombu forgets it only after Redis answers: an ack that fails on a cut link leaves the delivery counted against
+    the prefetch limit (1 here) forever, and the worker, connected again after the heal, never takes another
+    message (found on the test bed, issue 39). Forgotten here, the message stays in Redis's unacknowledged set, which
+    gives it back after the visibility timeout; the database's lease makes that second delivery harmless."""
+
+    def ack(self, delivery_tag: Any) -> None:
+        try:
+            super().ack(delivery_tag)
+        except self.channel.connection_errors:
+            VirtualQoS.ack(self, delivery_tag)
+            raise
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        try:
+            super().reject(delivery_tag, requeue=requeue)
+        except self.channel.connection_errors:
+            VirtualQoS.ack(self, delivery_tag)
+            raise
+
+
+class _Channel(kombu_redis.Channel):
+    QoS = _QoS
+
+
+class RedisTransport(kombu_redis.Transport):
+    """kombu's Redis transport with :class:`_QoS`: the transport of every redis:// and rediss:// broker URL."""
+
+    Channel = _Channel
+
+
+for _scheme in ("redis", "rediss"):
+    TRANSPORT_ALIASES[_scheme] = f"{__name__}:RedisTransport"
+
+
 def configure(app: Celery, settings: Settings) -> Celery:
     """Apply Fleet's settings: JSON only, late acks, prefetch 1, events on, no result backend."""
     options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
@@ -48,6 +110,8 @@ def configure(app: Celery, settings: Settings) -> Celery:
         settings.broker_folder.mkdir(parents=True, exist_ok=True)
         options |= {"data_folder_in": folder, "data_folder_out": folder, "store_processed": False}
         logging.getLogger("kombu.connection").addFilter(_no_hostname_warning)
+    else:
+        options |= BROKER_LINK
     app.conf.update(
         broker_url=settings.broker_url,
         broker_transport_options=options,

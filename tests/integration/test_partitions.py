@@ -152,3 +152,73 @@ def test_a_head_node_cut_off_while_its_driver_holds_a_campaign_is_taken_over_and
     assert status == "done" and counts["ok"], counts
     assert counts["recorded"] == len(planned)
     assert [t.split(":")[0] for t in counts["driver_turns"]] == ["driver@node3", "driver@node2"]
+
+
+def since(fleet: BedFleet, cid: int, node: str, instant: Any) -> Any:
+    """The first measurement ``node`` recorded for the campaign after ``instant`` (database clock), or None."""
+    with fleet.store.session() as session:
+        first = (
+            select(func.min(Measurement.created_at))
+            .join(Trial)
+            .where(Trial.campaign_id == cid, Measurement.node == node, Measurement.created_at > instant)
+        )
+        return session.scalar(first)
+
+
+def keepalive_links(fleet: BedFleet, node: Node, port: int) -> list[str]:
+    """The node's established connections to the database node's ``port`` that carry a keepalive timer."""
+    lines = fleet.bed.run(node, ["ss", "-Htno", "state", "established", f"dport = :{port}"], user=None).stdout
+    return [line for line in lines.splitlines() if "keepalive" in line]
+
+
+def cut_one_link(fleet: BedFleet, name: str, port: int, seconds: float, trials: int) -> dict[str, Any]:
+    """``trials`` of a campaign measured on node1 alone, whose link to the database node's ``port`` (PostgreSQL or
+    Redis, nothing else) is cut for ``seconds``, longer than the links' dead-link timeouts (15 s); the checker's
+    counts, and how long after the heal node1 measured again."""
+    nodes = fleet.bed
+    node1, head = nodes["node1"], nodes["node3"]
+    spec, planned = write_spec(fleet, head, name, trials)
+    start_workers(fleet, name, node1)
+    tune = fleet.spawn_fleet(head, "tune", spec, "--json", log="tune.log")
+    fleet.wait_for(lambda: campaign_id(fleet, name) is not None, timeout=60, what="the campaign")
+    cid = campaign_id(fleet, name)
+    assert cid is not None
+    fleet.wait_for(lambda: measured(fleet, cid) >= 4, timeout=90, what="the first measurements")
+    # Before the cut: the worker's links to that port carry keepalives (a link without one would hang on the cut).
+    links = keepalive_links(fleet, node1, port)
+    start = now(fleet.store)
+    nodes.cut(node1, [(DATABASE_ADDRESS, port)])
+    time.sleep(seconds)
+    before = measured(fleet, cid)
+    nodes.heal(node1)
+    healed, healed_at = now(fleet.store), time.monotonic()
+    # Not hung: node1, the campaign's only worker, measures again and finishes the campaign.
+    fleet.wait_for(lambda: since(fleet, cid, "node1", healed) is not None, timeout=LEASE + 60, what="node1 again")
+    resumed = time.monotonic() - healed_at
+    status = wait_done(fleet.store, cid, timeout=180)
+    assert tune.wait(60) == 0, (fleet.logs / "tune.log").read_text()[-2000:]
+    cuts = [Cut("node1", start, healed)] if port == POSTGRES_PORT else []
+    counts = check(fleet.store, cid, planned, nodes=["node1"], cuts=cuts, lease_seconds=LEASE)
+    counts.update(status=status, measured_before_heal=before, resumed_seconds=round(resumed, 1))
+    counts.update(keepalive_links=len(links))
+    return counts
+
+
+def test_a_worker_node_cut_from_redis_alone_neither_hangs_nor_loses_a_trial(bed_fleet: BedFleet) -> None:  # noqa: F811
+    counts = cut_one_link(bed_fleet, "cutredis", REDIS_PORT, seconds=20, trials=30)
+    report("node1 cut from Redis alone for 20 s", counts)
+    assert counts["keepalive_links"] >= 1, counts  # the broker links' keepalives (fleet.tasks._app.BROKER_LINK)
+    assert counts["status"] == "done" and counts["ok"], counts
+    assert counts["recorded"] == 30 and counts["measured_by"] == {"node1": 30}
+    assert counts["resumed_seconds"] < LEASE + 30, counts  # reconnects: its consumer did not hang on the dead link
+
+
+def test_a_worker_node_cut_from_postgres_alone_records_nothing_while_cut_and_resumes(
+    bed_fleet: BedFleet,  # noqa: F811
+) -> None:
+    counts = cut_one_link(bed_fleet, "cutpostgres", POSTGRES_PORT, seconds=20, trials=30)
+    report("node1 cut from PostgreSQL alone for 20 s", counts)
+    assert counts["keepalive_links"] >= 1, counts  # the store's keepalives and tcp_user_timeout (fleet.store._base)
+    assert counts["status"] == "done" and counts["ok"], counts  # ok: none recorded after its lease ran out
+    assert counts["recorded"] == 30 and counts["measured_by"] == {"node1": 30}
+    assert counts["resumed_seconds"] < LEASE + 30, counts
