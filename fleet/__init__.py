@@ -4,13 +4,32 @@ The Python API is re-exported here: :func:`load_spec`, :class:`CampaignSpec`, :f
 :class:`CampaignHandle`), :func:`run`, :func:`campaign`, :func:`campaigns`, :func:`status`, :func:`best`; see
 :mod:`fleet.api`. ``fleet.campaign`` is the function: the module of that name is imported as
 ``from fleet.campaign import ...``, which still works.
+
+The names are imported when first used, not with the package: every ``fleet`` command imports this package, and
+the API's modules (the driver, the store, SQLAlchemy) cost a command that needs none of them half a second.
 """
 
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from fleet._version import __version__
-from fleet.api import CampaignHandle, best, campaign, campaigns, connect, run, status, submit
 from fleet.errors import FleetError
-from fleet.space import Knob, Space
-from fleet.spec import CampaignSpec, ProblemSpec, load_spec
+
+if TYPE_CHECKING:
+    from fleet.api import CampaignHandle, best, campaign, campaigns, connect, run, status, submit
+    from fleet.space import Knob, Space
+    from fleet.spec import CampaignSpec, ProblemSpec, load_spec
+
+_HOMES = {
+    "fleet.api": ("CampaignHandle", "best", "campaign", "campaigns", "connect", "run", "status", "submit"),
+    "fleet.space": ("Knob", "Space"),
+    "fleet.spec": ("CampaignSpec", "ProblemSpec", "load_spec"),
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "CampaignHandle",
@@ -29,3 +48,29 @@ __all__ = [
     "status",
     "submit",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A name of the API, imported from its module on first use and kept here."""
+    if name not in _HOME:
+        raise AttributeError(f"module 'fleet' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    """The package, whose ``campaign`` stays the API's function: importing the submodule ``fleet.campaign`` sets
+    the package's attribute of that name to the module, which the eager import of the API used to overwrite."""
+
+    @property
+    def campaign(self) -> Any:
+        return self.__dict__.get("campaign") or __getattr__("campaign")
+
+    @campaign.setter
+    def campaign(self, value: Any) -> None:
+        if not isinstance(value, types.ModuleType):
+            self.__dict__["campaign"] = value
+
+
+sys.modules[__name__].__class__ = _Package

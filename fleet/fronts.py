@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.errors import FleetError, SpecError
 from fleet.search.pareto import Objective, front, loss_vector
-from fleet.store import Campaign, Store, TrialResult
+
+if TYPE_CHECKING:  # the store is only passed in: a command that imports this module need not load SQLAlchemy
+    from fleet.store import Campaign, Store, TrialResult
 
 WITHIN = 10.0
 """The default tolerance of a preference, in percent of the first objective's best."""

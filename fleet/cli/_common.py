@@ -50,8 +50,8 @@ def open_store(check: bool = True, read_only: bool = False) -> Any:
         missing_database(settings.database_url)
     store = Store(settings.database_url)
     if check:
-        if settings.embedded_database:
-            store.upgrade()
+        if settings.embedded_database and not store.at_head():
+            store.upgrade()  # Alembic only when there is something to migrate: importing it is slow
         store.check()
     return store
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
 from dataclasses import fields
@@ -9,16 +10,34 @@ from pathlib import Path
 
 import click
 
-from fleet.bench.history import bench_history_command
-from fleet.bench.metaschedule import metaschedule_bench_command
-from fleet.bench.pareto import pareto_command
-from fleet.bench.sandbox import sandbox_bench_command
-from fleet.bench.search import search_command
-from fleet.bench.tvm import tvm_bench_command
 from fleet.cli._sections import WholeHelpGroup
 
+ELSEWHERE = {
+    "search": "fleet.bench.search:search_command",
+    "pareto": "fleet.bench.pareto:pareto_command",
+    "history": "fleet.bench.history:bench_history_command",
+    "tvm": "fleet.bench.tvm:tvm_bench_command",
+    "metaschedule": "fleet.bench.metaschedule:metaschedule_bench_command",
+    "sandbox": "fleet.bench.sandbox:sandbox_bench_command",
+}
+"""The benchmarks defined beside their code, imported when one is run or listed: with the whole group every
+`fleet` command, `fleet status` among them, would import the benchmarks' modules to start."""
 
-@click.group(cls=WholeHelpGroup)
+
+class BenchGroup(WholeHelpGroup):
+    """``fleet bench``, whose commands of :data:`ELSEWHERE` are imported when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *ELSEWHERE})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in ELSEWHERE and name not in self.commands:
+            module, _, attribute = ELSEWHERE[name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=BenchGroup)
 def bench() -> None:
     """Benchmarks, each against a baseline measured in the same run (`make bench` runs them all)."""
 
@@ -280,12 +299,5 @@ def bench_pipeline(quick: bool, as_json: bool) -> None:
         )
     click.echo("goal: fleet at most 1.1 of the bound in every case; the cost per task is beyond its sleep")
 
-
-bench.add_command(search_command, "search")
-bench.add_command(pareto_command, "pareto")
-bench.add_command(bench_history_command, "history")
-bench.add_command(tvm_bench_command, "tvm")
-bench.add_command(metaschedule_bench_command, "metaschedule")
-bench.add_command(sandbox_bench_command, "sandbox")
 
 COMMANDS = (bench,)

@@ -340,8 +340,6 @@ def _failed(store: Any, campaign: Any) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(campaign: str | None, as_json: bool) -> None:
     """Show campaigns and their trials, or one CAMPAIGN in detail, and the workers listening."""
-    from fleet.campaign import summarize
-
     store = open_store(read_only=True)
     settings = get_settings()
     live = store.workers(within=settings.liveness_seconds)
@@ -378,6 +376,8 @@ def status(campaign: str | None, as_json: bool) -> None:
         # A problem is named by its kind and parameters (the id says nothing to the user who wrote them).
         labels = {p.id: problem_label(p) for p in store.campaign_problems(c.id)} if campaign or chains else {}
         if campaign:
+            from fleet.campaign import summarize  # the driver's modules: only for one campaign's bests
+
             entry["best"] = [
                 {
                     "problem": s.problem_id,

@@ -145,16 +145,17 @@ def queue_health(
         Seconds to wait for workers' answers to ``inspect().active_queues()``.
     """
     settings = settings or get_settings()
-    if app is None:
-        from fleet.tasks import app
     filesystem = settings.broker_url.startswith("filesystem://")
     names: set[str] = set()
     consumers: dict[str, set[str]] = {}
     unacked: dict[str, int] = {}
+    if not filesystem and settings.embedded_broker and not settings.redis_socket.exists():
+        # Said before Celery is imported, which costs `fleet status` more than its own queries.
+        raise BrokerError("the embedded broker is not running (`fleet up --local` or `fleet tune` starts it)")
+    if app is None:
+        from fleet.tasks import app
     if filesystem:
         waiting = _filesystem_counts(settings)
-    elif settings.embedded_broker and not settings.redis_socket.exists():
-        raise BrokerError("the embedded broker is not running (`fleet up --local` or `fleet tune` starts it)")
     else:
         try:
             with app.connection_for_read() as connection:

@@ -16,7 +16,7 @@ def connect(settings: Settings | None = None) -> Store:
     """
     settings = settings or get_settings()
     store = Store(settings.database_url)
-    if settings.embedded_database:
+    if settings.embedded_database and not store.at_head():
         store.upgrade()
     store.check()
     return store

@@ -1,0 +1,65 @@
+"""What the read commands import (issue 42, item 12): only what they need, so that they start quickly.
+
+Not a timed test: the modules a command imports are what its start-up costs, and they do not vary with the
+machine's load. ``fleet bench scale`` measures the seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleet.store import Store
+from fleet.store._base import head_revision
+
+HEAVY = ("alembic", "celery", "kombu", "fleet.bench.search", "fleet.bench.pareto", "fleet.campaign", "fleet.api")
+
+
+def imported_by(home: Path, *args: str) -> set[str]:
+    """The modules a `fleet` command imported, run in its own process in ``home`` (embedded, no broker running)."""
+    script = (
+        "import json, sys\nfrom fleet.cli import main\n"
+        f"code = main({list(args)!r})\n"
+        "print(json.dumps([code, sorted(sys.modules)]))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "FLEET_HOME": str(home / ".fleet")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=home, env=env, capture_output=True, text=True, timeout=60)
+    code, modules = json.loads(done.stdout.splitlines()[-1])
+    assert code == 0, done.stderr
+    return set(modules)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    (tmp_path / ".fleet").mkdir()
+    Store(f"sqlite:///{tmp_path}/.fleet/fleet.db").upgrade()
+    return tmp_path
+
+
+def test_the_version_imports_no_database_library(home: Path) -> None:
+    modules = imported_by(home, "--version")
+    assert not {m for m in modules if m.split(".")[0] == "sqlalchemy"}
+    assert not modules & set(HEAVY)
+
+
+def test_fleet_status_imports_no_migrations_broker_driver_or_benchmarks(home: Path) -> None:
+    assert not imported_by(home, "status") & set(HEAVY)
+
+
+def test_the_head_revision_read_from_the_migration_files_is_alembics() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(sys.modules["fleet.store"].__file__).parent / "migrations"))
+    assert head_revision() == ScriptDirectory.from_config(config).get_current_head()
+
+
+def test_the_package_still_gives_the_api_and_its_campaign_function() -> None:
+    script = "import fleet.campaign, fleet; print(callable(fleet.campaign), fleet.submit.__module__)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["True", "fleet.api"]
