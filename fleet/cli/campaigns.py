@@ -490,6 +490,13 @@ def status(campaign: str | None, as_json: bool) -> None:
     show_default=True,
     help="With --prefer: how far, in percent, the first objective may be from its best.",
 )
+@click.option(
+    "--from",
+    "drawn_from",
+    metavar="CAMPAIGN[,..]",
+    help="With --kind or --problem: draw only on these campaigns' results, or 'all' for every campaign's (default: "
+    "the one campaign that has results; several are refused, since any of them could decide the answer).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def best(
     campaign: str | None,
@@ -500,20 +507,22 @@ def best(
     limit: int,
     prefer: str | None,
     within: float,
+    drawn_from: str | None,
     as_json: bool,
 ) -> None:
     """The best configuration CAMPAIGN found, one line per problem (for several objectives, the Pareto front and
-    the point a preference chooses); --kind or --problem: the best known of a problem, whichever campaign measured
-    it (for a TVM operator, its MetaSchedule records too)."""
+    the point a preference chooses); --kind or --problem: the best known of a problem among the campaigns --from
+    names (for a TVM operator, its MetaSchedule records too), and which campaigns it drew on."""
     from fleet.campaign import check_target
+    from fleet.trust import choose, parse_from, resolve
 
     if sum(given is not None for given in (campaign, kind, problem_id)) != 1:
         raise click.UsageError("give a CAMPAIGN, or a problem with --kind KIND or --problem ID")
     if campaign is None and (prefer is not None or within != WITHIN):
         raise click.UsageError("--prefer and --within choose a point of a CAMPAIGN's front")
     if campaign is not None:
-        if params or target or limit != 1:
-            raise click.UsageError("--param, --target and -n go with --kind or --problem, not with a CAMPAIGN")
+        if params or target or limit != 1 or drawn_from is not None:
+            raise click.UsageError("--param, --target, --from and -n go with --kind or --problem, not with a CAMPAIGN")
         _best_of_campaign(campaign, as_json, None if prefer is None else Preference(prefer, within))
         return
     if params and kind is None:
@@ -521,11 +530,19 @@ def best(
     problem = str(problem_id) if kind is None else kind
     if target is not None:
         check_target(target)
+    trusted = None if drawn_from is None else parse_from(drawn_from)
     store = open_store(read_only=True)
+    resolve(store, trusted)
     found, tvm = _find_problem_or_tvm(store, problem, params, by_id=kind is None)
     if target is None:
         target = _target_of(store, found, tvm is not None)
-    rows = store.best(found.id, target, limit) if found is not None else []
+    rows, names = [], {}
+    if found is not None:
+        # Which campaigns this answer may draw on is fleet.trust's rule: a hostile campaign's numbers stay its own.
+        names = store.measuring_campaigns(found.id, target)
+        drawn = choose(f"problem {found.id} ({found.kind}) on {target}", names, trusted)
+        rows = store.best(found.id, target, limit, campaigns=drawn) if drawn else []
+    campaign_of = _campaigns_of(store, [m.trial_id for m, _ in rows], names)
     out = [
         {
             "problem": found.id,
@@ -533,6 +550,7 @@ def best(
             "params": found.params,
             "target": target,
             "source": "fleet",
+            "campaign": campaign_of[m.trial_id],
             "config": config,
             m.objective_name: m.objective,
             "metrics": m.metrics,
@@ -566,7 +584,18 @@ def best(
             continue
         name = rows[0][0].objective_name  # a fleet row: there are rows of Fleet's measurements
         click.echo(f"{name} {row[name]:.4g}  {format_config(row['config'])}")
-        click.echo(f"  trial {row['trial']} {_measured_where(row)}")
+        click.echo(f"  trial {row['trial']} of campaign {row['campaign']} {_measured_where(row)}")
+
+
+def _campaigns_of(store: Any, trial_ids: list[int], names: dict[int, str]) -> dict[int, str]:
+    """The campaign (its name) of each of ``trial_ids``: what an answer drew on, said with it."""
+    from sqlalchemy import select
+
+    from fleet.store import Trial
+
+    with store.session() as session:
+        rows = session.execute(select(Trial.id, Trial.campaign_id).where(Trial.id.in_(trial_ids))).all()
+    return {row.id: names[row.campaign_id] for row in rows}
 
 
 def _measured_where(row: dict[str, Any]) -> str:

@@ -262,16 +262,23 @@ def from_options(value: Any, where: str = "strategy 'auto'") -> tuple[list[Trans
     return items, first
 
 
-def check_history(value: Any) -> bool | dict[str, list[str]]:
-    """A spec's ``history`` field, checked: true, false, or ``{"targets": [...], "tags": [...]}``."""
+def check_history(value: Any) -> bool | dict[str, Any]:
+    """A spec's ``history`` field, checked: true, false, or ``{"from": [...] | "all", "targets": [...], "tags":
+    [...]}``; ``from`` names the campaigns history may draw on (fleet.trust), none when absent."""
     if isinstance(value, bool):
         return value
     if not isinstance(value, Mapping):
-        raise SpecError(f'\'history\' is true, false or {{"targets": [...], "tags": [...]}}, not {value!r}')
-    unknown = set(value) - {"targets", "tags"}
+        shape = '{"from": [...], "targets": [...], "tags": [...]}'
+        raise SpecError(f"'history' is true, false or {shape}, not {value!r}")
+    unknown = set(value) - {"from", "targets", "tags"}
     if unknown:
-        raise SpecError(f"'history' has an unknown field {sorted(unknown)[0]!r} (known: targets, tags)")
-    checked: dict[str, list[str]] = {}
+        raise SpecError(f"'history' has an unknown field {sorted(unknown)[0]!r} (known: from, targets, tags)")
+    checked: dict[str, Any] = {}
+    if "from" in value:
+        from fleet.trust import parse_history_from
+
+        parse_history_from(value["from"])
+        checked["from"] = value["from"]
     for name in ("targets", "tags"):
         if name in value:
             items = value[name]

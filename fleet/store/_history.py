@@ -74,6 +74,7 @@ class HistoryStore(StoreBase):
         tags: Sequence[str] | None = None,
         per_source: int = PER_SOURCE,
         by_device: bool = False,
+        campaigns: Sequence[int] | None = None,
     ) -> list[HistorySource]:
         """The best valid measurements of every problem of ``kind`` on every target, per problem and target (and
         device, with ``by_device``).
@@ -97,6 +98,8 @@ class HistoryStore(StoreBase):
             (an RTX A4000 and an RTX A6000 are both sm_86) are two sources, not one whose best runs mix them. Read
             by a window over every measurement of the kind, not the index's first rows: for benchmarks and
             imports, not a campaign's start.
+        campaigns:
+            Only what these campaigns' trials measured (those its asker trusts: fleet.trust); None, every campaign's.
         """
         sources = (
             select(CampaignProblem.problem_id, Campaign.target)
@@ -117,6 +120,9 @@ class HistoryStore(StoreBase):
         ]
         if exclude_campaign is not None:
             chosen.append(Trial.campaign_id != exclude_campaign)
+        if campaigns is not None:
+            sources = sources.where(CampaignProblem.campaign_id.in_(list(campaigns)))
+            chosen.append(Trial.campaign_id.in_(list(campaigns)))
         order = Measurement.objective.desc() if maximize else Measurement.objective.asc()
         columns = (Measurement.objective, Measurement.toolchain, Measurement.device_kind, Trial.config)
         if self.dialect == "postgresql" and not by_device:

@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import ColumnElement, or_, select, update
 
 from fleet.errors import NotFound, StoreError, did_you_mean
 from fleet.space import digest
@@ -176,16 +176,26 @@ class ProblemStore(StoreBase):
     # -- best -------------------------------------------------------------------------------------------
 
     @patient
-    def best(self, problem_id: int, target: str, limit: int = 1) -> list[tuple[Measurement, dict[str, Any]]]:
+    def best(
+        self, problem_id: int, target: str, limit: int = 1, campaigns: Sequence[int] | None = None
+    ) -> list[tuple[Measurement, dict[str, Any]]]:
         """The best valid measurements of a problem on a target, with their configurations.
 
         The objective and its direction are the ones the latest measurement used, so a problem tuned for
-        GFLOPS is not ranked against one tuned for seconds.
+        GFLOPS is not ranked against one tuned for seconds. ``campaigns``: only what their trials measured
+        (fleet.trust chooses them); None, every campaign's.
         """
+        of_campaigns = [] if campaigns is None else [Trial.campaign_id.in_(list(campaigns))]
         with self.session() as session:
             latest = session.execute(
                 select(Measurement.objective_name, Measurement.maximize)
-                .where(Measurement.problem_id == problem_id, Measurement.target == target, Measurement.valid.is_(True))
+                .join(Trial, Trial.id == Measurement.trial_id)
+                .where(
+                    Measurement.problem_id == problem_id,
+                    Measurement.target == target,
+                    Measurement.valid.is_(True),
+                    *of_campaigns,
+                )
                 .order_by(Measurement.id.desc())
                 .limit(1)
             ).first()
@@ -196,11 +206,9 @@ class ProblemStore(StoreBase):
                 select(Measurement, Trial.config)
                 .join(Trial, Trial.id == Measurement.trial_id)
                 .where(
-                    Measurement.problem_id == problem_id,
-                    Measurement.target == target,
-                    Measurement.valid.is_(True),
-                    Measurement.objective.is_not(None),
+                    *_valid_results(problem_id, target),
                     Measurement.objective_name == latest.objective_name,
+                    *of_campaigns,
                 )
                 .order_by(order, Measurement.id)
                 .limit(limit)
@@ -208,10 +216,28 @@ class ProblemStore(StoreBase):
         return [(m, config) for m, config in rows]
 
     @patient
-    def known_good(self, kind: str, target: str, *, exclude: int | None = None, limit: int = 5) -> list[dict[str, Any]]:
-        """The best configurations of other problems of ``kind`` on ``target``: where a new search may start."""
-        configs: list[dict[str, Any]] = []
-        for problem in self.find_problems(kind=kind):
-            if problem.id != exclude:
-                configs += [config for _, config in self.best(problem.id, target, 1)]
-        return configs[:limit]
+    def measuring_campaigns(self, problem_id: int, target: str) -> dict[int, str]:
+        """The campaigns whose trials measured ``problem_id`` on ``target`` validly: id -> name."""
+        with self.session() as session:
+            rows = session.execute(
+                select(Campaign.id, Campaign.name)
+                .where(
+                    Campaign.id.in_(
+                        select(Trial.campaign_id)
+                        .join(Measurement, Measurement.trial_id == Trial.id)
+                        .where(*_valid_results(problem_id, target))
+                    )
+                )
+                .order_by(Campaign.id)
+            ).all()
+        return {row.id: row.name for row in rows}
+
+
+def _valid_results(problem_id: int, target: str) -> list[ColumnElement[bool]]:
+    """The measurements a best is chosen from: valid ones of ``problem_id`` on ``target``, with an objective."""
+    return [
+        Measurement.problem_id == problem_id,
+        Measurement.target == target,
+        Measurement.valid.is_(True),
+        Measurement.objective.is_not(None),
+    ]

@@ -75,7 +75,10 @@ def test_a_campaign_on_one_target_seeds_the_same_kernel_on_another(fleet: Fleet)
     fleet.target = second_target
     fleet.start_worker(log="worker2.log")
     auto = {"name": "auto", "budget": 16, "seed": 0}
-    path = write_spec(fleet.home, spec("a4000", second_target, "convolution_milo__A4000", auto), "b.json")
+    seeded_from = {"from": ["a6000"]}  # history draws on the campaigns a spec names (fleet.trust)
+    path = write_spec(
+        fleet.home, spec("a4000", second_target, "convolution_milo__A4000", auto, history=seeded_from), "b.json"
+    )
     fleet.cli("tune", str(path), "--json", check=True, timeout=300)
     path = write_spec(
         fleet.home, spec("plain", second_target, "convolution_milo__A4000", auto, history=False), "c.json"
@@ -176,6 +179,9 @@ def test_history_finds_each_related_problem_and_target_best_first(store: Store) 
     ]
     assert store.history("conv", maximize=True) == []
     assert store.history("nothing") == []
+    # Only what the trusted campaigns measured.
+    assert [(s.params["n"], s.target) for s in store.history("conv", campaigns=[mine])] == [(1, "sm_90")]
+    assert store.history("conv", campaigns=[]) == []
 
 
 # -- fleet bench search --history DB: two GPUs of one target -------------------------------------------------------
