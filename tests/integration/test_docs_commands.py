@@ -1,4 +1,5 @@
-"""Every ```sh block of README.md and docs/*.md runs, as a user would, from a fresh clone outside the repository.
+"""Every ```sh block of README.md, docs/*.md and examples/*/README.md runs, as a user would, from a fresh clone
+outside the repository, with only the extras its page names.
 
 The pages are the test's input: a page that changes is tested as it is. The convention, per block:
 
@@ -6,20 +7,26 @@ The pages are the test's input: a page that changes is tested as it is. The conv
 - ``<!-- docs-test: skip (reason) -->`` on the line right before it skips it (a GPU, a remote host, a running
   fleet, an extra that ``[dev]`` does not install); the reason must be given;
 - ``<!-- docs-test: expect TEXT -->`` right before it names a line fragment its output must hold (else some output);
-- ``text`` blocks are output and are never run.
+- ``text`` blocks are output and are never run;
+- ``<!-- docs-test: extras NAME, NAME -->`` anywhere on a page names the extras of ``fleet-tune`` its blocks need
+  (``pip install 'fleet-tune[NAME]'``); a page without one runs on the base install.
 
 The clone gets the repository's virtual environment (``.venv/bin``), installed as ``make install`` does, so nothing
-is installed per block; the blocks of one page share one ``FLEET_HOME``, so a later block sees an earlier one's
-campaigns, as it does for a reader who runs them in order.
+is installed per block; the modules of every extra the page does not name are hidden from its commands (and the
+processes they start), as on an install without them. The blocks of one page share one ``FLEET_HOME``, so a later
+block sees an earlier one's campaigns, as it does for a reader who runs them in order.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +34,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+PAGES = [
+    "README.md",
+    *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")),
+    *sorted(f"examples/{p.parent.name}/README.md" for p in (ROOT / "examples").glob("*/README.md")),
+]
 DIRECTIVE = re.compile(r"<!-- docs-test: (skip|expect) (.+?) -->")
+EXTRAS = re.compile(r"<!-- docs-test: extras ([a-z, ]+) -->")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 
@@ -65,12 +77,105 @@ def blocks(page: str) -> list[Block]:
     return found
 
 
+def extras_of(page: str) -> set[str]:
+    """The extras a page names for its blocks (``<!-- docs-test: extras ops -->``); none for the base install."""
+    named = EXTRAS.findall((ROOT / page).read_text())
+    return {name.strip() for names in named for name in names.split(",") if name.strip()}
+
+
+def declared_extras() -> dict[str, list[str]]:
+    """pyproject.toml's extras of fleet-tune (``all`` and ``dev`` aside): the distributions each installs."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    return {name: [_name(r) for r in reqs] for name, reqs in extras.items() if name not in ("all", "dev")}
+
+
+def _name(requirement: str) -> str:
+    """A requirement's distribution, in the one spelling of names that pip compares (``kernel-tuner``)."""
+    return re.split(r"[<>=!~;\[ ]", requirement.strip())[0].lower().replace("_", "-")
+
+
+def installed_with(distributions: set[str]) -> set[str]:
+    """``distributions`` and every distribution they require, as pip would install them (no extras of theirs)."""
+    found, todo = set(), list(distributions)
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        todo += [_name(r) for r in requires if "extra ==" not in r]
+    return found
+
+
+def hidden_modules(extras: set[str]) -> list[str]:
+    """The top-level modules of the distributions that only extras not in ``extras`` install: what an install of
+    fleet-tune with ``extras`` (and what they and the base require) lacks."""
+    declared = declared_extras()
+    kept = installed_with({"fleet-tune", *(dist for name in extras for dist in declared[name])})
+    unwanted = {dist for dists in declared.values() for dist in dists} - kept
+    return sorted(
+        module
+        for module, dists in importlib.metadata.packages_distributions().items()
+        if {_name(d) for d in dists} & unwanted
+    )
+
+
+HIDE = """\
+# Written by tests/integration/test_docs_commands.py: the extras' modules that the page's install lacks. Every
+# finder of modules is wrapped to find none of them, so that they are missing as an uninstalled module is: an
+# import raises ModuleNotFoundError and importlib.util.find_spec answers None.
+import sys
+
+HIDDEN = {hidden!r}
+
+
+class _Without:
+    def __init__(self, finder):
+        self.finder = finder
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in HIDDEN:
+            return None
+        return self.finder.find_spec(name, path, target)
+
+    def __getattr__(self, attribute):
+        return getattr(self.finder, attribute)
+
+
+sys.meta_path[:] = [_Without(finder) for finder in sys.meta_path]
+"""
+
+
+def base_install(folder: Path, extras: set[str]) -> Path:
+    """A folder whose ``sitecustomize`` hides the modules of every extra but ``extras`` from a Python started with it
+    on ``PYTHONPATH``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(HIDE.format(hidden=hidden_modules(extras)))
+    return folder
+
+
+def test_every_page_names_extras_that_exist_and_the_base_install_hides_them(tmp_path: Path) -> None:
+    for page in PAGES:
+        unknown = extras_of(page) - set(declared_extras())
+        assert not unknown, f"{page} names extras pyproject.toml does not declare: {sorted(unknown)}"
+    env = {**os.environ, "PYTHONPATH": str(base_install(tmp_path, {"mlflow"}))}
+    script = "import importlib.util as u; print(u.find_spec('mlflow') is not None, u.find_spec('optuna') is None)"
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "True"]
+    command = [sys.executable, "-m", "fleet.cli", "export", "optuna", "x", "--storage", "sqlite://"]
+    hidden = subprocess.run(command, env=env, capture_output=True)
+    assert b"pip install 'fleet-tune[" in hidden.stderr, hidden.stderr
+
+
 def test_every_directive_is_right_before_a_block_and_every_skip_says_why() -> None:
     for page in PAGES:
         text = (ROOT / page).read_text()
         lines = text.splitlines()
         for number, line in enumerate(lines):
-            if "docs-test:" not in line:
+            if "docs-test:" not in line or EXTRAS.fullmatch(line.strip()):
                 continue
             directive = DIRECTIVE.fullmatch(line.strip())
             assert directive, f"{page}:{number + 1}: not a docs-test directive: {line}"
@@ -133,6 +238,7 @@ def test_the_commands_of_a_page_run_from_a_fresh_clone(page: str, clone: Path) -
     env["FLEET_HOME"] = str(home / ".fleet")
     env["PATH"] = f"{clone / '.venv' / 'bin'}:{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = str(base_install(home / "site", extras_of(page)))
     for block in blocks(page):
         if block.skip:
             continue
