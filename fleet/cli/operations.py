@@ -266,6 +266,7 @@ def flower_command(port: int, address: str, extra: tuple[str, ...]) -> None:
     """
     if not is_loopback(address) and not os.environ.get("FLOWER_BASIC_AUTH"):
         raise ConfigurationError(f"Flower on {address} would be open to anyone: set FLOWER_BASIC_AUTH=user:password")
+    require("flower", "fleet flower")  # else Celery itself would say "No such command 'flower'"
     if not os.environ.get("FLOWER_BASIC_AUTH"):
         # Loopback is every account's of this machine (and a workload's that a spec gave the network): its pages
         # show every task's arguments with no login (only its API asks for one).
@@ -274,7 +275,6 @@ def flower_command(port: int, address: str, extra: tuple[str, ...]) -> None:
             "set FLOWER_BASIC_AUTH=user:password",
             file=sys.stderr,
         )
-    require("flower", "fleet flower")  # else Celery itself would say "No such command 'flower'"
     argv = flower_argv(port, address, extra)
     sys.stdout.flush()
     os.execv(argv[0], argv)

@@ -82,4 +82,4 @@ def test_best_takes_a_campaign_or_a_problem_kind(tmp_path: Path) -> None:
     done = _fleet(tmp_path, "best")
     assert done.returncode == 2 and "give a CAMPAIGN, or a problem with --kind KIND or --problem ID" in done.stderr
     done = _fleet(tmp_path, "best", "matmul-c", "--param", "n=512")
-    assert done.returncode == 2 and "--param, --target and -n go with --kind or --problem" in done.stderr
+    assert done.returncode == 2 and "--param, --target, --from and -n go with --kind or --problem" in done.stderr
