@@ -235,17 +235,23 @@ PRIVATE = ("/tmp", "/var/tmp")
 campaign's files, a database's or a broker's socket, is no workload's business)."""
 
 
+PROGRAM_SETTINGS = ("FLEET_MIOPEN_DRIVER",)
+"""The worker's settings that name a program its workloads run (fleet.workers.workloads.miopen's driver)."""
+
+
 def shown_tools(env: Mapping[str, str] | None = None) -> list[Path]:
-    """The folders of the worker's own ``PATH`` and ``LD_LIBRARY_PATH`` that lie in :data:`PRIVATE`: its toolchain
-    (a CI checkout's compiler, a test's), shown read-only in the command's own ``/tmp``. The worker's, never the
-    spec's: a spec that set ``PATH=/tmp`` would otherwise be shown the node's whole ``/tmp``."""
+    """The folders of the worker's own ``PATH`` and ``LD_LIBRARY_PATH``, and those of the programs its settings
+    name (:data:`PROGRAM_SETTINGS`), that lie in :data:`PRIVATE`: its toolchain (a CI checkout's compiler, a test's
+    driver), shown read-only in the command's own ``/tmp``. The worker's, never the spec's: a spec that set
+    ``PATH=/tmp`` would otherwise be shown the node's whole ``/tmp``."""
     env = os.environ if env is None else env
+    entries = [entry for name in ("PATH", "LD_LIBRARY_PATH") for entry in (env.get(name) or "").split(":")]
+    entries += [str(Path(env[name]).parent) for name in PROGRAM_SETTINGS if env.get(name)]
     found: list[Path] = []
-    for name in ("PATH", "LD_LIBRARY_PATH"):
-        for entry in (env.get(name) or "").split(":"):
-            path = Path(entry)
-            if path.is_absolute() and _under(path, PRIVATE) and path.is_dir() and path not in found:
-                found.append(path)
+    for entry in entries:
+        path = Path(entry)
+        if path.is_absolute() and _under(path, PRIVATE) and path.is_dir() and path not in found:
+            found.append(path)
     return found
 
 
