@@ -233,9 +233,9 @@ def test_gpu_check_summarizes_a_finished_embedded_campaign(tmp_path: Path) -> No
     """The whole script on this machine's CPU, with the C example in place of the CUDA one and no cuBLAS."""
     out = tmp_path / "summary.json"
     spec = EXAMPLE.parent / "matmul-c" / "spec.json"
+    run = [sys.executable, str(GPU_CHECK), "run", "--spec", str(spec), "--budget", "2"]
     done = subprocess.run(
-        [sys.executable, str(GPU_CHECK), "run", "--spec", str(spec), "--budget", "2", "--no-cublas", "--no-energy"]
-        + ["--out", str(out)],
+        [*run, "--no-cublas", "--no-energy", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
