@@ -313,7 +313,7 @@ def _failed(store: Any, campaign: Any) -> str | None:
     """
     from fleet.spec.workloads import load_workload_spec
 
-    tallies = store.tally(campaign.id, load_workload_spec(campaign.workload).maximize)
+    tallies = store.tally(campaign.id, load_workload_spec(campaign.workload).maximize, bests=False)
     problems = store.campaign_problems(campaign.id)
 
     # Evaluated is valid: a run that failed is errored or invalid. Not the tally's best, which needs an objective

@@ -266,7 +266,7 @@ class TrialStore(StoreBase):
         ]
 
     @patient
-    def tally(self, campaign_id: int, maximize: bool) -> dict[int, ProblemTally]:
+    def tally(self, campaign_id: int, maximize: bool, *, bests: bool = True) -> dict[int, ProblemTally]:
         """Per problem of a campaign that has finished trials: its best valid trial and its counts by state.
 
         What :meth:`results` of the whole campaign would give, without reading every result: on a large
@@ -278,6 +278,9 @@ class TrialStore(StoreBase):
             The campaign.
         maximize:
             Whether the best objective is the highest (else the lowest); among equals, the earliest trial.
+        bests:
+            Find each problem's best; without it the counts alone, whose one query costs a tenth of the ranking of
+            every valid measurement (``fleet status`` of a campaign of 100,000 trials).
         """
         counted = (
             select(Trial.problem_id, Trial.state, Trial.baseline, func.count(), func.min(Trial.id).label("first"))
@@ -302,8 +305,8 @@ class TrialStore(StoreBase):
         )
         with self.transaction() as connection:
             groups = connection.execute(counted).all()
-            best_ids = list(connection.scalars(select(ranked.c.id).where(ranked.c.rank == 1)))
-        bests = {result.problem_id: result for result in self.results(best_ids)}
+            best_ids = list(connection.scalars(select(ranked.c.id).where(ranked.c.rank == 1))) if bests else []
+        found = {result.problem_id: result for result in self.results(best_ids)} if best_ids else {}
         counts: dict[int, dict[str, int]] = {}
         baselines: dict[int, dict[str, int]] = {}
         for problem_id, state, baseline, n, _ in groups:
@@ -313,7 +316,7 @@ class TrialStore(StoreBase):
             if baseline:
                 apart[state] = apart.get(state, 0) + n
         return {
-            problem_id: ProblemTally(bests.get(problem_id), counts[problem_id], baselines[problem_id])
+            problem_id: ProblemTally(found.get(problem_id), counts[problem_id], baselines[problem_id])
             for problem_id in counts
         }
 
