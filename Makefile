@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.installed-base
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test unit lint bench bench-tvm install services clean
+.PHONY: run test check unit lint bench bench-tvm install services clean
 
 # The base package alone: what `make run` needs, so that the first trial starts within a minute.
 # editable_mode=compat puts the clone on sys.path, so that `import fleet` finds the package wherever Python runs:
@@ -17,7 +17,7 @@ $(BASE): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check $(EDITABLE) -e .
 	touch $(BASE)
 
-# Everything the tests and benchmarks use: TVM, Optuna, Fabric, Flower, hypothesis, ruff.
+# Everything the tests and benchmarks use: TVM, Optuna, Fabric, Flower, hypothesis, ruff, mypy.
 $(STAMP): $(BASE) pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check $(EDITABLE) -e '.[dev]'
 	touch $(STAMP)
@@ -31,8 +31,14 @@ run: $(BASE)
 
 ## Every test, against a private Redis and PostgreSQL started on loopback for the run; ends with its wall time and
 ## the slowest 25 tests.
-test: $(STAMP) services
+test: $(STAMP) services check
 	FLEET_REQUIRE_SERVICES=1 $(BIN)/pytest -q --durations=25
+
+## Lint, format and types: what CI enforces before the tests (make test runs it first).
+check: $(STAMP)
+	$(BIN)/ruff check fleet tests
+	$(BIN)/ruff format --check fleet tests
+	$(BIN)/mypy
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

@@ -139,4 +139,4 @@ def read_files(base: Path, names: list[str], *, limit: int = 64 << 20) -> dict[s
 def unpack_files(data: bytes) -> dict[str, bytes]:
     """The files of a bundle (name -> bytes), read in memory: :func:`pack` undone."""
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]  # a regular member always has a file

@@ -206,7 +206,7 @@ class Steering:
         self.lease_seconds = lease_seconds
         self.every = min(every, lease_seconds / 3)
         self.last = -1e9
-        self.status = CampaignStatus.RUNNING
+        self.status: str = CampaignStatus.RUNNING
         # Set by a stopping ``fleet driver``: the campaign is let go, for another driver to take.
         self.stop: threading.Event | None = None
 
@@ -556,7 +556,7 @@ class Driver:
             current = self.best.get(result.problem_id)
             if self.searchers[index].accepts(run) and (
                 current is None
-                or (result.objective > current.objective if self.maximize else result.objective < current.objective)  # type: ignore[operator]
+                or (result.objective > current.objective if self.maximize else result.objective < current.objective)  # type: ignore[operator]  # only results with an objective are compared
             ):
                 self.best[result.problem_id] = result
         return finished
@@ -755,6 +755,6 @@ def _judged_bests(
         current = bests.get(result.problem_id)
         # The workload's goal, not the searcher's: a space file's searcher is built without it.
         objective, best = result.objective, None if current is None else current.objective
-        if best is None or (objective > best if maximize else objective < best):  # type: ignore[operator]
+        if best is None or (objective > best if maximize else objective < best):  # type: ignore[operator]  # only results with an objective are compared
             bests[result.problem_id] = result
     return bests

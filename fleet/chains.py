@@ -69,7 +69,8 @@ class ChainDriver:
         space, _ = campaign_space(self.campaign)
         seed = int(self.campaign.strategy.get("seed", 0))
         for index, problem in enumerate(self.store.campaign_problems(self.campaign.id)):
-            starts = list(RandomSearch(space, budget=count, seed=seed + index).generate())
+            # Random search proposes configurations only (None is a dynamic searcher's 'wait').
+            starts = [c for c in RandomSearch(space, budget=count, seed=seed + index).generate() if c is not None]
             self.store.create_chains(
                 self.campaign.id,
                 problem.id,
@@ -134,7 +135,7 @@ class ChainDriver:
             chains = self.store.chains(self.campaign.id)
             done = sum(c.step for c in chains)
             bests = [c for c in chains if c.best_objective is not None]
-            best = (max if maximize else min)(bests, key=lambda c: c.best_objective) if bests else None
+            best = (max if maximize else min)(bests, key=lambda c: c.best_objective or 0.0) if bests else None
             if done != reported:
                 reported = done
                 self.on_progress(done, total, _as_result(best))

@@ -10,7 +10,7 @@ proposed from history, its rank and score there.
 from __future__ import annotations
 
 import csv
-from typing import Any, TextIO
+from typing import IO, Any
 
 from sqlalchemy import select
 
@@ -90,7 +90,7 @@ def _trials(store: Store, campaign: Campaign) -> dict[int, dict[str, Any]]:
     }
 
 
-def steps_csv(store: Store, campaign: Campaign, out: TextIO) -> int:
+def steps_csv(store: Store, campaign: Campaign, out: IO[str]) -> int:
     """Write the campaign's steps as CSV to ``out``; return the number of rows."""
     from fleet.spec.workloads import load_workload_spec
 

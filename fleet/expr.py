@@ -226,9 +226,9 @@ def _evaluate(node: ast.AST, values: Mapping[str, Any], text: str, budget: _Budg
             return any(_evaluate(item, values, text, budget) for item in items)
         case ast.Compare(left=left, ops=ops, comparators=comparators):
             current = _evaluate(left, values, text, budget)
-            for op, comparator in zip(ops, comparators, strict=True):
+            for comparison, comparator in zip(ops, comparators, strict=True):
                 right = _evaluate(comparator, values, text, budget)
-                if not _apply(_COMPARE[type(op)], budget, current, right):
+                if not _apply(_COMPARE[type(comparison)], budget, current, right):
                     return False
                 current = right
             return True

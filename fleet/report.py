@@ -161,7 +161,7 @@ class Data:
         if not measured:
             return None
         pick = max if self.maximize else min
-        return pick(measured, key=lambda row: row.objective)  # type: ignore[arg-type,return-value]
+        return pick(measured, key=lambda row: row.objective)  # type: ignore[arg-type,return-value]  # measured rows have an objective
 
     def detail(self, row: Row) -> Detail:
         return self.details.get(row.trial_id) or Detail()
@@ -773,7 +773,7 @@ def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
         for number, t, row in members:
             if not row.measured:
                 continue
-            value = float(row.objective)  # type: ignore[arg-type]
+            value = float(row.objective)  # type: ignore[arg-type]  # measured rows have an objective
             if not everything:
                 line_n.dots.append((number, value))
                 line_t.dots.append((t, value))
@@ -798,7 +798,7 @@ def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
             "improved its series' best so far and the worst; the lines and the axes take every trial.</p>"
         )
     found = next((number, t) for number, t, row in numbered if row is best_row)
-    best_value = float(best_row.objective)  # type: ignore[arg-type]
+    best_value = float(best_row.objective)  # type: ignore[arg-type]  # the best row is a measured one
     baseline = _baseline_for(data, rows, best_row.config)
     reference = None
     if baseline is not None and baseline.objective is not None:
@@ -874,7 +874,7 @@ def knob_effects(data: Data, rows: Sequence[Row]) -> list[KnobEffect]:
     """Per knob, per value: count, median and best over valid measurements; ordered by spread of medians."""
     searched = [r for r in rows if not r.baseline]
     valid = [r for r in searched if r.measured]
-    valid_objectives = [float(r.objective) for r in valid]  # type: ignore[arg-type]
+    valid_objectives = [float(r.objective) for r in valid]  # type: ignore[arg-type]  # valid rows have an objective
     overall = statistics.median(valid_objectives) if valid else 0.0
     pick = max if data.maximize else min
     effects = []
@@ -997,7 +997,7 @@ def knob_section(data: Data, rows: Sequence[Row], best: Row | None, problem_key:
 def _ranked(data: Data, rows: Sequence[Row]) -> list[Row]:
     """The best table's rows: the ``TOP`` best valid measurements of the search, best first."""
     valid = [r for r in rows if r.measured and not r.baseline]
-    return sorted(valid, key=lambda r: -r.objective if data.maximize else r.objective)[:TOP]  # type: ignore[operator]
+    return sorted(valid, key=lambda r: -r.objective if data.maximize else r.objective)[:TOP]  # type: ignore[operator]  # valid rows have an objective
 
 
 def knob_rows(values: Sequence[KnobValue], maximize: bool) -> tuple[list[KnobValue], list[KnobValue], int]:
@@ -1006,7 +1006,7 @@ def knob_rows(values: Sequence[KnobValue], maximize: bool) -> tuple[list[KnobVal
     if len(values) <= KNOB_VALUES:
         return list(values), [], 0
     measured = [v for v in values if v[2] is not None]
-    ranked = sorted(measured, key=lambda v: v[2], reverse=maximize)  # type: ignore[arg-type,return-value]
+    ranked = sorted(measured, key=lambda v: v[2], reverse=maximize)  # type: ignore[arg-type,return-value]  # only the measured values are ranked
     head, tail = ranked[:TOP], ranked[max(TOP, len(ranked) - TOP) :]
     return head, tail, len(values) - len(head) - len(tail)
 

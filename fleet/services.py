@@ -177,7 +177,7 @@ class RedisServer:
     @property
     def pid(self) -> int | None:
         """Process id while the server runs, else None."""
-        return self._process.pid if self.running else None
+        return self._process.pid if self._process is not None and self.running else None
 
     @property
     def running(self) -> bool:
@@ -196,7 +196,7 @@ class RedisServer:
 
         if self.unix_socket is not None:
             return redis.Redis(unix_socket_path=str(self.unix_socket), password=self.password, **kwargs)
-        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, **kwargs)
+        return redis.Redis(host="127.0.0.1", port=int(self.port or 0), password=self.password, **kwargs)
 
     def _config(self) -> str:
         directives: dict[str, str | int] = {
@@ -497,7 +497,7 @@ class PostgresServer:
     @property
     def pid(self) -> int | None:
         """Postmaster process id while the server runs, else None."""
-        return self._process.pid if self.running else None
+        return self._process.pid if self._process is not None and self.running else None
 
     @property
     def running(self) -> bool:

@@ -114,7 +114,7 @@ class Settings:
         return self.home / "broker"
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         home = Path(env["FLEET_HOME"]).absolute() if env.get("FLEET_HOME") else find_home(Path.cwd())
         for name in SECRETS:

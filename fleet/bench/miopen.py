@@ -100,7 +100,7 @@ def run(problems: int = 120_000, lookups: int = 1000, files: bool = True) -> dic
         store.upgrade()
         with store.transaction() as connection:
             server = str(connection.exec_driver_sql("SHOW server_version").scalar())
-        shipped = []
+        shipped: list[dict[str, Any]] = []
         for name in FILES if files else ():
             start = time.perf_counter()
             imported = import_db(store, SHARED / name, f"gfx{uuid.uuid4().hex[:3]}:{len(shipped) + 1}")

@@ -234,6 +234,7 @@ class Bench(Servers):
         times: dict[int, list[float]] = {cid: [] for cid in campaign_ids}
         with self.store.engine.connect() as connection:
             for cid, moment in connection.execute(query):
+                assert moment is not None  # the query skips trials not finished
                 times[cid].append(moment.replace(tzinfo=UTC).timestamp())  # stored as naive UTC
         return times
 

@@ -181,7 +181,7 @@ def takeover(bench: Bench, drivers: dict[str, subprocess.Popen[bytes]], seconds:
     cid = bench.submit(f"takeover-{uuid.uuid4().hex[:4]}", 40, seconds)
     # Either driver may take it: the first to look.
     _wait(lambda: bench.store.campaign(cid).driver in drivers, 60, "a driver to take the campaign")
-    holder = bench.store.campaign(cid).driver
+    holder = str(bench.store.campaign(cid).driver)  # one of drivers: waited for above
     _wait(lambda: bench.store.trial_counts(cid).get(TrialState.EVALUATED, 0) >= 4, 120, "trials to finish")
     os.killpg(drivers[holder].pid, signal.SIGKILL)
     killed = time.monotonic()

@@ -35,7 +35,7 @@ def family(recorded: RecordedSpace) -> str:
 def source_of(recorded: RecordedSpace) -> Source:
     """A recorded space as a history source: every valid configuration with its time."""
     runs = tuple((recorded.config(key), record.time_ms) for key, record in recorded.records.items() if record.valid)
-    return Source(recorded.name, runs)  # type: ignore[arg-type]
+    return Source(recorded.name, runs)  # type: ignore[arg-type]  # runs as the recorded source keeps them
 
 
 def related(recorded: RecordedSpace, others: Sequence[RecordedSpace]) -> list[RecordedSpace]:
@@ -117,7 +117,7 @@ def store_histories(spaces: Sequence[Path], url: str) -> dict[str, dict[str, Any
         except SpecError:
             mine = None
         sources = [
-            Source(s.name, tuple(s.runs))  # type: ignore[arg-type]
+            Source(s.name, tuple(s.runs))
             for s in found
             if s.params.get("kernel_name") == recorded.kernel
             and not _same_gpu(recorded.device, mine, s)

@@ -42,7 +42,7 @@ class SectionedGroup(WholeHelpGroup):
     """A :class:`WholeHelpGroup` whose commands are listed in titled sections, in the order they were declared."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # click.Group's own arguments, passed through
         self.sections: dict[str, list[str]] = {}
 
     def add_to_section(self, section: str, command: click.Command, name: str | None = None) -> None:
@@ -88,10 +88,10 @@ def old_name(command: click.Command, old: str, new: str) -> click.Command:
     alias.short_help = None
     callback = command.callback
 
-    @functools.wraps(callback)  # type: ignore[arg-type]
+    @functools.wraps(callback)  # type: ignore[arg-type]  # a command's callback is set
     def noted(*args: object, **kwargs: object) -> object:
         click.echo(f"fleet: note: `{old}` is now `{new}`; the old name goes in the next release", err=True)
-        return callback(*args, **kwargs)  # type: ignore[misc]
+        return callback(*args, **kwargs)  # type: ignore[misc]  # as above
 
     alias.callback = noted
     return alias

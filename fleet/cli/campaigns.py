@@ -536,7 +536,8 @@ def best(
     found, tvm = _find_problem_or_tvm(store, problem, params, by_id=kind is None)
     if target is None:
         target = _target_of(store, found, tvm is not None)
-    rows, names = [], {}
+    rows: list[tuple[Any, dict[str, Any]]] = []
+    names: dict[int, str] = {}
     if found is not None:
         # Which campaigns this answer may draw on is fleet.trust's rule: a hostile campaign's numbers stay its own.
         names = store.measuring_campaigns(found.id, target)

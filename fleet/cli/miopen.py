@@ -138,8 +138,8 @@ def import_command(
         "not_found": report.missing,
         "unreadable": [{"line": n, "error": e} for n, e in report.unreadable],
     }
-    for lineno, error in report.unreadable:
-        click.echo(f"{file}:{lineno}: {error}", err=True)
+    for lineno, why in report.unreadable:
+        click.echo(f"{file}:{lineno}: {why}", err=True)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return

@@ -151,7 +151,7 @@ def read_text(path: Path) -> str:
         with path.open("rb") as raw:
             zipped = raw.read(2) == b"\x1f\x8b"
             raw.seek(0)
-            stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if zipped else raw
+            stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if zipped else raw  # type: ignore[assignment]  # a GzipFile is a binary file
             data = stream.read(limit + 1)
     except (OSError, EOFError, zlib.error) as error:
         if isinstance(error, OSError) and error.strerror:

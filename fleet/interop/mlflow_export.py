@@ -107,9 +107,9 @@ def export_mlflow(store: Store, campaign: Campaign, experiment: str | None = Non
             # Several objectives: each one a metric of its name, before any metric of the same name.
             for key, value in trial.objectives.items():
                 metrics.append(Metric(_key(key), float(value), start, 0))
-        for key, value in (("compile_seconds", trial.compile_seconds), ("eval_seconds", trial.eval_seconds)):
-            if value is not None:
-                metrics.append(Metric(key, float(value), start, 0))
+        for key, seconds in (("compile_seconds", trial.compile_seconds), ("eval_seconds", trial.eval_seconds)):
+            if seconds is not None:
+                metrics.append(Metric(key, seconds, start, 0))
         for key, value in trial.metrics.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 metrics.append(Metric(_key(key), float(value), start, 0))

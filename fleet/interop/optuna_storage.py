@@ -300,7 +300,7 @@ class FleetStorage(BaseStorage):
                 kept[trial._trial_id] = trial
         trials = [fresh.get(i) or kept[i] for i in ids]
         if all(t.state in _FINISHED for t in trials):
-            self._settled[study.id] = ((len(ids), max(ids, default=None)), list(trials))  # type: ignore[assignment]
+            self._settled[study.id] = ((len(ids), max(ids, default=None)), list(trials))  # type: ignore[assignment]  # max of no ids is None: the key says so
         else:
             self._settled.pop(study.id, None)
         return trials
@@ -473,7 +473,7 @@ def _local(moment: datetime | None) -> datetime | None:
 def _all_fit(configs: Sequence[dict[str, Any] | None], distributions: dict[str, BaseDistribution]) -> bool:
     """Whether every knob value of every configuration is among its distribution's choices (knob by knob: a set
     test of each distinct value, not one call a configuration)."""
-    choices = {name: set(map(_hashable, d.choices)) for name, d in distributions.items()}  # type: ignore[attr-defined]
+    choices = {name: set(map(_hashable, d.choices)) for name, d in distributions.items()}  # type: ignore[attr-defined]  # categorical ones only: checked by the caller
     names = dict.fromkeys(name for c in configs if c for name in c)
     for name in names:
         column = _distinct([c[name] for c in configs if c and name in c])

@@ -381,7 +381,7 @@ def export_kt(store: Store, campaign: Campaign) -> list[Exported]:
                 extra, times = _fleet_extra(trial, factor, unmapped)
             record = KTRecord(
                 config,
-                None if not trial.valid else float(trial.objective) * factor,  # type: ignore[arg-type]
+                None if not trial.valid else float(trial.objective) * factor,  # type: ignore[arg-type]  # a valid trial has an objective
                 None if trial.valid else _failure(trial),
                 times,
                 extra,

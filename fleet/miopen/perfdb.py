@@ -250,7 +250,7 @@ def read_perf_rows(path: str | Path) -> PerfRows:
             raise MIOpenDbError(
                 f"perf-db {path}: perf_db row {number} ({solver}) names config {config}, which is not there"
             )
-    return PerfRows(configs, perf)  # type: ignore[arg-type]
+    return PerfRows(configs, perf)
 
 
 def write_perf_rows(
@@ -328,7 +328,7 @@ def write_perf_db(path: str | Path, records: Iterable[PerfRecord], *, style: str
         solvers[record.solver] = record.values
     configs = sorted(values)
     config_rows = [(number, *config) for number, config in enumerate(configs, start=1)]
-    perf_rows = []
+    perf_rows: list[tuple[int, str, int, str]] = []
     for number, config in enumerate(configs, start=1):
         for solver in sorted(values[config]):
             perf_rows.append((len(perf_rows) + 1, solver, number, values[config][solver]))

@@ -293,7 +293,7 @@ class Bandit(Technique):
         costs = [c for results in self.results.values() for _, c in results]
         if not costs or any(c is None for c in costs):
             return None
-        mean = sum(costs) / len(costs)  # type: ignore[arg-type]
+        mean = sum(costs) / len(costs)  # type: ignore[arg-type]  # no None left: checked above
         return mean if mean > 0 else None
 
     def score(self, name: str, mean_cost: float | None = None) -> float:
@@ -308,7 +308,7 @@ class Bandit(Technique):
         if self.by_time and mean_cost is not None and credit > 0:
             # The same weights over the costs: a technique whose recent proposals cost twice everyone's mean
             # earns half the credit for the same new bests.
-            mine = sum(i * c for i, (_, c) in enumerate(results, 1)) / weights  # type: ignore[operator]
+            mine = sum(i * (c or 0.0) for i, (_, c) in enumerate(results, 1)) / weights  # by_time: every cost known
             if mine > 0:
                 credit *= mean_cost / mine
         total = sum(len(r) for r in self.results.values())
@@ -337,7 +337,7 @@ class Bandit(Technique):
                 return point
             self.design = None
         if self.leading():
-            point = self.lead.propose()  # type: ignore[union-attr]
+            point = self.lead.propose()  # type: ignore[union-attr]  # leading() means there is a lead
             if point is not None:
                 self.lead_out.add(point)
                 self.lead_points.add(point)

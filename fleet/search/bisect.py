@@ -92,21 +92,21 @@ class Bisect(Searcher):
     def candidates(self) -> list[float]:
         """The values searched, ascending; the first is taken as passing."""
         if self.step_size is not None:
-            count = math.ceil((self.upper_bound - self.lower_bound) / self.step_size)  # type: ignore[operator]
-            values = [self.lower_bound + i * self.step_size for i in range(max(0, count))]  # type: ignore[operator]
+            count = math.ceil((self.upper_bound - self.lower_bound) / self.step_size)  # type: ignore[operator]  # with a step size, both bounds are given (checked in __init__)
+            values = [self.lower_bound + i * self.step_size for i in range(max(0, count))]  # type: ignore[operator]  # as above
         else:
             knob = self.space.knob(self.knob)
             if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in knob.values):
                 raise SpecError(f"strategy 'bisect': knob {self.knob!r} is not numeric")
             values = sorted(
-                v  # type: ignore[misc]
+                v  # type: ignore[misc]  # numbers: a knob bisected has numeric values
                 for v in knob.values
-                if (self.lower_bound is None or v >= self.lower_bound)  # type: ignore[operator]
-                and (self.upper_bound is None or v <= self.upper_bound)  # type: ignore[operator]
+                if (self.lower_bound is None or v >= self.lower_bound)  # type: ignore[operator]  # numbers, as above
+                and (self.upper_bound is None or v <= self.upper_bound)  # type: ignore[operator]  # numbers, as above
             )
         if len(values) < 2:
             raise SpecError(f"strategy 'bisect': fewer than two values of {self.knob!r} to search")
-        return values  # type: ignore[return-value]
+        return values
 
     def get_best(self) -> dict[str, Value] | None:
         """MLPerf's name for :attr:`best`."""

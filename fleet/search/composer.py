@@ -82,8 +82,8 @@ class Composer(Searcher):
             if extra:
                 raise SpecError(f"strategy 'composer': item {index} has an unknown field {sorted(extra)[0]!r}")
             item = make_searcher(
-                item.get("name"),  # type: ignore[arg-type]
-                self._space,  # type: ignore[arg-type]
+                item.get("name"),  # type: ignore[arg-type]  # make_searcher refuses a missing name in words
+                self._space,  # type: ignore[arg-type]  # set before generate() runs
                 maximize=self.maximize,
                 seed=self.seed + index,
                 options=item.get("options"),

@@ -70,7 +70,7 @@ class Step(Searcher):
         # Only a given test makes the walk stop early and, in a Composer, decide who goes next.
         given = predicate is not None or valid_metric is not None
         self.predicate: Predicate | None = run_predicate(predicate, valid_metric, valid_value) if given else None
-        self.is_dynamic = given  # type: ignore[misc]
+        self.is_dynamic = given  # type: ignore[misc]  # a class attribute, made per instance here
         if space is not None:
             self.values()  # a start or end that is not a value of the knob: say so now
 
@@ -99,12 +99,12 @@ class Step(Searcher):
                 index += 1
             elif value == self.end:
                 return
-            run = yield {self.knob: value}  # type: ignore[dict-item]
+            run = yield {self.knob: value}  # type: ignore[dict-item]  # a knob's value: bool, number or string
             # None: the driver wants the next value while this one runs (speculation); a run decides.
             if run is not None and self.predicate is not None and not passes(self.predicate, run):
                 return
             if values is None:
-                value = self.update(value)  # type: ignore[misc,arg-type]
+                value = self.update(value)  # type: ignore[misc,arg-type]  # a user's update function, called as given
 
     def generate(self) -> Proposals:
         terms = self.terms()
@@ -113,7 +113,7 @@ class Step(Searcher):
         try:
             term = next(terms)
             while self.budget is None or proposed < self.budget:
-                config = overlay(self.space, self.base, term)  # type: ignore[arg-type]
+                config = overlay(self.space, self.base, term)  # type: ignore[arg-type]  # the space is set once Step runs
                 if not self.space.is_valid(config):
                     term = terms.send(None)
                     continue

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Connection, Engine, create_engine, event, text
+from sqlalchemy import JSON, Connection, CursorResult, Engine, Result, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
@@ -81,7 +81,7 @@ def patient(method: Method) -> Method:
         finally:
             _patient_calls.active = False
 
-    return call  # type: ignore[return-value]
+    return call  # type: ignore[return-value]  # the wrapper has the wrapped method's signature
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -118,6 +118,13 @@ def driver_url(parsed: Any, url: str) -> tuple[Any, str]:
         return parsed, url
     parsed = parsed.set(drivername="postgresql+psycopg2")
     return parsed, parsed.render_as_string(hide_password=False)
+
+
+def rows_changed(result: Result[Any]) -> int:
+    """Rows an UPDATE or DELETE run by a session changed: its result is a CursorResult, as SQLAlchemy's types for
+    ``Session.execute`` do not say."""
+    assert isinstance(result, CursorResult)
+    return result.rowcount
 
 
 _REVISION = re.compile(r'^revision = "([^"]+)"$', re.M)
@@ -436,7 +443,7 @@ class StoreBase:
             return
         from psycopg2.extras import execute_values
 
-        table = model.__table__  # type: ignore[attr-defined]
+        table = model.__table__  # type: ignore[attr-defined]  # a mapped class's table, which its type does not say
         columns = list(rows[0])
         json_columns = {c.name for c in table.columns if isinstance(c.type, JSON)}
         quote = connection.dialect.identifier_preparer.quote
@@ -446,7 +453,7 @@ class StoreBase:
             tuple(json.dumps(row[c]) if c in json_columns and row[c] is not None else row[c] for c in columns)
             for row in rows
         ]
-        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]  # a checked-out connection has its driver's
         try:
             execute_values(cursor, sql, values, page_size=2000)
         finally:

@@ -20,7 +20,8 @@ from fleet.store._trials import TrialStore
 from fleet.store._types import CompileStart, NewTrial, Requeue, TrialWork
 
 # An artifact's row as a statement that creates it returns it.
-ArtifactRow = namedtuple("ArtifactRow", [column.key for column in Artifact.__table__.columns])  # type: ignore[misc]
+ARTIFACT_FIELDS = [column.key for column in Artifact.__table__.columns]
+ArtifactRow = namedtuple("ArtifactRow", ARTIFACT_FIELDS)  # type: ignore[misc]  # the table's columns: no literal list
 
 
 class BuildStore(TrialStore):
@@ -63,7 +64,7 @@ class BuildStore(TrialStore):
             if not merged:
                 artifact = self._claim_build(connection, work, toolchain, worker, lease, max_attempts)
             elif row.artifact_id is not None:
-                created = ArtifactRow(*(getattr(row, f"artifact_{name}") for name in ArtifactRow._fields))
+                created = ArtifactRow(*(getattr(row, f"artifact_{name}") for name in ARTIFACT_FIELDS))
                 return CompileStart("claimed", work, created)
             else:
                 artifact = self._take_build(connection, work.build_key, toolchain, worker, lease, max_attempts)
@@ -202,7 +203,7 @@ class BuildStore(TrialStore):
         """
         now = utcnow()
         blob = None if data is None else hashlib.sha256(data).hexdigest()
-        params = {
+        params: dict[str, Any] = {
             "key": build_key,
             "owner": worker,
             "final": ArtifactState.BUILT if data is not None else ArtifactState.FAILED,

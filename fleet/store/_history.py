@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, func, select, true
+from sqlalchemy import ColumnElement, and_, func, select, true
 
 from fleet.store._base import StoreBase, patient
 from fleet.store._models import Campaign, CampaignProblem, Measurement, Problem, ProblemTag, Trial
@@ -113,7 +113,7 @@ class HistoryStore(StoreBase):
         if tags is not None:
             tagged = select(ProblemTag.problem_id).where(ProblemTag.tag.in_(list(tags)))
             sources = sources.where(CampaignProblem.problem_id.in_(tagged))
-        chosen = [
+        chosen: list[ColumnElement[bool]] = [
             Measurement.valid.is_(True),
             Measurement.objective.is_not(None),
             Measurement.maximize.is_(maximize),

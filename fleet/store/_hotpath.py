@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     Boolean,
     DateTime,
     Float,
@@ -62,7 +63,9 @@ class HotPath:
     """
 
     def __init__(self, insert: Callable[[type], Any], dialect: str) -> None:
-        trial, owner, key = bindparam("trial"), bindparam("owner"), bindparam("key")
+        trial: BindParameter[Any] = bindparam("trial")
+        owner: BindParameter[Any] = bindparam("owner")
+        key: BindParameter[Any] = bindparam("key")
         now, expires = bindparam("now", type_=DateTime()), bindparam("expires", type_=DateTime())
         claimed = (
             Trial.id,

@@ -13,9 +13,10 @@ Errors are raised as SQLAlchemy's, and a connection they show dead is invalidate
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import namedtuple
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
@@ -31,7 +32,7 @@ PARAMETER = re.compile(r"%\((\w+)\)s")  # psycopg2's named parameters, as SQLAlc
 class Rows:
     """What an ``EXECUTE`` returned: the few ways of reading a result that the hot path uses."""
 
-    def __init__(self, row: Callable[..., Any], fetched: list[tuple[Any, ...]]) -> None:
+    def __init__(self, row: Callable[..., Any], fetched: Sequence[Sequence[Any]]) -> None:
         self._rows = [row(*values) for values in fetched]
 
     def first(self) -> Any:
@@ -75,7 +76,7 @@ class Prepared:
             for key in names
         ]
         keys = [c.key or f"column_{i}" for i, c in enumerate(statement.exported_columns)]
-        self._row = namedtuple(f"{name}_row", keys, rename=True)  # type: ignore[misc]
+        self._row = namedtuple(f"{name}_row", keys, rename=True)  # type: ignore[misc]  # the statement's columns: no literal list
 
     def run(self, connection: Connection, params: dict[str, Any]) -> Rows:
         """Run it on ``connection``, preparing it there first if this connection has not."""
@@ -86,7 +87,7 @@ class Prepared:
         dbapi = connection.connection.dbapi_connection
         assert dbapi is not None
         prepared: set[str] = connection.info.setdefault("fleet_prepared", set())
-        with dbapi.cursor() as cursor:
+        with contextlib.closing(dbapi.cursor()) as cursor:
             statement = self.prepare
             try:
                 if self.name not in prepared:
@@ -102,7 +103,8 @@ class Prepared:
 def _wrapped(connection: Connection, statement: str, arguments: list[Any], error: Exception, cursor: Any) -> Any:
     """``error`` as SQLAlchemy raises it, after invalidating ``connection`` if the error shows it dead."""
     dialect = connection.dialect
-    dead = dialect.is_disconnect(error, connection.connection.dbapi_connection, cursor)
+    # The DB-API's own error: the stub's parameter is a PEP 249 Error, which psycopg2's errors do not declare.
+    dead = dialect.is_disconnect(error, connection.connection.dbapi_connection, cursor)  # type: ignore[arg-type]
     if dead:
         connection.invalidate(error)
     return DBAPIError.instance(

@@ -18,7 +18,7 @@ from sqlalchemy import and_, func, or_, select, true, update
 
 from fleet.errors import FleetError, NotFound
 from fleet.states import DRIVEN, TRIAL_STATES, UNFINISHED, CampaignStatus, ChainState, TrialState
-from fleet.store._base import StoreBase, patient
+from fleet.store._base import StoreBase, patient, rows_changed
 from fleet.store._models import Campaign, Chain, Measurement, Trial, Worker, utcnow
 
 
@@ -57,11 +57,13 @@ class SteeringStore(StoreBase):
         now = utcnow()
         free = or_(Campaign.driver.is_(None), Campaign.driver == driver, Campaign.driver_lease_expires_at < now)
         with self.session() as session:
-            taken = session.execute(
-                update(Campaign)
-                .where(Campaign.id == campaign_id, Campaign.status.in_(DRIVEN), true() if force else free)
-                .values(driver=driver, driver_lease_expires_at=now + timedelta(seconds=lease))
-            ).rowcount
+            taken = rows_changed(
+                session.execute(
+                    update(Campaign)
+                    .where(Campaign.id == campaign_id, Campaign.status.in_(DRIVEN), true() if force else free)
+                    .values(driver=driver, driver_lease_expires_at=now + timedelta(seconds=lease))
+                )
+            )
         return bool(taken)
 
     @patient
@@ -196,17 +198,19 @@ class SteeringStore(StoreBase):
         counts: dict[str, int] = {}
         with self.session() as session:
             for state in UNFINISHED:
-                counts[state] = session.execute(
-                    update(Trial)
-                    .where(Trial.campaign_id == campaign_id, Trial.state == state)
-                    .values(
-                        state=TrialState.CANCELLED,
-                        reason=f"cancelled while {state}",
-                        worker=None,
-                        lease_expires_at=None,
-                        finished_at=now,
+                counts[state] = rows_changed(
+                    session.execute(
+                        update(Trial)
+                        .where(Trial.campaign_id == campaign_id, Trial.state == state)
+                        .values(
+                            state=TrialState.CANCELLED,
+                            reason=f"cancelled while {state}",
+                            worker=None,
+                            lease_expires_at=None,
+                            finished_at=now,
+                        )
                     )
-                ).rowcount
+                )
         return {state: n for state, n in counts.items() if n}
 
     @patient
@@ -229,11 +233,13 @@ class SteeringStore(StoreBase):
         ended are new again, to be sent once more; returns the campaign and how many trials were reopened."""
         campaign = self._steerable(ref, "reopen", (CampaignStatus.CANCELLED,))
         with self.session() as session:
-            changed = session.execute(
-                update(Campaign)
-                .where(Campaign.id == campaign.id, Campaign.status == CampaignStatus.CANCELLED)
-                .values(status=CampaignStatus.RUNNING, finished_at=None, reason=None)
-            ).rowcount
+            changed = rows_changed(
+                session.execute(
+                    update(Campaign)
+                    .where(Campaign.id == campaign.id, Campaign.status == CampaignStatus.CANCELLED)
+                    .values(status=CampaignStatus.RUNNING, finished_at=None, reason=None)
+                )
+            )
             if not changed:
                 raise SteeringError(f"campaign {campaign.id} changed state meanwhile; look at `fleet status`")
             session.execute(
@@ -241,12 +247,14 @@ class SteeringStore(StoreBase):
                 .where(Chain.campaign_id == campaign.id, Chain.state == ChainState.CANCELLED)
                 .values(state=ChainState.RUNNING)
             )
-            reopened = session.execute(
-                update(Trial)
-                .where(Trial.campaign_id == campaign.id, Trial.state == TrialState.CANCELLED)
-                .values(state=TrialState.NEW, reason=None, worker=None, lease_expires_at=None, finished_at=None)
-            ).rowcount
-        return self.campaign(campaign.id), reopened  # type: ignore[attr-defined]
+            reopened = rows_changed(
+                session.execute(
+                    update(Trial)
+                    .where(Trial.campaign_id == campaign.id, Trial.state == TrialState.CANCELLED)
+                    .values(state=TrialState.NEW, reason=None, worker=None, lease_expires_at=None, finished_at=None)
+                )
+            )
+        return self.campaign(campaign.id), reopened  # type: ignore[attr-defined]  # a mixin of Store, which has campaign()
 
     @patient
     def fail_campaign(self, campaign_id: int, reason: str) -> None:
@@ -266,14 +274,16 @@ class SteeringStore(StoreBase):
 
     def _set_status(self, campaign_id: int, status: str, was: str) -> None:
         with self.session() as session:
-            changed = session.execute(
-                update(Campaign).where(Campaign.id == campaign_id, Campaign.status == was).values(status=status)
-            ).rowcount
+            changed = rows_changed(
+                session.execute(
+                    update(Campaign).where(Campaign.id == campaign_id, Campaign.status == was).values(status=status)
+                )
+            )
         if not changed:
             raise SteeringError(f"campaign {campaign_id} changed state meanwhile; look at `fleet status`")
 
     def _steerable(self, ref: str | int, action: str, allowed: Sequence[str]) -> Campaign:
-        campaign = self.campaign(ref)  # type: ignore[attr-defined]
+        campaign = self.campaign(ref)  # type: ignore[attr-defined]  # a mixin of Store, which has campaign()
         if campaign.status not in allowed:
             hint = {
                 CampaignStatus.PAUSED: "it is paused already" if action == "pause" else "resume it first",

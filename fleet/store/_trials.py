@@ -13,7 +13,7 @@ from sqlalchemy.orm import aliased
 from fleet.errors import NotFound
 from fleet.space import digest
 from fleet.states import UNFINISHED, WAITING, TrialState
-from fleet.store._base import StoreBase, patient
+from fleet.store._base import StoreBase, patient, rows_changed
 from fleet.store._hotpath import MEASURED, claim_params
 from fleet.store._models import (
     Artifact,
@@ -505,11 +505,13 @@ class TrialStore(StoreBase):
         """Error a trial that no worker holds (its build failed before it was claimed)."""
         with self.session() as session:
             return bool(
-                session.execute(
-                    update(Trial)
-                    .where(Trial.id == trial_id, Trial.state.in_(WAITING))
-                    .values(state=TrialState.ERRORED, reason=reason, finished_at=utcnow())
-                ).rowcount
+                rows_changed(
+                    session.execute(
+                        update(Trial)
+                        .where(Trial.id == trial_id, Trial.state.in_(WAITING))
+                        .values(state=TrialState.ERRORED, reason=reason, finished_at=utcnow())
+                    )
+                )
             )
 
     @patient

@@ -60,7 +60,7 @@ def _formatter(column: Any) -> Callable[[Any], str]:
 
 
 def _columns(model: type, columns: Sequence[str]) -> list[Any]:
-    table = model.__table__  # type: ignore[attr-defined]
+    table = model.__table__  # type: ignore[attr-defined]  # a mapped class's table, which its type does not say
     return [table.columns[name] for name in columns]
 
 
@@ -114,7 +114,7 @@ def _copy(
     tail = "".join("\t" + _formatter(c)(v) for c, v in zip(shared, same.values(), strict=True))
     stream = _Stream([_formatter(c) for c in _columns(model, columns)], rows, tail)
     names = _quoted(connection, [*columns, *same])
-    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]  # a checked-out connection has its driver's
     try:
         cursor.copy_expert(f"COPY {table} ({names}) FROM STDIN", stream, size=_BLOCK)
     finally:
@@ -162,7 +162,7 @@ def insert(
         Leave rows that exist (by any unique constraint) alone. Without it, the caller knows that none
         can exist (rows of a campaign created in this transaction), and a conflict is an error.
     """
-    table = model.__table__.name  # type: ignore[attr-defined]
+    table = model.__table__.name  # type: ignore[attr-defined]  # a mapped class's table, which its type does not say
     if connection.dialect.name == "postgresql":
         if not ignore:
             _copy(connection, connection.dialect.identifier_preparer.quote(table), model, columns, rows, same)
@@ -183,7 +183,7 @@ def insert(
         _sqlite_rows(_sqlite_converters(connection, model, list(same or {})), [tuple((same or {}).values())])
     )
     rows = (row + shared[0] for row in _sqlite_rows(_sqlite_converters(connection, model, columns), rows))
-    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]  # a checked-out connection has its driver's
     try:
         cursor.executemany(sql, rows)
     finally:
@@ -192,7 +192,7 @@ def insert(
 
 def _scratch(connection: Connection, model: type, columns: Sequence[str]) -> str:
     """A temporary table with ``columns`` of ``model``'s table, dropped at commit at the latest."""
-    table = model.__table__.name  # type: ignore[attr-defined]
+    table = model.__table__.name  # type: ignore[attr-defined]  # a mapped class's table, which its type does not say
     scratch = f"fleet_bulk_{table}"
     connection.exec_driver_sql(f"DROP TABLE IF EXISTS {scratch}")
     connection.exec_driver_sql(
@@ -220,7 +220,7 @@ def insert_new(
         return {}, set()
     at = [list(columns).index(name) for name in unique]
     quote = connection.dialect.identifier_preparer.quote
-    table = quote(model.__table__.name)  # type: ignore[attr-defined]
+    table = quote(model.__table__.name)  # type: ignore[attr-defined]  # a mapped class's table, which its type does not say
     names = _quoted(connection, columns)
     keys = [quote(name) for name in unique]
     if connection.dialect.name == "postgresql":
@@ -258,7 +258,7 @@ def _sqlite_ids(
     if not wanted:
         return {}
     width = len(wanted[0])
-    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]  # a checked-out connection has its driver's
     try:
         cursor.execute("DROP TABLE IF EXISTS temp.fleet_bulk_keys")
         cursor.execute(f"CREATE TEMPORARY TABLE fleet_bulk_keys ({', '.join(keys)})")

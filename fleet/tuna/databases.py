@@ -147,7 +147,7 @@ def _read(path: Path, kind: str) -> list[Record]:
 
         for record in read_find_db(path):
             entries = [entry_row(e) for e in record.entries]  # as the file orders them
-            metrics = {"find": entries, "key": record.key, "format": LINE_FORMATS.get(record.style)}
+            metrics: dict[str, Any] = {"find": entries, "key": record.key, "format": LINE_FORMATS.get(record.style)}
             objective = min(e[2] for e in entries)
             try:
                 params, why = parse_key(record.key), ""
@@ -404,7 +404,7 @@ def campaign_results(
             wanted = [r.measured_in for r in rows]
             found: dict[int, Any] = {}
             for part in chunks(wanted):
-                for m in connection.execute(
+                for fetched in connection.execute(
                     select(
                         Measurement.trial_id,
                         Measurement.objective,
@@ -413,7 +413,7 @@ def campaign_results(
                         Measurement.valid,
                     ).where(Measurement.trial_id.in_(part))
                 ).all():
-                    found[m.trial_id] = m
+                    found[fetched.trial_id] = fetched
         for row in rows:
             row_step = str(row.config.get("step", "find"))
             m = found.get(row.measured_in)
@@ -674,7 +674,7 @@ def export_kernel_db(store: Store, what: Selection, output: Path) -> int:
                 build_keys += list(connection.scalars(select(Trial.build_key).where(Trial.id.in_(part))))
     kernels: dict[tuple[str, str], Any] = {}
     with store.transaction() as connection:
-        digests = []
+        digests: list[str] = []
         for part in chunks(sorted(set(build_keys))):
             digests += list(
                 connection.scalars(

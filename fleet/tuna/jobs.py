@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import ColumnElement, and_, func, select, update
 
 from fleet.campaign import check_target, provenance, trial_keys
 from fleet.errors import NotFound, SpecError
-from fleet.space import Space, digest
+from fleet.space import Config, Space, digest
 from fleet.states import CampaignStatus, TrialState
 from fleet.store import Campaign, Requeue, Store, Trial, utcnow
 from fleet.store._models import CampaignProblem
@@ -138,10 +138,10 @@ def _add(store: Store, reason: str, target: str, jobs: Sequence[tuple[int, str]]
     campaign = ensure_campaign(store, reason, target)
     space = Space.from_dict(campaign.space)
     now = utcnow()
-    trials = []
+    trials: list[dict[str, Any]] = []
     problem_ids = list(dict.fromkeys(problem_id for problem_id, _ in jobs))
     for problem_id, step in jobs:
-        config = {"step": step}
+        config: Config = {"step": step}
         build_key, measure_key = trial_keys(campaign, problem_id, config, space)
         trials.append(
             {
@@ -163,15 +163,18 @@ def _add(store: Store, reason: str, target: str, jobs: Sequence[tuple[int, str]]
             }
         )
     with store.transaction() as connection:
-        position = connection.scalar(
-            select(func.count()).select_from(CampaignProblem).where(CampaignProblem.campaign_id == campaign.id)
+        position = (
+            connection.scalar(
+                select(func.count()).select_from(CampaignProblem).where(CampaignProblem.campaign_id == campaign.id)
+            )
+            or 0
         )
         rows = [
             {"campaign_id": campaign.id, "problem_id": pid, "position": position + i}
             for i, pid in enumerate(problem_ids)
         ]
         store.insert_many(connection, CampaignProblem, rows)
-        before = connection.scalar(select(func.count()).select_from(Trial).where(Trial.campaign_id == campaign.id))
+        before = connection.scalar(select(func.count()).select_from(Trial).where(Trial.campaign_id == campaign.id)) or 0
         store.insert_many(connection, Trial, trials)
         states: dict[tuple[int, str], tuple[int, str]] = {}
         for part in chunks(sorted(set(problem_ids))):
@@ -181,7 +184,7 @@ def _add(store: Store, reason: str, target: str, jobs: Sequence[tuple[int, str]]
                 )
             ):
                 states[(r.problem_id, r.config_key)] = (r.id, r.state)
-        after = connection.scalar(select(func.count()).select_from(Trial).where(Trial.campaign_id == campaign.id))
+        after = connection.scalar(select(func.count()).select_from(Trial).where(Trial.campaign_id == campaign.id)) or 0
         wanted = [states[(t["problem_id"], t["config_key"])] for t in trials]
         again = {trial_id for trial_id, state in wanted if state == TrialState.ERRORED} if remeasure else set()
         for part in chunks(sorted(again)):
@@ -262,7 +265,7 @@ def invalidate(
             if steps:  # the step is a knob, inside the JSON configuration: chosen here, not in SQL
                 rows = connection.execute(select(Trial.id, Trial.config).where(*where)).all()
                 ids = [row.id for row in rows if row.config.get("step") in steps]
-                chosen = [Trial.id.in_(ids_part) for ids_part in chunks(ids)]
+                chosen: list[ColumnElement[bool]] = [Trial.id.in_(ids_part) for ids_part in chunks(ids)]
             else:
                 chosen = [and_(*where)]
             for condition_part in chosen:

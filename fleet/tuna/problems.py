@@ -89,10 +89,10 @@ def ensure_problems(
         ids = {}
         for kind in {k for k, _ in unique}:
             for part in chunks(sorted(key for k, key in unique if k == kind)):
-                rows = connection.execute(
+                found_ids = connection.execute(
                     select(Problem.params_key, Problem.id).where(Problem.kind == kind, Problem.params_key.in_(part))
                 ).all()
-                ids.update({(kind, r.params_key): r.id for r in rows})
+                ids.update({(kind, r.params_key): r.id for r in found_ids})
         created = 0
     found = [ids.get((kind, key)) for kind, _, key in keyed]
     tag_rows = [(pid, tag) for pid in sorted({p for p in found if p is not None}) for tag in tags]
@@ -323,12 +323,12 @@ def _trials(connection: Connection, problem_id: int) -> list[dict[str, Any]]:
     by_trial = {}
     ids = [r.measured_in for r in rows]
     for part in chunks(ids):
-        for m in connection.execute(
+        for fetched in connection.execute(
             select(Measurement.trial_id, Measurement.objective, Measurement.valid, Measurement.metrics).where(
                 Measurement.trial_id.in_(part)
             )
         ).all():
-            by_trial[m.trial_id] = m
+            by_trial[fetched.trial_id] = fetched
     trials = []
     for r in rows:
         m = by_trial.get(r.measured_in)

@@ -35,10 +35,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.states import ArtifactState, CampaignStatus, TrialState
 from fleet.tvm.available import require_tvm
+
+if TYPE_CHECKING:
+    from fleet.space import Config
 
 KIND = "tvm.metaschedule"
 """The problem kind of a FleetRunner's candidates: one problem per runner."""
@@ -200,7 +203,7 @@ class _Session:
         space = Space.from_dict(self.campaign.space)
         news, datas = [], {}
         for data in candidates:
-            config = {"candidate": hashlib.sha256(data).hexdigest()}
+            config: Config = {"candidate": hashlib.sha256(data).hexdigest()}
             build_key, measure_key = trial_keys(self.campaign, self.problem_id, config, space)
             self.seq += 1
             news.append(NewTrial(self.problem_id, config, build_key, measure_key, self.seq))
@@ -504,13 +507,13 @@ def load_intrinsics(target: Any) -> None:
     if name in sys.modules and not partial:
         return  # all of them are there
     if name not in sys.modules:
-        import tvm.s_tir
+        import tvm.s_tir  # type: ignore[no-redef]  # the submodule, on the package require_tvm gave
 
         package = types.ModuleType(name, "TVM's tensor intrinsics, imported a target's kind at a time by Fleet.")
         package.__path__ = [str(Path(tvm.s_tir.__file__).parent / "tensor_intrin")]
-        package.fleet_partial = True  # type: ignore[attr-defined]
+        package.fleet_partial = True  # type: ignore[attr-defined]  # our mark on a module of our making
         sys.modules[name] = package
-        tvm.s_tir.tensor_intrin = package  # type: ignore[attr-defined]
+        tvm.s_tir.tensor_intrin = package
     for module in wanted:
         importlib.import_module(f"{name}.{module}")
 
@@ -557,7 +560,7 @@ def tune(
     ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
     if ms_logger.level == logging.NOTSET or getattr(ms_logger, "fleet_quiet", False):
         ms_logger.setLevel(logging.WARNING)
-        ms_logger.fleet_quiet = True  # type: ignore[attr-defined]
+        ms_logger.fleet_quiet = True  # type: ignore[attr-defined]  # our mark on TVM's logger
     load_intrinsics(target)
     before = len(database)
     started = time.monotonic()

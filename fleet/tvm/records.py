@@ -112,7 +112,7 @@ def _check(record: Any) -> dict[str, Any]:
         raise ValueError('\'problem\' must be {"kind": ..., "params": {...}}')
     if not isinstance(record.get("knobs"), dict):
         raise ValueError("'knobs' must be an object of knob values")
-    kind = problem.get("kind")
+    kind: Any = problem.get("kind")  # check_problem says what is wrong with it
     params = check_problem(kind, problem["params"])
     target = check_target(record["target"])
     space = space_for(kind, params, target)

@@ -42,7 +42,7 @@ def run_layers(store: Any, layers: list[Layer], target: str, *, repeats: int = 5
             schedule, source = "fleet", " ".join(f"{k}={v}" for k, v in found[0][0].items())
         else:
             schedule, source = "default", "default"
-        times = {}
+        times: dict[str, float] = {}
         for name in ("default", "tuned"):
             if name == "tuned" and schedule == "default":
                 times[name] = times["default"]

@@ -363,11 +363,11 @@ def compile_trial(ctx: WorkerContext, trial_id: int, handed: list[int] | None = 
     except NodeFault as fault:
         return ctx.node_fault(trial_id, "compile", fault, work.build_key)
     except OSError as error:  # the worker's own files: its scratch, its cache
-        fault = health.from_os_error(error, "the build")
-        if fault is None:
+        found = health.from_os_error(error, "the build")
+        if found is None:
             ctx.store.record(trial_id, ctx.owner, state=TrialState.ERRORED, reason=f"compile failed: {error!r}")
             raise
-        return ctx.node_fault(trial_id, "compile", fault, work.build_key)
+        return ctx.node_fault(trial_id, "compile", found, work.build_key)
     except ToolchainError as error:
         # Its own reason, one line: the fix is to install the compiler on this node, not in the spec.
         ctx.store.record(trial_id, ctx.owner, state=TrialState.ERRORED, reason=str(error))
@@ -477,12 +477,12 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
     except NodeFault as fault:
         return ctx.node_fault(trial_id, "evaluate", fault)
     except OSError as error:
-        fault = health.from_os_error(error, "the evaluation")
-        if fault is None:
+        found = health.from_os_error(error, "the evaluation")
+        if found is None:
             reason = f"evaluate failed: {error!r}"
             ctx.store.record(trial_id, ctx.owner, state=TrialState.ERRORED, reason=reason, seconds=ctx.lap())
             raise
-        return ctx.node_fault(trial_id, "evaluate", fault)
+        return ctx.node_fault(trial_id, "evaluate", found)
     except Exception as error:
         ctx.store.record(
             trial_id, ctx.owner, state=TrialState.ERRORED, reason=f"evaluate failed: {error!r}", seconds=ctx.lap()

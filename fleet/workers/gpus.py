@@ -273,7 +273,7 @@ def parse_rocm_smi(text: str, compute_units: Mapping[int, int] | None = None) ->
         arch = fields.get("gfx version", "")
         node_text = fields.get("node id", "")
         node = int(node_text) if node_text.isdecimal() else None
-        if _GFX_NAME.fullmatch(arch) is None or node not in compute_units:
+        if _GFX_NAME.fullmatch(arch) is None or node is None or node not in compute_units:
             log.debug("rocm-smi: skipping card%d with GFX Version=%r, Node ID=%r", card, arch, node_text)
             continue
         gpus.append(

@@ -235,7 +235,9 @@ class NvmlObserver(Observer):
     ) -> None:
         super().__init__(index, interval, lock)
         if nvml is None:
-            import pynvml as nvml  # the gpu extra; device_observer checks that it imports
+            import pynvml  # the gpu extra; device_observer checks that it imports
+
+            nvml = pynvml
         self.nvml = nvml
         try:
             nvml.nvmlInit()

@@ -30,7 +30,7 @@ def workload_class(definition: Any, classes: Mapping[str, type[WorkloadSpec]]) -
     kind = definition.get("kind")
     if kind not in classes:
         raise SpecError(f"unknown workload kind {kind!r} (known: {', '.join(sorted(classes))})")
-    return classes[kind]
+    return classes[str(kind)]
 
 
 def load_workload_spec(definition: Mapping[str, Any]) -> WorkloadSpec:

@@ -1,6 +1,7 @@
 """Alembic environment: Fleet runs migrations programmatically (``fleet db upgrade``), on a connection it passes."""
 
 from alembic import context
+from sqlalchemy import Connection
 
 from fleet.store._models import Base
 
@@ -13,7 +14,7 @@ def run_migrations() -> None:
     if connection is None:
         from sqlalchemy import create_engine
 
-        engine = create_engine(config.get_main_option("sqlalchemy.url"))
+        engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
         with engine.begin() as connection:
             _run(connection)
         engine.dispose()
@@ -21,7 +22,7 @@ def run_migrations() -> None:
         _run(connection)
 
 
-def _run(connection) -> None:  # type: ignore[no-untyped-def]
+def _run(connection: Connection) -> None:
     # SQLite cannot ALTER most things in place; batch mode rebuilds tables when a later revision needs it.
     context.configure(
         connection=connection,

@@ -76,7 +76,13 @@ class Measured:
 
     @classmethod
     def from_samples(
-        cls, samples: list[float], metrics: list[dict[str, Any]], *, valid: bool = True, **tails: str
+        cls,
+        samples: list[float],
+        metrics: list[dict[str, Any]],
+        *,
+        valid: bool = True,
+        stdout_tail: str = "",
+        stderr_tail: str = "",
     ) -> Measured:
         """Median of the samples as the objective; each extra metric's median alongside.
 
@@ -103,7 +109,8 @@ class Measured:
             samples=samples,
             metrics=merged,
             reason=None if valid else "the run reported an invalid result",
-            **tails,
+            stdout_tail=stdout_tail,
+            stderr_tail=stderr_tail,
         )
 
 

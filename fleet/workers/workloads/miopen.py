@@ -135,7 +135,7 @@ class MiopenWorkload(MiopenSpec, Workload):
         done = self._run(job, step, compile_only=False, timeout=float(self.definition.get("run_timeout", 3600)))
         if isinstance(done, str):
             return Measured(state=TrialState.ERRORED, reason=done)
-        tails = {"stdout_tail": done.stdout_tail, "stderr_tail": done.stderr_tail}
+        tails: dict[str, Any] = {"stdout_tail": done.stdout_tail, "stderr_tail": done.stderr_tail}
         if not done.ok:
             fault = health.fault_in(done, job.scratch)
             if fault is not None:
