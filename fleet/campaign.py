@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleet.canonical import digest
 from fleet.errors import FleetError, SpecError
 from fleet.history import campaign_history
 from fleet.pace import MAX_BATCH, SLOT_DEPTH, Pace
 from fleet.search import Run, Searcher
 from fleet.search.feed import Feed
 from fleet.settings import liveness_window
-from fleet.space import Config, Space, digest
+from fleet.space import Config, Space
 from fleet.space_files import VERDICT_LIMIT, load_space_file, predicate_from_verdicts
 from fleet.spec import (  # noqa: F401 - the spec's names, re-exported for callers that predate fleet.spec
     CampaignSpec,

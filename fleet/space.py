@@ -6,9 +6,7 @@ value). Configurations are plain dicts of knob name -> bool, number or string.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 import random
 import time
@@ -16,31 +14,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# digest and build_part are re-exported for callers that predate fleet.canonical.
+from fleet.canonical import build_part, canonical_json, digest  # noqa: F401
 from fleet.errors import SpecError, did_you_mean, shown
 from fleet.expr import Expression, TooCostly, Undefined
 
 Value = bool | int | float | str
 Config = dict[str, Value]
-
-
-def canonical_json(data: Any) -> str:
-    """The one JSON text of ``data``: sorted keys, no spaces. Used for uniqueness and hashing."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def digest(data: Any) -> str:
-    """SHA-256 hex digest of the canonical JSON of ``data``."""
-    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
-
-
-def build_part(space: Mapping[str, Any], config: Mapping[str, Value]) -> Config:
-    """The build-time knobs of ``config`` given a space in its JSON form (see :meth:`Space.to_dict`)."""
-    knobs = space["knobs"]
-    return {name: config[name] for name in knobs if _is_build(knobs[name]) and name in config}
-
-
-def _is_build(knob: Any) -> bool:
-    return knob.get("build", True) if isinstance(knob, Mapping) else True
 
 
 MAX_CONSTRAINTS = 100

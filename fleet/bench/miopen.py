@@ -61,9 +61,9 @@ def make_find_db(source: Path, problems: int, output: Path) -> int:
 
 
 def _parse_only(path: Path) -> float:
+    from fleet.canonical import digest
     from fleet.miopen.finddb import read_find_db
     from fleet.miopen.keys import parse_key
-    from fleet.space import digest
 
     start = time.perf_counter()
     for record in read_find_db(path):

@@ -24,10 +24,10 @@ from typing import Any
 
 from sqlalchemy import select
 
+from fleet.canonical import digest
 from fleet.errors import SpecError
 from fleet.interop.kerneltuner import FAILURES, KTRecord, KTResults, problem_size_value, target_of_device
 from fleet.interop.t1 import t1_document
-from fleet.space import digest
 from fleet.spec.targets import check_target
 from fleet.states import FINISHED, CampaignStatus, TrialState
 from fleet.store import Campaign, Measurement, Problem, Store, Trial, utcnow

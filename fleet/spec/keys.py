@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fleet.space import Config, Space, digest
+from fleet.canonical import digest
+from fleet.space import Config, Space
 
 if TYPE_CHECKING:
     from fleet.store import Campaign

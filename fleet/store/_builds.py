@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
 
-from fleet.space import build_part
+from fleet.canonical import build_part
 from fleet.states import LEASED, ArtifactState, TrialState
 from fleet.store._base import patient
 from fleet.store._hotpath import claim_params

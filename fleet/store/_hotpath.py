@@ -272,7 +272,7 @@ class HotPath:
             ).add_cte(stored, compiled)
 
             # A compile claim and its artifact's creation in one statement. The artifact's build-time
-            # knobs are fleet.space.build_part's, in SQL: those of the trial's configuration that the
+            # knobs are fleet.canonical.build_part's, in SQL: those of the trial's configuration that the
             # campaign's space has and does not mark ``build: false``.
             trial_claimed = self.claim_compile.cte("claimed")
             knob = (

@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, or_, select, update
 
+from fleet.canonical import digest
 from fleet.errors import NotFound, StoreError, did_you_mean
-from fleet.space import digest
 from fleet.states import CampaignStatus
 from fleet.store._base import StoreBase, patient
 from fleet.store._models import Blob, Campaign, CampaignProblem, Measurement, Problem, ProblemTag, Trial, utcnow

@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import Connection, func, select, update
 from sqlalchemy.orm import aliased
 
+from fleet.canonical import digest
 from fleet.errors import NotFound
-from fleet.space import digest
 from fleet.states import UNFINISHED, WAITING, TrialState
 from fleet.store._base import StoreBase, patient, rows_changed
 from fleet.store._hotpath import MEASURED, claim_params

@@ -28,8 +28,8 @@ from typing import Any
 from sqlalchemy import select
 
 from fleet.campaign import check_target, provenance
+from fleet.canonical import digest
 from fleet.errors import FleetError, NotFound, SpecError
-from fleet.space import digest
 from fleet.states import ArtifactState, CampaignStatus, TrialState
 from fleet.store import Artifact, Campaign, Measurement, Store, Trial, utcnow
 from fleet.store._models import GoldenEntry, GoldenVersion

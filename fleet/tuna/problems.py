@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from fleet.canonical import digest
 from fleet.errors import FleetError, SpecError
-from fleet.space import digest
 from fleet.store import Campaign, Measurement, Problem, Store, Trial, utcnow
 from fleet.store._models import MiopenKey, ProblemTag
 from fleet.tuna import KINDS, POOL, RAW, RECURRENT

@@ -23,8 +23,9 @@ from typing import IO, Any
 
 from sqlalchemy import select
 
+from fleet.canonical import canonical_json, digest
 from fleet.errors import SpecError
-from fleet.space import canonical_json, check_value, digest
+from fleet.space import check_value
 from fleet.states import CampaignStatus, TrialState
 from fleet.tvm.operators import KINDS, OPS, check_problem
 from fleet.tvm.spaces import space_for

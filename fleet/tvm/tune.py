@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.campaign import CampaignSpec, ProblemSpec, submit
-from fleet.space import digest
+from fleet.canonical import digest
 from fleet.tvm.models import Layer
 from fleet.tvm.operators import OPS
 from fleet.tvm.spaces import space_for

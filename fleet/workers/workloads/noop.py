@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleet.space import canonical_json
+from fleet.canonical import canonical_json
 from fleet.spec.workloads.noop import NoopSpec
 from fleet.states import TrialState
 from fleet.workers.workloads.base import Built, Job, Measured, Workload

@@ -5,8 +5,8 @@ The definition is :mod:`fleet.spec.workloads.replay`.
 
 from __future__ import annotations
 
+from fleet.canonical import canonical_json
 from fleet.replay import OVERHEAD_S, run_of
-from fleet.space import canonical_json
 from fleet.spec.workloads.replay import ReplaySpec
 from fleet.states import TrialState
 from fleet.workers.workloads.base import Built, Job, Measured, Workload

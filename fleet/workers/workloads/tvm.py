@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
+from fleet.canonical import canonical_json
 from fleet.errors import FleetError
-from fleet.space import canonical_json
 from fleet.spec.targets import cpu_target
 from fleet.spec.workloads.tvm import TvmSpec
 from fleet.states import TrialState
