@@ -128,8 +128,8 @@ def assert_self_contained(text: str) -> None:
     """Nothing the page needs comes from elsewhere: no links, no fetched resources, no script but its own (which
     sorts and filters the table of every trial), allowed by its hash."""
     lowered = text.lower()
-    assert lowered.count("<script") == 1 and f"<script>{report.SCRIPT}</script>" in text
-    assert f"script-src '{report.SCRIPT_HASH}'" in text
+    assert lowered.count("<script") == 1 and f"<script>{report.page.SCRIPT}</script>" in text
+    assert f"script-src '{report.page.SCRIPT_HASH}'" in text
     assert "<link" not in lowered and "@import" not in lowered and "url(" not in lowered
     assert not re.search(r"\b(src|href)\s*=", lowered)
     assert set(re.findall(r"https?://[^\s\"'<>]+", text)) <= {"http://www.w3.org/2000/svg"}
@@ -323,8 +323,9 @@ def test_a_large_campaign_draws_some_dots_and_a_long_knob_its_extremes(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The limits made small, so that 80 trials stand for 100,000.
-    monkeypatch.setattr(report, "DOTS", 20)
-    monkeypatch.setattr(report, "KNOB_VALUES", 8)
+    for module in (report.page, report.charts):
+        monkeypatch.setattr(module, "DOTS", 20)
+    monkeypatch.setattr(report.page, "KNOB_VALUES", 8)
     problem = store.add_problem("conv", {"n": 2})
     campaign = store.create_campaign(
         name="large",
@@ -351,7 +352,8 @@ def test_a_large_campaign_draws_some_dots_and_a_long_knob_its_extremes(
     dots = [a for t, a in page.elements if t == "circle" and a.get("r") == "2.6"]
     assert len(dots) == 2 * int(note[1])
     # Lines, axes, marks and the best's ring are those of every dot drawn: only the dots differ.
-    monkeypatch.setattr(report, "DOTS", 10**6)
+    for module in (report.page, report.charts):
+        monkeypatch.setattr(module, "DOTS", 10**6)
     everything = render(store, store.campaign("large"))
     assert "drawn as dots" not in everything
 

@@ -1,0 +1,314 @@
+"""What the page shows, read from the store in a few queries: a row per trial, with its measurement."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Text, cast, func, select
+
+from fleet.report.text import TOP, value_text
+from fleet.states import FAILED, FINISHED, ArtifactState, TrialState
+from fleet.store import Artifact, Campaign, Measurement, Problem, Store, Trial
+
+
+@dataclass(slots=True)
+class Row:
+    """One trial with what the page needs of its measurement (its own, or the earlier one it reused).
+
+    Samples, metrics and output are not here: the page shows them for a few trials only (see :class:`Detail`).
+    """
+
+    trial_id: int
+    problem_id: int
+    config: dict[str, Any]
+    state: str
+    reason: str | None
+    baseline: bool
+    finished_at: datetime | None
+    reused_from: int | None
+    objective: float | None
+    valid: bool
+    node: str | None
+    gpu: str | None
+    worker: str | None
+    toolchain: str | None
+    device: str | None
+    measured: bool = False  # a valid, finite objective of an evaluated trial
+    series: str = ""
+    t: float | None = None  # seconds from the campaign's first start to this trial's end
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED
+
+
+@dataclass(slots=True)
+class Detail:
+    """What the page shows of one trial of its tables: its measurement's samples and metrics, its output."""
+
+    samples: list[Any] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    stdout_tail: str | None = None
+    stderr_tail: str | None = None
+    build_log: str | None = None
+
+
+@dataclass
+class Data:
+    campaign: Campaign
+    problems: list[Problem]
+    rows: list[Row]
+    objective_name: str
+    maximize: bool
+    knobs: dict[str, dict[str, Any]]  # name -> {"values": [...], "build": bool}
+    t0: datetime | None
+    details: dict[int, Detail] = field(default_factory=dict)  # by trial id: the trials the tables show
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.maximize else a < b
+
+    def best_of(self, rows: Iterable[Row]) -> Row | None:
+        """The first of ``rows`` with the best measurement (``min`` and ``max`` keep the first of equals)."""
+        measured = [row for row in rows if row.measured]
+        if not measured:
+            return None
+        pick = max if self.maximize else min
+        return pick(measured, key=lambda row: row.objective)  # type: ignore[arg-type,return-value]  # measured rows have an objective
+
+    def detail(self, row: Row) -> Detail:
+        return self.details.get(row.trial_id) or Detail()
+
+
+def _knobs(space: Mapping[str, Any], rows: Sequence[Row]) -> dict[str, dict[str, Any]]:
+    """Each knob's values (the space's, then any others the trials used) and whether it is build-time."""
+    knobs: dict[str, dict[str, Any]] = {}
+    raw = space.get("knobs", {}) if isinstance(space, Mapping) else {}
+    run_time = set(space.get("run_time", []) if isinstance(space, Mapping) else [])
+    for name, knob in raw.items():
+        if isinstance(knob, Mapping):
+            values, build = list(knob.get("values", [])), bool(knob.get("build", True))
+        else:
+            values, build = list(knob) if isinstance(knob, list) else [knob], True
+        knobs[str(name)] = {"values": values, "build": build and name not in run_time}
+    # Sets, and each value the trials used once: a knob of 10 000 values over 100 000 trials would otherwise
+    # cost 10^9 comparisons. A baseline's values may lie outside the space: they are not the space's.
+    seen = {name: {_identity(v) for v in knob["values"]} for name, knob in knobs.items()}
+    used = dict.fromkeys((k, type(v), v) for row in rows if not row.baseline for k, v in row.config.items())
+    for name, kind, value in used:
+        knob = knobs.setdefault(name, {"values": [], "build": True})
+        if (kind, value) not in seen.setdefault(name, set()):
+            seen[name].add((kind, value))
+            knob["values"].append(value)
+    return knobs
+
+
+def _identity(value: Any) -> tuple[type, Any]:
+    """A value as a key that keeps 1, 1.0 and True apart (they are equal, and hash alike, in Python)."""
+    return type(value), value
+
+
+def _series(chain: Any, config: Mapping[str, Any], strategy: str) -> str:
+    """A trial's series: the ``chain`` of its measurement's metrics, else of its configuration, else the strategy."""
+    if chain is None:
+        chain = config.get("chain")
+    if chain is None:
+        return strategy
+    if isinstance(chain, float) and chain.is_integer():
+        chain = int(chain)
+    return f"chain {value_text(chain)}"
+
+
+def _json_list(texts: Sequence[str | None]) -> list[Any]:
+    """JSON texts decoded in one call: 100,000 calls of ``json.loads`` cost several times as much."""
+    return json.loads("[" + ",".join(text or "null" for text in texts) + "]")
+
+
+def collect(store: Store, campaign: Campaign) -> Data:
+    """Everything the page shows, read from the store in a few queries."""
+    # Columns, not ORM objects, and only those the page uses for every trial: of a measurement's JSON only
+    # the chain (a series), its samples and other metrics are read for the trials the tables show (see _details).
+    query = (
+        select(
+            Trial.id,
+            Trial.problem_id,
+            cast(Trial.config, Text).label("config"),
+            Trial.state,
+            Trial.reason,
+            Trial.baseline,
+            Trial.finished_at,
+            Trial.source_trial_id,
+            Measurement.objective,
+            Measurement.valid,
+            Measurement.metrics["chain"].label("chain"),
+            Measurement.node,
+            Measurement.gpu,
+            Measurement.worker,
+            Measurement.toolchain,
+            Measurement.device,
+            Measurement.objective_name,
+            Measurement.maximize,
+        )
+        .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
+        .where(Trial.campaign_id == campaign.id)
+        .order_by(Trial.id)
+    )
+    starts = select(func.coalesce(func.min(Trial.started_at), func.min(Trial.created_at))).where(
+        Trial.campaign_id == campaign.id
+    )
+    with store.transaction() as connection:
+        found = connection.execute(query).all()
+        t0 = connection.execute(starts).scalar()
+    problems = store.campaign_problems(campaign.id)
+    objective_name, maximize = _objective(campaign, found)
+    strategy = str((campaign.strategy or {}).get("name", "strategy"))
+    # Annealing chains on the fleet keep their steps apart from the trials: a trial is in its first visitor's series.
+    chain_of: dict[int, int] = {}
+    for chain, step in store.chain_steps(campaign.id):
+        chain_of.setdefault(step.trial_id, chain.index)
+    # Tuples indexed and unpacked in the query's order: looking up 18 columns by name in each of 100,000 rows
+    # costs a second.
+    configs = _json_list([t[2] for t in found])
+    rows = []
+    for (
+        trial_id,
+        problem_id,
+        _,  # config, as text
+        state,
+        reason,
+        baseline,
+        finished_at,
+        reused_from,
+        objective,
+        valid,
+        chain,
+        node,
+        gpu,
+        worker,
+        toolchain,
+        device,
+        _,
+        _,
+    ), config in zip(found, configs, strict=True):
+        config = config or {}
+        measured = bool(valid) and state == TrialState.EVALUATED and objective is not None and math.isfinite(objective)
+        series = f"chain {chain_of[trial_id]}" if trial_id in chain_of else _series(chain, config, strategy)
+        t = max(0.0, (finished_at - t0).total_seconds()) if t0 is not None and finished_at is not None else None
+        # Positional, in the order of Row's fields: keywords cost a tenth of a second more for 100,000 rows.
+        rows.append(
+            Row(
+                trial_id,
+                problem_id,
+                config,
+                state,
+                reason,
+                bool(baseline),
+                finished_at,
+                reused_from,
+                objective,
+                bool(valid),
+                node,
+                gpu,
+                worker,
+                toolchain,
+                device,
+                measured,
+                series,
+                t,
+            )
+        )
+    # Finishing order: the first trial to reach the best value is the one the search found it with.
+    rows.sort(key=lambda r: (r.t is None, r.t or 0.0, r.trial_id))
+    data = Data(
+        campaign=campaign,
+        problems=problems,
+        rows=rows,
+        objective_name=objective_name,
+        maximize=maximize,
+        knobs=_knobs(campaign.space or {}, rows),
+        t0=t0,
+    )
+    data.details = _details(store, _shown(data))
+    return data
+
+
+def _ranked(data: Data, rows: Sequence[Row]) -> list[Row]:
+    """The best table's rows: the ``TOP`` best valid measurements of the search, best first."""
+    valid = [r for r in rows if r.measured and not r.baseline]
+    return sorted(valid, key=lambda r: -r.objective if data.maximize else r.objective)[:TOP]  # type: ignore[operator]  # valid rows have an objective
+
+
+def _error_groups(rows: Iterable[Row]) -> list[tuple[tuple[str, str], list[Row]]]:
+    """Errored and invalid trials by (state, reason), the largest group first."""
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        if row.state in FAILED:
+            groups.setdefault((row.state, row.reason or "(no reason recorded)"), []).append(row)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+
+
+def _shown(data: Data) -> list[Row]:
+    """The trials whose samples, metrics or output the page shows: best tables, baselines, error examples."""
+    shown = [row for row in data.rows if row.baseline]
+    for problem in data.problems:
+        problem_id = problem.id  # a column of an ORM object: slow to read 100,000 times
+        shown += _ranked(data, [r for r in data.rows if r.problem_id == problem_id])
+    shown += [members[0] for _, members in _error_groups(data.rows)]
+    return shown
+
+
+def _details(store: Store, rows: Sequence[Row]) -> dict[int, Detail]:
+    """The samples, metrics and output of ``rows``, and the build logs of those that errored, by trial id."""
+    if not rows:
+        return {}
+    query = (
+        select(
+            Trial.id,
+            Trial.build_key,
+            Trial.stdout_tail,
+            Trial.stderr_tail,
+            Measurement.samples,
+            Measurement.metrics,
+        )
+        .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
+        .where(Trial.id.in_(sorted({row.trial_id for row in rows})))
+    )
+    errored = {row.trial_id for row in rows if row.state == TrialState.ERRORED}
+    with store.transaction() as connection:
+        found = connection.execute(query).all()
+        failed_keys = {t.build_key for t in found if t.id in errored}
+        logs = {}
+        if failed_keys:
+            logs = {
+                a.build_key: a.log_tail or ""
+                for a in connection.execute(
+                    select(Artifact.build_key, Artifact.log_tail).where(
+                        Artifact.build_key.in_(failed_keys), Artifact.state == ArtifactState.FAILED
+                    )
+                )
+            }
+    return {
+        t.id: Detail(
+            samples=list(t.samples or []),
+            metrics=dict(t.metrics or {}),
+            stdout_tail=t.stdout_tail,
+            stderr_tail=t.stderr_tail,
+            build_log=logs.get(t.build_key),
+        )
+        for t in found
+    }
+
+
+def _objective(campaign: Campaign, found: Sequence[Any]) -> tuple[str, bool]:
+    """The objective's name and direction: as the measurements recorded them, else as the workload says."""
+    for row in reversed(found):
+        if row.objective_name is not None and row.maximize is not None:
+            return row.objective_name, bool(row.maximize)
+    objective = (campaign.workload or {}).get("objective")
+    if not isinstance(objective, Mapping):
+        return "objective", False
+    return str(objective.get("name") or objective.get("json") or "objective"), objective.get("goal") == "max"
