@@ -240,13 +240,15 @@ PROGRAM_SETTINGS = ("FLEET_MIOPEN_DRIVER",)
 
 
 def shown_tools(env: Mapping[str, str] | None = None) -> list[Path]:
-    """The folders of the worker's own ``PATH`` and ``LD_LIBRARY_PATH``, and those of the programs its settings
-    name (:data:`PROGRAM_SETTINGS`), that lie in :data:`PRIVATE`: its toolchain (a CI checkout's compiler, a test's
-    driver), shown read-only in the command's own ``/tmp``. The worker's, never the spec's: a spec that set
-    ``PATH=/tmp`` would otherwise be shown the node's whole ``/tmp``."""
+    """The folders of the worker's own ``PATH`` and ``LD_LIBRARY_PATH``, those of the programs its settings name
+    (:data:`PROGRAM_SETTINGS`), and its own Python and Fleet (a clone's virtual environment and checkout), that lie
+    in :data:`PRIVATE`: its toolchain (a CI checkout under ``/tmp``, a test's compiler or driver), shown read-only
+    in the command's own ``/tmp``; Fleet's own paths in them stay hidden (:func:`hidden_paths`). The worker's, never
+    the spec's: a spec that set ``PATH=/tmp`` would otherwise be shown the node's whole ``/tmp``."""
     env = os.environ if env is None else env
     entries = [entry for name in ("PATH", "LD_LIBRARY_PATH") for entry in (env.get(name) or "").split(":")]
     entries += [str(Path(env[name]).parent) for name in PROGRAM_SETTINGS if env.get(name)]
+    entries += [sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2])]
     found: list[Path] = []
     for entry in entries:
         path = Path(entry)
