@@ -1,4 +1,5 @@
-"""The default strategy starts from the best configurations known for similar problems (see also test_history.py)."""
+"""The default strategy starts from the best configurations known for similar problems, in the campaigns its spec
+names as its history (fleet.trust; see also test_history.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def test_auto_is_seeded_with_the_best_of_other_problems_of_the_kind(store: Store
             space=space,
             workload={"kind": "noop"},
             strategy={"name": "auto", "budget": 5},
+            options={"history": {"from": ["a"]}},
         ),
     )
 
