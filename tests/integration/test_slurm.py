@@ -140,7 +140,8 @@ def test_scaled_workers_survive_wall_time_and_scancel_then_scale_to_zero(
 ) -> None:
     """Scaling brings up jobs for a campaign; its jobs end at their wall time (0:30, draining 20 s
     before) and one is cancelled mid-trial; every trial is measured exactly once,
-    and the jobs are gone soon after the campaign."""
+    and the jobs are gone soon after the campaign. The campaign (40 trials of 2 s on at most 2 workers) outlasts
+    the first jobs' wall time, so that their end falls inside it however quickly the machine runs."""
     fleet = slurm_fleet
     scale = subprocess.Popen(
         [sys.executable, "-m", "fleet.cli", "slurm", "scale", "--target", "sm_90", "--max", "2",
@@ -151,7 +152,7 @@ def test_scaled_workers_survive_wall_time_and_scancel_then_scale_to_zero(
     fleet.procs.append(scale)
     assert not cluster.live_jobs()
     tune = subprocess.Popen(
-        [sys.executable, "-m", "fleet.cli", "tune", str(spec(fleet, 30, 1)), "--json", "--window", "2"],
+        [sys.executable, "-m", "fleet.cli", "tune", str(spec(fleet, 40, 2)), "--json", "--window", "2"],
         env=fleet.env, cwd=fleet.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
@@ -171,7 +172,7 @@ def test_scaled_workers_survive_wall_time_and_scancel_then_scale_to_zero(
             os.killpg(tune.pid, signal.SIGKILL)
     assert tune.returncode == 0, err
     assert all(job not in cluster.live_jobs() for job in first)  # the other first job ran out of wall time
-    assert_each_once(fleet, 30)
+    assert_each_once(fleet, 40)
     jobs = {w.name.partition(".slurm-")[2] for w in fleet.store.workers(target="sm_90", role="eval")}
     assert len(jobs) >= 3, jobs  # the cancelled job, and jobs that ran out of wall time, were replaced
     fleet.wait_for(lambda: not cluster.live_jobs(), timeout=60, what="scaling to zero after the campaign")
