@@ -116,7 +116,7 @@ def alive(pid: int) -> bool:
     """Whether ``pid`` is a running process (a zombie waiting to be reaped counts as gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or going while its entry was read (ESRCH)
         return False
     return fields[0] not in ("Z", "X")
 
