@@ -197,7 +197,7 @@ def pg_root() -> Iterator[Path]:
 def postgres(pg_root: Path) -> Iterator[PostgresServer]:
     if not PostgresServer.available():
         pytest.skip("PostgreSQL is not installed")
-    with PostgresServer(pg_root / "shared", settings={"synchronous_commit": "off"}) as server:
+    with PostgresServer(pg_root / "module-server", settings={"synchronous_commit": "off"}) as server:
         yield server
 
 
