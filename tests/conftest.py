@@ -5,6 +5,7 @@ Integration tests never skip: when a server cannot start, they fail, and say why
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -174,20 +175,22 @@ class Fleet:
 
     @staticmethod
     def _stop_all(procs: list[subprocess.Popen[bytes]], sig: int, timeout: float) -> None:
-        """Signal every process group first, then wait for each: their shutdowns (seconds each) overlap."""
+        """Signal every process group first, then wait for each: their shutdowns (seconds each) overlap.
+
+        A process started without a session of its own has no group of its id: it is signalled alone, never left
+        running (a worker left behind would take the next test's tasks from the session's Redis)."""
         signalled = []
         for proc in procs:
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
+            if proc.poll() is not None:
                 continue
+            _signal(proc, sig)
             signalled.append(proc)
         deadline = time.monotonic() + timeout
         for proc in signalled:
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                _signal(proc, signal.SIGKILL)
                 proc.wait()
 
     @staticmethod
@@ -202,6 +205,19 @@ class Fleet:
     def close(self) -> None:
         self._stop_all([proc for proc in self.procs if proc.poll() is None], signal.SIGTERM, timeout=30)
         self.store.close()
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """``sig`` to the group ``proc`` leads, or to ``proc`` alone where it leads none."""
+    try:
+        group = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        if group == proc.pid:
+            os.killpg(group, sig)
+        else:
+            proc.send_signal(sig)
 
 
 @pytest.fixture
@@ -225,6 +241,34 @@ def fleet(request: pytest.FixtureRequest, tmp_path: Path, redis_server: RedisSer
     installation = Fleet(env, Store(url), home, target)
     yield installation
     installation.close()
+    left = _left_running(home, url)
+    if left:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"processes of this test still ran after it (killed): {left}")
+
+
+def _left_running(home: Path, url: str, grace: float = 10) -> dict[int, str]:
+    """The processes still running in ``home`` or with ``url`` in their environment, ``grace`` seconds after the
+    test's own were stopped: a worker left behind would take the next test's tasks from the session's Redis."""
+    deadline = time.monotonic() + grace
+    while True:
+        left = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cwd = os.readlink(entry / "cwd")
+                environ = (entry / "environ").read_bytes()
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # gone, or a kernel thread
+                continue
+            if Path(cwd).is_relative_to(home) or url.encode() in environ:
+                left[int(entry.name)] = cmdline.strip()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 def write_spec(directory: Path, spec: dict, name: str = "spec.json") -> Path:

@@ -99,7 +99,11 @@ def test_worker_pods_run_a_campaign_from_secret_files_and_drain_on_sigterm(fleet
     # A new pod (KEDA's next scale-up) finishes the campaign.
     argv, env, _ = container(fleet, evals)
     with (fleet.home / "eval-2.log").open("ab") as log:
-        fleet.procs.append(subprocess.Popen(argv, env=env, cwd=fleet.home, stdout=log, stderr=subprocess.STDOUT))
+        fleet.procs.append(
+            subprocess.Popen(
+                argv, env=env, cwd=fleet.home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        )
     out, err = tune.communicate(timeout=180)
     assert tune.returncode == 0, err
     assert json.loads(out)["problems"][0]["trials"] == {"evaluated": 4}
