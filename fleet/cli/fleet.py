@@ -33,6 +33,12 @@ from fleet.settings import get_settings, redact
 )
 @click.option("--dry-run", is_flag=True, help="Print the worker processes this node would start, and exit.")
 @click.option(
+    "--check",
+    is_flag=True,
+    help="Check that these workers can work here (database, broker, sandbox, GPUs), say so in one line, and exit: "
+    "0 when they can, 1 naming what failed (a Kubernetes probe).",
+)
+@click.option(
     "--role",
     type=click.Choice(["all", "eval", "build"]),
     default="all",
@@ -57,6 +63,7 @@ def worker(
     dry_run: bool,
     role: str,
     stop_timeout: float,
+    check: bool,
 ) -> None:
     """Start this node's workers: one evaluation process per GPU, plus build processes."""
     from fleet.campaign import check_target
@@ -64,6 +71,9 @@ def worker(
 
     if target:
         check_target(target)
+    if check:
+        click.echo(_check_node(target, gpus, role))
+        return
     specs = plan(
         # A build-only node of a GPU target has no GPU to find: it compiles on its cores (a Kubernetes build pod).
         gpus=[] if role == "build" and target else node_gpus(target, gpus),
@@ -86,6 +96,47 @@ def worker(
 
     launcher = Launcher(specs, log_dir=log_dir or default_log_dir(), loglevel=loglevel, echo=True)
     _serve(launcher, stop_timeout)
+
+
+def _check_node(target: str | None, gpus: str | None, role: str) -> str:
+    """``fleet worker --check``: whether the workers these options start could work on this node now; a line
+    saying what answered, or :class:`~fleet.errors.FleetError` with one line naming the first thing that failed.
+
+    Checked as a worker meets them, the node's own things first: its settings, its GPUs (those of an evaluation
+    role on a GPU target must be visible), its memory, cache and sandbox, then the database (at the latest
+    revision) and the broker. Nothing is started and nothing is written but a probe file in the cache.
+    """
+    from fleet.cli._common import check_broker
+    from fleet.errors import FleetError
+    from fleet.workers import health, sandbox
+    from fleet.workers.gpus import missing_gpus
+    from fleet.workers.launch import node_gpus
+
+    said: list[str] = []
+    try:
+        _check_fleet_settings()
+        settings = get_settings()
+        found = [] if role == "build" else node_gpus(target, gpus)
+        if found:
+            reason = missing_gpus(found)
+            if reason:
+                raise FleetError(reason)
+            said.append(f"GPU {','.join(str(gpu.index) for gpu in found)} ({found[0].target}) visible")
+        reason = health.check(settings.cache_dir)
+        if reason:
+            raise FleetError(reason)
+        sandbox.require()
+        sandbox.account()  # an unusable FLEET_WORKLOAD_USER
+        said.append(f"{sandbox.mode()} sandbox starts")
+        open_store().close()
+        said.append(f"database {redact(settings.database_url)} answers")
+        check_broker()  # an embedded broker is started by the workers themselves: nothing to ask yet
+        embedded = settings.embedded_broker or settings.broker_url.startswith("filesystem://")
+        said.append(f"broker {redact(settings.broker_url)} {'is local' if embedded else 'answers'}")
+    except FleetError as error:
+        # One line whatever the driver said: a probe's output is shown as an event's message.
+        raise FleetError("worker check failed: " + " ".join(str(error).split())) from None
+    return "worker check ok: " + ", ".join(said)
 
 
 def _check_fleet_settings() -> None:

@@ -9,8 +9,9 @@ and an overlay putting them together. ``fleet kubernetes render --target T --gpu
 Every pod runs as the image's unprivileged account with a read-only root filesystem, no capability, no privilege
 escalation, the runtime's default seccomp profile and no service-account token (Fleet never calls the API
 server). The fleet's URLs are a Secret mounted as files that ``FLEET_*_URL_FILE`` name, never environment
-variables. A worker pod's SIGTERM drains it: ``fleet worker`` takes no new trial and waits up to
-``--stop-timeout`` for the running one, which ``terminationGracePeriodSeconds`` leaves room for.
+variables. Worker containers are probed with ``fleet worker --check`` (:func:`probes`). A worker pod's SIGTERM
+drains it: ``fleet worker`` takes no new trial and waits up to ``--stop-timeout`` for the running one, which
+``terminationGracePeriodSeconds`` leaves room for.
 """
 
 from __future__ import annotations
@@ -159,6 +160,22 @@ def worker_command(target: str, role: str, gpus: int, stop_timeout: int) -> list
     return command
 
 
+def probes(command: list[str]) -> dict[str, Any]:
+    """The readiness and liveness probes of a worker container running ``command``: ``fleet worker --check`` with
+    the same options, which asks the database, the broker, the sandbox and the pod's GPUs.
+
+    Readiness says within a minute that the pod cannot work. Liveness restarts the container only after five
+    minutes of failures: a worker waits out a database or broker outage by itself (FLEET_DB_OUTAGE_SECONDS) and a
+    restart would cost its running measurement, while a pod whose GPU or sandbox went away gains from one. A check
+    starts a Python process, asks the vendor's tool and the services: seconds, not milliseconds, hence the periods.
+    """
+    check = {"exec": {"command": [*command, "--check"]}, "timeoutSeconds": 20}
+    return {
+        "readinessProbe": check | {"initialDelaySeconds": 5, "periodSeconds": 30, "failureThreshold": 2},
+        "livenessProbe": check | {"initialDelaySeconds": 60, "periodSeconds": 60, "failureThreshold": 5},
+    }
+
+
 def eval_workers(target: str, gpus: int, stop_timeout: int) -> dict[str, Any]:
     """The evaluation workers of ``target``: one pod per ``gpus`` GPUs, one worker process per GPU; KEDA sets the
     replicas (0 here, so that applying the manifests starts nothing until work is queued)."""
@@ -166,7 +183,8 @@ def eval_workers(target: str, gpus: int, stop_timeout: int) -> dict[str, Any]:
     if not target.startswith("cpu"):
         resources["requests"][gpu_resource(target)] = str(gpus)
         resources["limits"][gpu_resource(target)] = str(gpus)  # extended resources: requests equal limits
-    container = fleet_container("worker", worker_command(target, "eval", gpus, stop_timeout), resources)
+    command = worker_command(target, "eval", gpus, stop_timeout)
+    container = fleet_container("worker", command, resources) | probes(command)
     pod = pod_spec([container], grace=stop_timeout + GRACE_MARGIN)
     return deployment(f"fleet-eval-{resource_name(target)}", "eval-worker", pod, 0, target)
 
@@ -174,7 +192,8 @@ def eval_workers(target: str, gpus: int, stop_timeout: int) -> dict[str, Any]:
 def build_workers(target: str, stop_timeout: int) -> dict[str, Any]:
     """The build workers of ``target``: no GPU, the pod's cores; builds are short, they drain like the others."""
     resources = {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
-    container = fleet_container("worker", worker_command(target, "build", 0, stop_timeout), resources)
+    command = worker_command(target, "build", 0, stop_timeout)
+    container = fleet_container("worker", command, resources) | probes(command)
     pod = pod_spec([container], grace=stop_timeout + GRACE_MARGIN)
     return deployment(f"fleet-build-{resource_name(target)}", "build-worker", pod, 0, target)
 

@@ -41,6 +41,7 @@ __all__ = [
     "describe_device",
     "detect_gpus",
     "kfd_compute_units",
+    "missing_gpus",
     "override_gpus",
     "parse_nvidia_smi",
     "parse_rocm_smi",
@@ -471,6 +472,39 @@ def override_gpus(indices: str, target: str) -> list[Gpu]:
         Gpu(index=index, vendor=vendor, name=f"GPU {index} {GIVEN}", target=target)
         for index in _parse_indices(indices, "--gpus")
     ]
+
+
+def missing_gpus(wanted: list[Gpu], timeout: float = 10.0, dev: Path = Path("/dev")) -> str | None:
+    """Why this node does not show the GPUs ``wanted`` (named by ``--target T --gpus N``), or None when it does.
+
+    The vendor's tool, where one answers, must name each index with its target. Where none does (a container or a
+    batch node without the tools), the driver's device nodes must be there, as many as the highest index needs:
+    a container's nodes keep the host's numbers (``/dev/nvidia3`` seen as GPU 0), so they are counted, not named.
+    """
+    if not wanted:
+        return None
+    indices = ",".join(str(gpu.index) for gpu in wanted)
+    found = {gpu.index: gpu for gpu in detect_gpus(timeout)}
+    if found:
+        shown = ", ".join(f"{gpu.index} ({gpu.target})" for gpu in found.values())
+        for gpu in wanted:
+            if gpu.index not in found or found[gpu.index].target != gpu.target:
+                return f"GPU {gpu.index} of target {gpu.target} is not visible: this node shows GPU {shown}"
+        return None
+    vendor = wanted[0].vendor
+    if vendor == "nvidia":
+        nodes = [p for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia[0-9]+", p.name)]
+        named = f"{dev}/nvidia<N>"
+    else:
+        nodes = list((dev / "dri").glob("renderD*")) if (dev / "kfd").exists() else []
+        named = f"{dev}/kfd and {dev}/dri/renderD<N>"
+    if len(nodes) <= max(gpu.index for gpu in wanted):
+        tool = "nvidia-smi" if vendor == "nvidia" else "rocminfo or rocm-smi"
+        return (
+            f"GPU(s) {indices} of target {wanted[0].target} are not visible: no {tool} answered and "
+            f"{len(nodes)} of {named} are there"
+        )
+    return None
 
 
 # What an evaluation worker asks about its device, once per process, for the measurements' provenance.

@@ -19,6 +19,7 @@ from fleet.workers.gpus import (
     cpu_target,
     detect_gpus,
     kfd_compute_units,
+    missing_gpus,
     override_gpus,
     parse_nvidia_smi,
     parse_rocm_smi,
@@ -662,3 +663,28 @@ def test_two_launchers_naming_gpu_0_for_different_targets_name_their_workers_apa
     assert [s.name for s in first if s.role == "eval"] == ["eval-gpu0-sm_90@node1"]
     found = Gpu(index=0, vendor="nvidia", name="NVIDIA H100 80GB HBM3", target="sm_90", uuid="GPU-aaaa")
     assert [s.name for s in plan(gpus=[found], host="node1") if s.role == "eval"] == ["eval-gpu0@node1"]
+
+
+def test_missing_gpus_asks_the_tool_where_one_answers(tool_dir: Path, tmp_path: Path) -> None:
+    _printing_tool(tool_dir, "nvidia-smi", NVIDIA_SMI_8X_H100)
+    assert missing_gpus(override_gpus("0,7", "sm_90"), dev=tmp_path) is None
+    said = missing_gpus(override_gpus("8", "sm_90"), dev=tmp_path)
+    assert said is not None and said.startswith("GPU 8 of target sm_90 is not visible: this node shows GPU 0 (sm_90)")
+    said = missing_gpus(override_gpus("0", "sm_80"), dev=tmp_path)
+    assert said is not None and "GPU 0 of target sm_80 is not visible" in said
+
+
+def test_missing_gpus_counts_device_nodes_where_no_tool_answers(tool_dir: Path, tmp_path: Path) -> None:
+    # A container's device nodes keep the host's numbers: the one GPU a pod was given may be /dev/nvidia3.
+    (tmp_path / "nvidia3").touch()
+    (tmp_path / "nvidiactl").touch()
+    assert missing_gpus(override_gpus("0", "sm_90"), dev=tmp_path) is None
+    said = missing_gpus(override_gpus("0,1", "sm_90"), dev=tmp_path)
+    assert said == (
+        f"GPU(s) 0,1 of target sm_90 are not visible: no nvidia-smi answered and 1 of {tmp_path}/nvidia<N> are there"
+    )
+    assert missing_gpus(override_gpus("0", "gfx90a:104"), dev=tmp_path) is not None  # no /dev/kfd
+    (tmp_path / "kfd").touch()
+    (tmp_path / "dri").mkdir()
+    (tmp_path / "dri" / "renderD128").touch()
+    assert missing_gpus(override_gpus("0", "gfx90a:104"), dev=tmp_path) is None

@@ -281,3 +281,15 @@ def test_render_command_writes_a_target_folder_kustomize_builds(tmp_path: Path) 
     assert printed.exit_code == 0 and "eval.sm_80" in printed.output
     wrong = CliRunner().invoke(cli, ["kubernetes", "render", "--target", "sm 80"])
     assert wrong.exit_code != 0
+
+
+def test_worker_containers_are_probed_with_their_own_command_and_check(rendered: list[dict[str, Any]]) -> None:
+    for name in ("fleet-eval-sm-90", "fleet-build-sm-90"):
+        worker = pods(rendered)[name]["containers"][0]
+        for kind in ("readinessProbe", "livenessProbe"):
+            probe = worker[kind]
+            assert probe["exec"]["command"] == [*worker["command"], "--check"], (name, kind)
+            assert probe["timeoutSeconds"] < probe["periodSeconds"], (name, kind)  # one check at a time
+        # A worker waits out a short database outage itself: liveness restarts it only after several minutes.
+        live = worker["livenessProbe"]
+        assert live["periodSeconds"] * live["failureThreshold"] >= 240, name
