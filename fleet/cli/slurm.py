@@ -46,6 +46,16 @@ def _job(target: str, nodes: int, gpus_per_node: int, wall: str, partition: str 
     return job
 
 
+def _shared() -> None:
+    """Refuse a database or broker that Slurm's nodes cannot share before anything is written or submitted."""
+    from fleet.ops.slurm import shared_services
+    from fleet.settings import get_settings
+
+    warning = shared_services(get_settings())
+    if warning:
+        click.echo(f"fleet: {warning}", err=True)
+
+
 def _folder() -> Path:
     from fleet.settings import get_settings
 
@@ -86,6 +96,7 @@ def submit_command(show: bool, count: int, **options: Any) -> None:
     fleet's URLs reach the jobs as 0600 files (FLEET_*_URL_FILE), never in the script or its environment.
     """
     job = _job(**options)
+    _shared()
     if show:
         click.echo(_script(job), nl=False)
         return
@@ -123,6 +134,7 @@ def scale_command(low: int, high: int, cooldown: float, interval: float, once: b
     if low > high:
         raise click.UsageError(f"--min {low} is more than --max {high}")
     job = _job(**options)
+    _shared()
     settings = get_settings()
     store = open_store()
     state = _folder() / f"scale-{job.target.replace(':', '-')}.json"

@@ -150,6 +150,47 @@ def secret_files(env: Mapping[str, str], folder: Path) -> dict[str, str]:
     return files
 
 
+def shared_services(settings: Settings) -> str | None:
+    """Refuse, in one line (:class:`SlurmError`), a database or broker that the job's nodes cannot share: a SQLite
+    file (one machine's, its locks unreliable over NFS), kombu's filesystem transport or an embedded broker. A
+    warning, or None, for one they reach only when they are this machine (a loopback address, a unix socket):
+    that holds for a Slurm on one host, so it is not refused."""
+    from urllib.parse import urlsplit
+
+    from sqlalchemy.engine import make_url
+
+    if settings.embedded_database or settings.database_url.startswith("sqlite"):
+        where = (
+            "no FLEET_DATABASE_URL (or FLEET_DATABASE_URL_FILE) is set, so the database is this machine's SQLite file"
+            if settings.embedded_database
+            else f"FLEET_DATABASE_URL is a SQLite file ({make_url(settings.database_url).database})"
+        )
+        raise SlurmError(
+            f"{where}: Slurm's nodes cannot share it; give the fleet's PostgreSQL "
+            "(postgresql://USER:PASSWORD@HOST:PORT/DATABASE)"
+        )
+    broker = settings.broker_url
+    if settings.embedded_broker or broker.startswith("filesystem://"):
+        where = (
+            "no FLEET_BROKER_URL (or FLEET_BROKER_URL_FILE) is set, so the broker is this machine's own"
+            if settings.embedded_broker
+            else "FLEET_BROKER_URL is kombu's filesystem transport"
+        )
+        raise SlurmError(f"{where}: Slurm's nodes cannot share it; give the fleet's Redis (redis://HOST:PORT/DB)")
+    database_host = make_url(settings.database_url).host
+    broker_host = None if broker.startswith("redis+socket://") else urlsplit(broker).hostname
+    local = ("localhost", "127.0.0.1", "::1", None)
+    said = [
+        f"{name} names {host or 'a unix socket'}"
+        for name, host in (("FLEET_DATABASE_URL", database_host), ("FLEET_BROKER_URL", broker_host))
+        if host in local or (host or "").startswith("127.")
+    ]
+    if not said:
+        return None
+    them = "them" if len(said) > 1 else "it"
+    return f"warning: {' and '.join(said)}: only jobs that run on this machine reach {them}"
+
+
 def forwarded(env: Mapping[str, str]) -> dict[str, str]:
     """What the job's environment keeps of the submitter's: PATH and Fleet's settings, never a secret or the name
     of this node."""

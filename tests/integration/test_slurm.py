@@ -135,6 +135,23 @@ def test_user_mistakes_are_one_line(slurm_fleet: Fleet) -> None:
         assert done.stderr.count("\n") == 1 and says in done.stderr, (args, done.stderr)
 
 
+def test_a_database_or_broker_the_nodes_cannot_share_is_refused_before_submitting(
+    slurm_fleet: Fleet, cluster: SlurmCluster
+) -> None:
+    sqlite = f"sqlite:///{slurm_fleet.home / 'fleet.db'}"
+    for env, says in (
+        ({"FLEET_DATABASE_URL": sqlite}, "FLEET_DATABASE_URL is a SQLite file"),
+        ({"FLEET_BROKER_URL": "filesystem://"}, "FLEET_BROKER_URL is kombu's filesystem transport"),
+    ):
+        for command in (["submit"], ["scale", "--max", "2", "--once"]):
+            done = slurm_fleet.cli("slurm", *command, "--target", "sm_90", env=env)
+            assert done.returncode == 1, (env, command, done.stdout)
+            assert done.stderr.count("\n") == 1 and says in done.stderr, (env, command, done.stderr)
+            assert "Slurm's nodes cannot share it" in done.stderr
+    assert not cluster.live_jobs()
+    assert not (slurm_fleet.home / ".fleet" / "slurm" / "scripts").exists()  # nothing written, nothing submitted
+
+
 def test_scaled_workers_survive_wall_time_and_scancel_then_scale_to_zero(
     slurm_fleet: Fleet, cluster: SlurmCluster
 ) -> None:

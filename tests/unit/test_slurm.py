@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.ops.slurm import SlurmError, SlurmJob, allocated_gpus, parse_time, sbatch_quote, wanted
+from fleet.ops.slurm import SlurmError, SlurmJob, allocated_gpus, parse_time, sbatch_quote, shared_services, wanted
+from fleet.settings import Settings
 
 
 def test_times_as_sbatch_reads_them() -> None:
@@ -40,3 +41,25 @@ def test_drain_defaults_to_a_quarter_of_a_short_wall_time() -> None:
     assert SlurmJob("sm_90", time="1").drain_seconds() == 15
     with pytest.raises(SlurmError, match="--drain 60"):
         SlurmJob("sm_90", time="1", drain=60).drain_seconds()
+
+
+def test_services_the_nodes_cannot_share_are_refused() -> None:
+    def shared(**env: str) -> str | None:
+        return shared_services(Settings.from_env({"FLEET_HOME": "/nowhere", **env}))
+
+    postgres, redis = "postgresql://fleet:pw@db.example:5432/fleet", "redis://:pw@redis.example:6379/0"
+    assert shared(FLEET_DATABASE_URL=postgres, FLEET_BROKER_URL=redis) is None
+    for env, says in (
+        ({"FLEET_BROKER_URL": redis}, "no FLEET_DATABASE_URL (or FLEET_DATABASE_URL_FILE) is set, so the database"),
+        ({"FLEET_DATABASE_URL": "sqlite:////shared/fleet.db", "FLEET_BROKER_URL": redis}, "a SQLite file (/shared/"),
+        ({"FLEET_DATABASE_URL": postgres}, "no FLEET_BROKER_URL (or FLEET_BROKER_URL_FILE) is set"),
+        ({"FLEET_DATABASE_URL": postgres, "FLEET_BROKER_URL": "filesystem://"}, "kombu's filesystem transport"),
+    ):
+        with pytest.raises(SlurmError, match="Slurm's nodes cannot share it") as raised:
+            shared(**env)
+        assert says in str(raised.value) and "pw" not in str(raised.value)
+    # Reached only from this machine: fine for a Slurm on one host, so a warning, not a refusal.
+    warned = shared(FLEET_DATABASE_URL="postgresql://fleet:pw@127.0.0.1/fleet", FLEET_BROKER_URL=redis)
+    assert warned == "warning: FLEET_DATABASE_URL names 127.0.0.1: only jobs that run on this machine reach it"
+    warned = shared(FLEET_DATABASE_URL=postgres, FLEET_BROKER_URL="redis+socket:///run/redis.sock?virtual_host=0")
+    assert warned is not None and "FLEET_BROKER_URL names a unix socket" in warned
