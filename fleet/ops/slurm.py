@@ -32,8 +32,10 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]+(?:,[A-Za-z0-9_.\-]+)*")
 # The variables Slurm sets with a node's allocated GPUs, the most specific first: what CUDA / ROCm will number
 # the devices as (renumbered from 0 where cgroups confine the job), then Slurm's own indices.
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
-# Job states that hold or will hold nodes; COMPLETING and the finished ones no longer count.
-LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED"}
+# Job states that hold or will hold nodes: scaling counts them as capacity, and against --max. COMPLETING (its
+# processes being killed after the job ended) and the finished ones no longer count.
+PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
+LIVE_STATES = PENDING_STATES | {"CONFIGURING", "RUNNING", "RESIZING", "SIGNALING", "STOPPED", "SUSPENDED"}
 DEFAULT_DRAIN = 300
 
 
@@ -311,26 +313,62 @@ def submit(text: str, folder: Path, job: SlurmJob, env: Mapping[str, str]) -> st
 
 @dataclass(frozen=True)
 class SlurmJobState:
+    """One live job (or one element of a job array) of a target's workers, as squeue shows it.
+
+    ``draining``: its workers take no new trial and will exit: the warning before its wall time came (its time
+    left is within the drain), or ``fleet slurm scale`` signalled it. It still holds its nodes and counts against
+    ``--max``, and as capacity until it is gone: a replacement for it is submitted then, not before.
+    """
+
     id: str
     state: str
+    draining: bool = False
+
+    @property
+    def pending(self) -> bool:
+        return self.state in PENDING_STATES
 
 
-def jobs(job: SlurmJob) -> list[SlurmJobState]:
-    """This account's live jobs of ``job``'s target (by their name ``fleet-<target>``), oldest first."""
+def seconds_left(text: str) -> int | None:
+    """Seconds of squeue's time left (``%L``: ``[D-][[H:]M:]S``), or None for ``UNLIMITED``, ``NOT_SET``, ..."""
+    days, _, rest = text.strip().rpartition("-")
+    parts = rest.split(":")
+    if not (days.isdigit() or not days) or not all(part.isdigit() for part in parts) or len(parts) > 3:
+        return None
+    seconds = sum(int(part) * 60**power for power, part in enumerate(reversed(parts)))
+    return seconds + int(days or 0) * 86400
+
+
+def _job_order(state: SlurmJobState) -> tuple[int, int]:
+    # 12 before 13; an array's elements (12_0, 12_1) in order after their array's id.
+    first, _, element = state.id.partition("_")
+    return (int(first) if first.isdigit() else 0, int(element) if element.isdigit() else -1)
+
+
+def jobs(job: SlurmJob, signalled: frozenset[str] = frozenset()) -> list[SlurmJobState]:
+    """This account's live jobs of ``job``'s target (by their name ``fleet-<target>``), oldest first, an array's
+    elements one by one (a pending array is one line of squeue's otherwise, and would count as one job).
+
+    Those in ``signalled`` (sent SIGTERM by ``fleet slurm scale``), and those whose time left is within
+    ``job``'s drain, are draining."""
     import getpass
 
-    out = _run(["squeue", "--noheader", f"--name={job.name}", f"--user={getpass.getuser()}", "--format=%i|%T"])
+    argv = ["squeue", "--noheader", "--array", f"--name={job.name}", f"--user={getpass.getuser()}", "--format=%i|%T|%L"]
+    drain = job.drain_seconds()
     found = []
-    for line in out.splitlines():
-        ident, _, state = line.strip().partition("|")
-        if ident and state in LIVE_STATES:
-            found.append(SlurmJobState(ident, state))
-    return sorted(found, key=lambda j: int(j.id.split("_")[0]) if j.id.split("_")[0].isdigit() else 0)
+    for line in _run(argv).splitlines():
+        ident, state, left = [*line.strip().split("|"), "", ""][:3]
+        if not ident or state not in LIVE_STATES:
+            continue
+        remaining = seconds_left(left)
+        leaving = state not in PENDING_STATES and remaining is not None and remaining <= drain
+        found.append(SlurmJobState(ident, state, ident in signalled or leaving))
+    return sorted(found, key=_job_order)
 
 
 def cancel(state: SlurmJobState) -> None:
     """Cancel a job: a pending one outright; a running one with SIGTERM to its steps, so its workers drain."""
-    if state.state == "PENDING":
+    if state.pending:
         _run(["scancel", state.id])
     else:
         _run(["scancel", "--signal=TERM", state.id])
@@ -360,9 +398,11 @@ def wanted(messages: int, running: bool, slots: int, low: int, high: int) -> int
 class Scaler:
     """``fleet slurm scale``: submits jobs when a target's queues grow, cancels them when they empty.
 
-    Jobs are added at once (never more than ``high`` pending or running); they are taken away only after the
-    demand stayed below them for ``cooldown`` seconds, so that a campaign's pause between batches does not
-    cancel the workers it is about to need. The moment it began is kept in ``state_file`` across cron passes.
+    Every live job counts as capacity and against ``high``: a pending one will serve, a draining one (past its
+    wall time's warning, or cancelled here) holds its nodes until its running trial ends. Jobs are added at once;
+    they are taken away only after the demand stayed below them for ``cooldown`` seconds, so that a campaign's
+    pause between batches does not cancel the workers it is about to need. That moment, and the jobs signalled
+    here, are kept in ``state_file`` across cron passes.
     """
 
     job: SlurmJob
@@ -372,38 +412,56 @@ class Scaler:
     state_file: Path
     submit_job: object = None  # a callable that submits one job and returns its id
 
+    def _state(self) -> dict[str, object]:
+        try:
+            state = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return state if isinstance(state, dict) else {}
+
     def _low_since(self) -> float | None:
         try:
-            return float(json.loads(self.state_file.read_text())["low_since"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return float(self._state()["low_since"])  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError):
             return None
 
-    def _set_low_since(self, when: float | None) -> None:
+    def _signalled(self) -> frozenset[str]:
+        ids = self._state().get("signalled")
+        return frozenset(str(i) for i in ids) if isinstance(ids, list) else frozenset()
+
+    def _save(self, low_since: float | None, signalled: set[str] | frozenset[str]) -> None:
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        self.state_file.write_text(json.dumps({"low_since": when}))
+        self.state_file.write_text(json.dumps({"low_since": low_since, "signalled": sorted(signalled)}))
 
     def step(self, messages: int, running: bool, now: float | None = None) -> str:
         """One pass: compare the jobs there are with those wanted, submit or cancel; a line saying what it did."""
         now = time.time() if now is None else now
-        live = jobs(self.job)
+        live = jobs(self.job, self._signalled())
+        signalled = {j.id for j in live if j.id in self._signalled()}  # forget the jobs that are gone
         want = wanted(messages, running, self.job.slots, self.low, self.high)
+        pending, draining = sum(j.pending for j in live), sum(j.draining for j in live)
         head = f"{self.job.target}: {messages} queued, campaign {'running' if running else 'none'}, {len(live)} jobs"
+        if pending or draining:
+            head += f" ({pending} pending, {draining} draining)"
+        # The jobs beyond those wanted; the draining ones are leaving anyway, and are counted first.
+        extra = max(0, len(live) - want)
         if want > len(live):
-            self._set_low_since(None)
+            self._save(None, signalled)
             ids = [self.submit_job() for _ in range(want - len(live))]  # type: ignore[operator]
             return f"{head}: submitted {', '.join(ids)}"
-        if want == len(live):
-            self._set_low_since(None)
+        if extra <= draining:
+            self._save(None, signalled)
             return f"{head}: steady"
         since = self._low_since()
         if since is None:
-            self._set_low_since(now)
+            self._save(now, signalled)
             return f"{head}: {want} wanted; cancelling after {self.cooldown:g} s"
         if now - since < self.cooldown:
             return f"{head}: {want} wanted; cancelling in {self.cooldown - (now - since):.0f} s"
-        # The newest first, pending before running: a running job's workers have warm caches and drain anyway.
-        extra = sorted(live, key=lambda j: (j.state != "PENDING", -live.index(j)))[: len(live) - want]
-        for each in extra:
+        # Pending first, then the newest running: an older job's workers have warm caches.
+        serving = [j for j in live if not j.draining]
+        chosen = sorted(serving, key=lambda j: (not j.pending, -serving.index(j)))[: extra - draining]
+        for each in chosen:
             cancel(each)
-        self._set_low_since(None)
-        return f"{head}: cancelled {', '.join(j.id for j in extra)}"
+        self._save(None, signalled | {j.id for j in chosen if not j.pending})
+        return f"{head}: cancelled {', '.join(j.id for j in chosen)}"

@@ -197,6 +197,50 @@ def test_scaled_workers_survive_wall_time_and_scancel_then_scale_to_zero(
     assert "cancelled" in (fleet.home / "scale.log").read_text() or not cluster.live_jobs()
 
 
+def test_scaling_counts_pending_array_elements_and_draining_jobs_and_does_not_over_submit(
+    slurm_fleet: Fleet, cluster: SlurmCluster
+) -> None:
+    """Jobs of the target's name already there: one running whose whole minute of wall time lies within the
+    scaler's --drain (it is draining), a pending array of two and a pending job. Six messages queued, --max 6:
+    scaling submits two jobs, not five, then nothing more; with the queue empty it cancels the pending jobs and
+    leaves the draining one to end by itself."""
+    from kombu import Connection
+
+    fleet = slurm_fleet
+    script = fleet.home / "sleep.sh"
+    script.write_text("#!/bin/bash\nsleep 120\n")
+    common = ["sbatch", "--parsable", "--job-name=fleet-sm_90", "--gpus-per-node=1", f"--output={fleet.home}/%j.out"]
+    draining = cluster.run(*common, "--time=1", str(script)).strip()
+    cluster.run(*common, "--time=1", "--array=0-1", "--begin=now+3600", str(script))
+    cluster.run(*common, "--time=1", "--begin=now+3600", str(script))
+    fleet.wait_for(lambda: f"{draining}|RUNNING" in cluster.run("squeue", "--noheader", "--format=%i|%T"), timeout=30,
+                   what="the draining job to run")  # fmt: skip
+    with Connection(fleet.env["FLEET_BROKER_URL"]) as connection:
+        queue = connection.SimpleQueue("eval.sm_90")
+        for n in range(6):
+            queue.put({"n": n})
+        queue.close()
+
+    # The scaler's jobs are held back too, so that no worker takes the queued messages.
+    scale = ["slurm", "scale", "--target", "sm_90", "--max", "6", "--time", "1", "--drain", "59", "--cooldown", "0",
+             "--once", "--", "--begin=now+3600"]  # fmt: skip
+    first = fleet.cli(*scale, check=True).stdout
+    assert "6 queued, campaign none, 4 jobs (3 pending, 1 draining): submitted" in first, first
+    assert len(first.split("submitted ")[1].split(", ")) == 2, first
+    second = fleet.cli(*scale, check=True).stdout
+    assert "6 jobs (5 pending, 1 draining): steady" in second, second
+    assert len(cluster.run("squeue", "--noheader", "--array", "--format=%i").split()) == 6
+
+    with Connection(fleet.env["FLEET_BROKER_URL"]) as connection:
+        connection.SimpleQueue("eval.sm_90").clear()
+    assert "0 wanted; cancelling after 0 s" in fleet.cli(*scale, check=True).stdout
+    said = fleet.cli(*scale, check=True).stdout
+    cancelled = said.split("cancelled ")[1].split(", ")
+    assert len(cancelled) == 5 and draining not in [c.strip() for c in cancelled], said
+    fleet.wait_for(lambda: cluster.live_jobs() == [draining], timeout=30, what="only the draining job left")
+    assert fleet.cli(*scale, check=True).stdout.endswith("1 jobs (0 pending, 1 draining): steady\n")
+
+
 def _evaluating(fleet: Fleet) -> bool:
     with fleet.store.session() as session:
         return bool(session.scalar(select(func.count()).select_from(Trial).where(Trial.state == "evaluating")))

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from fleet.ops.slurm import SlurmError, SlurmJob, allocated_gpus, parse_time, sbatch_quote, shared_services, wanted
+from fleet.ops import slurm
+from fleet.ops.slurm import (
+    Scaler,
+    SlurmError,
+    SlurmJob,
+    SlurmJobState,
+    allocated_gpus,
+    parse_time,
+    sbatch_quote,
+    seconds_left,
+    shared_services,
+    wanted,
+)
 from fleet.settings import Settings
 
 
@@ -63,3 +77,33 @@ def test_services_the_nodes_cannot_share_are_refused() -> None:
     assert warned == "warning: FLEET_DATABASE_URL names 127.0.0.1: only jobs that run on this machine reach it"
     warned = shared(FLEET_DATABASE_URL=postgres, FLEET_BROKER_URL="redis+socket:///run/redis.sock?virtual_host=0")
     assert warned is not None and "FLEET_BROKER_URL names a unix socket" in warned
+
+
+def test_time_left_as_squeue_prints_it() -> None:
+    assert [seconds_left(t) for t in ("0:05", "29:55", "1:00:00", "2-03:04:05", "7")] == [5, 1795, 3600, 183845, 7]
+    assert seconds_left("UNLIMITED") is None and seconds_left("NOT_SET") is None and seconds_left("") is None
+
+
+def test_scaling_counts_pending_and_draining_jobs_and_cancels_no_serving_job_for_a_draining_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live = [
+        SlurmJobState("10", "RUNNING"),
+        SlurmJobState("11", "RUNNING", draining=True),
+        SlurmJobState("12_0", "PENDING"),
+    ]
+    cancelled: list[str] = []
+    submitted: list[str] = []
+    monkeypatch.setattr(slurm, "jobs", lambda job, signalled=frozenset(): live)
+    monkeypatch.setattr(slurm, "cancel", lambda state: cancelled.append(state.id))
+    scaler = Scaler(
+        SlurmJob("sm_90"), 0, 8, 0, tmp_path / "scale.json", submit_job=lambda: submitted.append("x") or "13"
+    )
+    said = scaler.step(3, True, now=0)
+    assert said == "sm_90: 3 queued, campaign running, 3 jobs (1 pending, 1 draining): steady" and not submitted
+    assert scaler.step(4, True, now=1).endswith("submitted 13")  # one more than the three there are
+    # Two wanted: the draining job is the one too many, and it is leaving by itself.
+    assert scaler.step(2, True, now=2).endswith(": steady") and not cancelled
+    # One wanted: after the cool-down, the pending job goes, not the running one that serves.
+    assert "cancelling after 0 s" in scaler.step(1, True, now=3)
+    assert scaler.step(1, True, now=4).endswith("cancelled 12_0") and cancelled == ["12_0"]
