@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -89,20 +90,30 @@ def slurm() -> None:
 @_job_options
 @click.option("--print", "show", is_flag=True, help="Print the sbatch script instead of submitting it.")
 @click.option("--jobs", "count", type=click.IntRange(1), default=1, show_default=True, help="Jobs to submit.")
-def submit_command(show: bool, count: int, **options: Any) -> None:
+@click.option(
+    "--array",
+    metavar="N[%M]",
+    help="Submit each as a job array of N jobs, at most M of them running at once (sbatch --array=0-N-1%M).",
+)
+def submit_command(show: bool, count: int, array: str | None, **options: Any) -> None:
     """Submit Slurm jobs that run `fleet worker` on the GPUs Slurm allocates, and drain before the wall time.
 
     The script is kept under $FLEET_HOME/slurm/scripts/ and the jobs' logs under $FLEET_HOME/slurm/logs/; the
     fleet's URLs reach the jobs as 0600 files (FLEET_*_URL_FILE), never in the script or its environment.
     """
-    job = _job(**options)
+    job = replace(_job(**options), array=array)
+    job.check()
     _shared()
     if show:
         click.echo(_script(job), nl=False)
         return
     submit = _submitter(job)
+    each = f"{job.nodes} node(s) x {job.gpus_per_node} GPU(s)"
     for _ in range(count):
-        click.echo(f"submitted job {submit()} ({job.name}: {job.nodes} node(s) x {job.gpus_per_node} GPU(s))")
+        if array:
+            click.echo(f"submitted job array {submit()} ({job.name}: {job.elements()} jobs of {each})")
+        else:
+            click.echo(f"submitted job {submit()} ({job.name}: {each})")
 
 
 @slurm.command("scale")

@@ -27,6 +27,8 @@ from fleet.settings import SECRETS, Settings, child_env
 
 # Slurm's time formats: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]].
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+# A job array's size, with the most of its elements that may run at once: 8, 8%2.
+_ARRAY = re.compile(r"([1-9][0-9]*)(?:%([1-9][0-9]*))?")
 # Partition and account names; a comma separates several partitions.
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+(?:,[A-Za-z0-9_.\-]+)*")
 # The variables Slurm sets with a node's allocated GPUs, the most specific first: what CUDA / ROCm will number
@@ -87,6 +89,9 @@ class SlurmJob:
         quarter of a short wall time.
     extra:
         Further sbatch options, written as ``#SBATCH`` lines as given.
+    array:
+        ``N`` or ``N%M``: a job array of N such jobs (elements), at most M of them running at once; one sbatch,
+        one id, each element its own job (``ID_0`` ... in squeue) that scaling counts and cancels one by one.
     """
 
     target: str
@@ -97,6 +102,7 @@ class SlurmJob:
     account: str | None = None
     drain: int | None = None
     extra: tuple[str, ...] = field(default_factory=tuple)
+    array: str | None = None
 
     @property
     def name(self) -> str:
@@ -116,12 +122,32 @@ class SlurmJob:
             raise SlurmError(f"--drain {drain}: Slurm sends its warning at most 65535 s ahead")
         return drain
 
+    def _array(self) -> tuple[int, str] | None:
+        """The array's size and the most elements running at once (``%M``, or ""), or None for a single job."""
+        if self.array is None:
+            return None
+        match = _ARRAY.fullmatch(self.array.strip())
+        if not match:
+            raise SlurmError(f"--array {self.array!r}: expected a count of jobs, N, or N%M to run at most M at once")
+        return int(match.group(1)), f"%{match.group(2)}" if match.group(2) else ""
+
+    def elements(self) -> int:
+        """Jobs one submission makes: the array's size, or 1."""
+        array = self._array()
+        return 1 if array is None else array[0]
+
+    def array_directive(self) -> str | None:
+        """sbatch's ``--array`` value (``0-7%2``), or None for a single job."""
+        array = self._array()
+        return None if array is None else f"0-{array[0] - 1}{array[1]}"
+
     def check(self) -> None:
         """One clear line for each value sbatch would refuse, or that has no place in an #SBATCH line."""
         from fleet.spec.targets import check_target
 
         check_target(self.target)
         self.drain_seconds()
+        self.elements()
         for option, value in (("--partition", self.partition), ("--account", self.account)):
             if value is not None and not _NAME.fullmatch(value):
                 raise SlurmError(f"{option} {value!r}: not a Slurm {option[2:]} name")
@@ -217,15 +243,18 @@ def script(job: SlurmJob, *, env: Mapping[str, str], output: Path, python: str =
     """
     job.check()
     drain = job.drain_seconds()
+    array = job.array_directive()
+    log = "%x-%A_%a.out" if array else "%x-%j.out"  # an array's elements by the array's id and their index
     directives = [
         f"--job-name={sbatch_quote(job.name)}",
+        *([f"--array={array}"] if array else []),
         f"--nodes={job.nodes}",
         "--ntasks-per-node=1",
         f"--gpus-per-node={job.gpus_per_node}",
         f"--time={sbatch_quote(job.time)}",
         f"--signal=TERM@{drain}",
         "--export=NONE",
-        f"--output={sbatch_quote(str(output / '%x-%j.out'))}",
+        f"--output={sbatch_quote(str(output / log))}",
     ]
     if job.partition:
         directives.append(f"--partition={sbatch_quote(job.partition)}")
@@ -234,9 +263,12 @@ def script(job: SlurmJob, *, env: Mapping[str, str], output: Path, python: str =
     directives += [sbatch_quote(flag) for flag in job.extra]
     node = [python, "-m", "fleet.cli", "slurm", "node", "--target", job.target]
     node += ["--stop-timeout", str(job.stop_timeout())]
+    each = f"{job.nodes} node(s) x {job.gpus_per_node} GPU(s)"
+    if array:
+        each = f"a job array of {job.elements()} jobs ({array}), each of {each}"
     lines = [
         "#!/bin/bash",
-        f"# Fleet workers for target {job.target}: {job.nodes} node(s) x {job.gpus_per_node} GPU(s), written by",
+        f"# Fleet workers for target {job.target}: {each}, written by",
         "# `fleet slurm submit`; edit it freely and submit it with sbatch.",
         "# Each node runs `fleet slurm node`, which starts `fleet worker` on the GPUs Slurm allocated there.",
         f"# {drain} s before the wall time Slurm sends SIGTERM: the workers take no new trial, finish the running",
@@ -271,6 +303,8 @@ def node_name(env: Mapping[str, str]) -> str:
     own (two jobs may share a node, each with its own GPUs) and `fleet slurm scale` can tell them apart."""
     node = env.get("SLURMD_NODENAME") or os.uname().nodename
     job = env.get("SLURM_JOB_ID")
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"  # as squeue and scancel name the element
     if not job:
         raise SlurmError("fleet slurm node runs inside a Slurm job (srun in the script `fleet slurm submit` writes)")
     return f"{node}.slurm-{job}"

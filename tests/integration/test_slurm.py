@@ -122,6 +122,24 @@ def test_jobs_run_workers_on_their_allocated_gpus_with_no_secret_in_sight(
     assert not (fleet.home / "pwned").exists()
 
 
+def test_a_job_array_runs_each_element_as_a_job_of_its_own(slurm_fleet: Fleet, cluster: SlurmCluster) -> None:
+    fleet = slurm_fleet
+    done = fleet.cli("slurm", "submit", "--target", "sm_90", "--time", "10", "--array", "2", check=True)
+    assert "(fleet-sm_90: 2 jobs of 1 node(s) x 1 GPU(s))" in done.stdout, done.stdout
+    array = done.stdout.split()[3]
+    fleet.wait_for(lambda: len(live_eval_workers(fleet)) == 2, timeout=60, what="the array's two workers")
+    elements = {}
+    for worker in live_eval_workers(fleet):
+        node, _, element = worker.name.split("@")[1].partition(".slurm-")
+        gpu = int(worker.name.split("-")[1].removeprefix("gpu"))
+        assert gpu in cluster.allocation(element)[node], (worker.name, cluster.allocation(element))  # its own GPU
+        elements[element] = worker.name
+    assert sorted(elements) == [f"{array}_0", f"{array}_1"]  # registered as squeue and scancel name them
+    cluster.run("scancel", "--signal=TERM", f"{array}_1")  # one element alone drains, as scaling cancels it
+    fleet.wait_for(lambda: len(live_eval_workers(fleet)) == 1, timeout=60, what="the cancelled element to drain")
+    assert [w.name for w in live_eval_workers(fleet)] == [elements[f"{array}_0"]]
+
+
 def test_user_mistakes_are_one_line(slurm_fleet: Fleet) -> None:
     for args, says in (
         (["--time", "soon"], "--time 'soon'"),
@@ -129,6 +147,7 @@ def test_user_mistakes_are_one_line(slurm_fleet: Fleet) -> None:
         (["--partition", "gpu; rm"], "not a Slurm partition name"),
         (["--print", "--", "qos=high"], "starts with '-'"),
         (["--print", "--", "--comment=a\nb"], "control character"),
+        (["--print", "--array", "0-3"], "--array '0-3': expected a count of jobs"),
     ):
         done = slurm_fleet.cli("slurm", "submit", "--target", "sm_90", *args)
         assert done.returncode == 1, (args, done.stdout)

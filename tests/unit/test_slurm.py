@@ -13,8 +13,10 @@ from fleet.ops.slurm import (
     SlurmJob,
     SlurmJobState,
     allocated_gpus,
+    node_name,
     parse_time,
     sbatch_quote,
+    script,
     seconds_left,
     shared_services,
     wanted,
@@ -107,3 +109,18 @@ def test_scaling_counts_pending_and_draining_jobs_and_cancels_no_serving_job_for
     # One wanted: after the cool-down, the pending job goes, not the running one that serves.
     assert "cancelling after 0 s" in scaler.step(1, True, now=3)
     assert scaler.step(1, True, now=4).endswith("cancelled 12_0") and cancelled == ["12_0"]
+
+
+def test_a_job_array_in_the_script_and_in_its_workers_names(tmp_path: Path) -> None:
+    text = script(SlurmJob("sm_90", time="1:00:00", array="8%2"), env={}, output=tmp_path, python="/usr/bin/python3")
+    assert "#SBATCH --array=0-7%2\n" in text and "a job array of 8 jobs" in text
+    assert f'#SBATCH --output="{tmp_path}/%x-%A_%a.out"' in text  # one log per element
+    single = script(SlurmJob("sm_90", time="1:00:00"), env={}, output=tmp_path, python="/usr/bin/python3")
+    assert "--array" not in single and "%x-%j.out" in single
+    for wrong in ("0-7", "0", "x", "4%0"):
+        with pytest.raises(SlurmError, match=f"--array '{wrong}'"):
+            SlurmJob("sm_90", array=wrong).check()
+    # An element registers as squeue and scancel name it, not by the job id Slurm gave it underneath.
+    element = {"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "15", "SLURM_ARRAY_JOB_ID": "12", "SLURM_ARRAY_TASK_ID": "3"}
+    assert node_name(element) == "n1.slurm-12_3"
+    assert node_name({"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "15"}) == "n1.slurm-15"
