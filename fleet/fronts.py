@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fleet.errors import FleetError, SpecError
-from fleet.search.pareto import Objective, front, loss_vector
 
 if TYPE_CHECKING:  # the store is only passed in: a command that imports this module need not load SQLAlchemy
+    from fleet.search.pareto import Objective  # nor every searcher (fleet.search's package), for fleet status
     from fleet.store import Campaign, Store, TrialResult
 
 WITHIN = 10.0
@@ -92,11 +92,15 @@ def objective_values(result: TrialResult, objectives: Sequence[Objective]) -> di
 
 def front_of(valid: Sequence[TrialResult], objectives: Sequence[Objective]) -> list[TrialResult]:
     """The valid results that no other beats in every objective, best first objective first."""
+    from fleet.search.pareto import front, loss_vector
+
     return [valid[i] for i in front([loss_vector(objective_values(r, objectives), objectives) for r in valid])]
 
 
 def choose(points: Sequence[TrialResult], objectives: Sequence[Objective], preference: Preference) -> TrialResult:
     """The point of a non-empty front that ``preference`` chooses (see the module docstring)."""
+    from fleet.search.pareto import loss_vector
+
     wanted = _named(objectives, preference.objective)
     losses = [loss_vector(objective_values(p, objectives), objectives)[0] for p in points]
     best = min(losses)

@@ -11,12 +11,27 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from fleet.errors import ConfigurationError
+
+
+def conceal() -> None:
+    """Make this process non-dumpable, so that a command it runs cannot read its secrets.
+
+    A command running as the same user could otherwise read the database and broker URLs from
+    ``/proc/PID/environ`` of any Fleet process, or its memory, or attach a debugger. Non-dumpable
+    processes' ``/proc`` entries belong to root, and core dumps are off. ``exec`` undoes it, so each Fleet
+    process (the CLI, each Celery worker) calls this itself; the children it forks inherit it.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes  # here: every fleet command calls this, and few need ctypes otherwise
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0)  # 4 = PR_SET_DUMPABLE
 
 
 def positive_number(env: Mapping[str, str], name: str, default: float) -> float:

@@ -2,24 +2,68 @@
 
 Every user error ends in one line on stderr and a non-zero exit. The modules of this package import from
 ``fleet.cli._common`` and ``fleet.cli._sections``, never from here: this module only assembles them.
+
+The read commands a user runs most (``fleet status``, ``best``, ``report``, ``trials``, ``trial``) are found
+without assembling the rest: ``fleet status`` imports its own module, not every command's (issue 42, item 12).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import Any
 
 import click
 
-from fleet.cli import bench, campaigns, fleet, interop, kubernetes, operations, slurm, steering, trials
 from fleet.cli._sections import SectionedGroup, old_name
-from fleet.cli.miopen import register as register_tuna
-from fleet.cli.tvm import run_model_command, tune_model_command, tvm_group
 from fleet.errors import FleetError
-from fleet.settings import Settings
-from fleet.workers.runner import conceal
+from fleet.settings import Settings, conceal
+
+ALONE = {
+    "status": "fleet.cli.campaigns",
+    "best": "fleet.cli.campaigns",
+    "report": "fleet.cli.campaigns",
+    "trials": "fleet.cli.trials",
+    "trial": "fleet.cli.trials",
+}
+"""Commands that their module defines whole (no other module adds to them), by name: the module that holds each."""
 
 
-@click.group(cls=SectionedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class FleetGroup(SectionedGroup):
+    """``fleet``'s group: its commands are assembled (every module of the CLI imported) on first use of
+    :attr:`commands`, and a command of :data:`ALONE` is found without them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.assembled = False
+        super().__init__(*args, **kwargs)
+
+    def assemble(self) -> None:
+        """Add every command, in its section, unless that is done."""
+        if not self.assembled:
+            self.assembled = True  # first: assembling adds commands, which reads them
+            _assemble(self)
+
+    @property  # type: ignore[override]  # click.Group's attribute, assembled when first read
+    def commands(self) -> dict[str, click.Command]:
+        self.assemble()
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: dict[str, click.Command]) -> None:
+        self._commands = value
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if not self.assembled and cmd_name in ALONE:
+            command: click.Command = getattr(importlib.import_module(ALONE[cmd_name]), cmd_name)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.assemble()  # the sections too
+        super().format_commands(ctx, formatter)
+
+
+@click.group(cls=FleetGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="fleet-tune", prog_name="fleet")
 @click.option("-v", "--verbose", is_flag=True, help="Log what Fleet does, the database it reads first.")
 def cli(verbose: bool) -> None:
@@ -35,6 +79,11 @@ def cli(verbose: bool) -> None:
 
 
 def _assemble(group: SectionedGroup) -> None:
+    """Add every command of the CLI to ``group``, in its section."""
+    from fleet.cli import bench, campaigns, fleet, interop, kubernetes, operations, slurm, steering, trials
+    from fleet.cli.miopen import register as register_tuna
+    from fleet.cli.tvm import run_model_command, tune_model_command, tvm_group
+
     # Run or hand over, steer, then look at what was found.
     for command in (campaigns.tune, steering.submit, campaigns.resume, steering.pause, steering.cancel):
         group.add_to_section("Campaigns", command)
@@ -59,9 +108,6 @@ def _assemble(group: SectionedGroup) -> None:
         group.add_to_section("Operations", command)
     for command in bench.COMMANDS:
         group.add_to_section("Benchmarks", command)
-
-
-_assemble(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

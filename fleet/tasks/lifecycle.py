@@ -16,12 +16,11 @@ from typing import Any
 from celery import signals
 
 from fleet.errors import ConfigurationError, StoreError
-from fleet.settings import get_settings, node_name
+from fleet.settings import conceal, get_settings, node_name
 from fleet.store import Store
 from fleet.tasks.sending import send, send_steps
 from fleet.workers import sandbox
 from fleet.workers.execute import WorkerContext
-from fleet.workers.runner import conceal
 
 log = logging.getLogger("fleet.worker")
 

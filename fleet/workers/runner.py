@@ -3,8 +3,8 @@
 Every command a spec brings runs here, and so in :mod:`fleet.workers.sandbox` (bubblewrap): its own PID,
 mount and network namespaces, a workload account, the fleet's state hidden, killed whole when it ends. The
 command gets a minimal environment so that a worker's secrets never reach user code; the worker's own
-processes are non-dumpable (:func:`conceal`) besides. With ``FLEET_SANDBOX=none`` the command runs in a session
-of its own, killed by process group, as ``FLEET_WORKLOAD_USER`` when the worker is root.
+processes are non-dumpable (:func:`fleet.settings.conceal`) besides. With ``FLEET_SANDBOX=none`` the command
+runs in a session of its own, killed by process group, as ``FLEET_WORKLOAD_USER`` when the worker is root.
 """
 
 from __future__ import annotations
@@ -287,18 +287,6 @@ def _found(program: str, cwd: Path, env: Mapping[str, str]) -> bool:
     if "/" in program:
         return (cwd / program).exists()
     return shutil.which(program, mode=os.F_OK, path=sandbox_env(env).get("PATH", os.defpath)) is not None
-
-
-def conceal() -> None:
-    """Make this process non-dumpable, so that a command it runs cannot read its secrets.
-
-    A command running as the same user could otherwise read the database and broker URLs from
-    ``/proc/PID/environ`` of any Fleet process, or its memory, or attach a debugger. Non-dumpable
-    processes' ``/proc`` entries belong to root, and core dumps are off. ``exec`` undoes it, so each Fleet
-    process (the CLI, each Celery worker) calls this itself; the children it forks inherit it.
-    """
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0)  # 4 = PR_SET_DUMPABLE
 
 
 def workload_account() -> pwd.struct_passwd | None:

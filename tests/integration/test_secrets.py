@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from fleet.workers.runner import conceal
+from fleet.settings import conceal
 from tests.conftest import ROOT, Fleet, write_spec
 
 ROOT_USER = os.geteuid() == 0

@@ -50,6 +50,19 @@ def test_fleet_status_imports_no_migrations_broker_driver_or_benchmarks(home: Pa
     assert not imported_by(home, "status") & set(HEAVY)
 
 
+def test_fleet_status_imports_its_own_commands_module_and_no_searcher(home: Path) -> None:
+    modules = imported_by(home, "status")
+    assert {m for m in modules if m.startswith("fleet.cli.")} == {
+        "fleet.cli._common", "fleet.cli._sections", "fleet.cli.campaigns",
+    }  # fmt: skip
+    assert not {m for m in modules if m.startswith(("fleet.search", "fleet.workers"))}
+
+
+def test_the_whole_cli_is_assembled_for_any_other_command_and_for_help(home: Path) -> None:
+    assert "fleet.cli.operations" in imported_by(home, "--help")
+    assert "fleet.cli.tvm" in imported_by(home, "db", "--help")
+
+
 def test_the_head_revision_read_from_the_migration_files_is_alembics() -> None:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
