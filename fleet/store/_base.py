@@ -42,6 +42,10 @@ log = logging.getLogger("fleet.store")
 # StoreError; any other (a constraint violated) is a bug, and raised as it is.
 _UNANSWERED = (OperationalError, ProgrammingError, InterfaceError)
 Method = TypeVar("Method", bound=Callable[..., Any])
+PREPARED = (
+    "claim_and_create", "claim_compile", "create_build", "built_and_compiled", "claim_evaluate", "record_measured",
+)  # fmt: skip
+"""The hot statements prepared on PostgreSQL: those every trial runs."""
 _patient_calls = threading.local()
 
 
@@ -177,15 +181,10 @@ class StoreBase:
         except (NoSuchModuleError, ModuleNotFoundError) as error:
             raise StoreError(f"{self.display_url}: {error}; use postgresql+psycopg2:// or sqlite:///") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self._hot = HotPath(self.insert, self.dialect)
-        # The statements every trial runs, prepared on PostgreSQL (see fleet.store._prepared).
+        # The statements every trial runs, prepared on PostgreSQL (see fleet.store._prepared), each when first run:
+        # a read command runs none, and building them all cost `fleet status` a tenth of a second.
         self._prepared: dict[str, Prepared] = {}
-        if self.dialect == "postgresql":
-            for name in (
-                "claim_and_create", "claim_compile", "create_build", "built_and_compiled", "claim_evaluate",
-                "record_measured",
-            ):  # fmt: skip
-                self._prepared[name] = Prepared(f"fleet_{name}", getattr(self._hot, name), self.engine.dialect)
+        self._prepares = self.dialect == "postgresql"
         self._campaign_cache: dict[int, dict[str, Any]] = {}
         self._problem_cache: dict[int, dict[str, Any]] = {}
         # The hot path's own connection, held between calls (see _steps), and the process it belongs to.
@@ -409,16 +408,25 @@ class StoreBase:
             self._held = None
         self._held_pid = os.getpid()
 
+    @functools.cached_property
+    def _hot(self) -> HotPath:
+        """The workers' hot statements, built on first use (never, in a read command)."""
+        return HotPath(self.insert, self.dialect)
+
     def _run(self, connection: Connection, name: str, params: dict[str, Any]) -> Any:
         """Run the hot statement ``name``: prepared where the server keeps prepared statements."""
         prepared = self._prepared.get(name)
+        if prepared is None and self._prepares and name in PREPARED:
+            prepared = self._prepared[name] = Prepared(f"fleet_{name}", getattr(self._hot, name), self.engine.dialect)
         if prepared is not None:
             try:
                 return prepared.run(connection, params)
             except DBAPIError as error:
                 if not refused(error):
                     raise
-                self._prepared.clear()  # this server forgets them: run every statement as text from now on
+                # This server forgets them: run every statement as text from now on.
+                self._prepares = False
+                self._prepared.clear()
         return connection.execute(getattr(self._hot, name), params)
 
     # -- helpers ----------------------------------------------------------------------------------------

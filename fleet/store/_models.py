@@ -166,7 +166,16 @@ class Trial(Base):
     __table_args__ = (
         UniqueConstraint("campaign_id", "problem_id", "target", "config_key", name="uq_trial_config"),
         Index("ix_trials_state_lease", "state", "lease_expires_at"),
-        Index("ix_trials_campaign_state", "campaign_id", "state"),
+        # A campaign's counts by problem, state and baseline read from the index alone (Store.tally).
+        Index("ix_trials_campaign_state", "campaign_id", "state", "problem_id", "baseline", "id"),
+        # The trials that reused an earlier measurement, ranked apart from those measured themselves (Store.tally).
+        Index(
+            "ix_trials_reused",
+            "campaign_id",
+            "problem_id",
+            postgresql_where=text("source_trial_id IS NOT NULL"),
+            sqlite_where=text("source_trial_id IS NOT NULL"),
+        ),
         # The compiles handed to a build (Store.hand_to_builder), found by its key at each build's end. Partial:
         # a trial's row enters it once, as its compile starts, not at each change of its state.
         Index(
@@ -237,7 +246,11 @@ class Measurement(Base):
 
     __tablename__ = "measurements"
     # With the objective: a problem and target's best measurements are its first rows (fleet.store._history).
-    __table_args__ = (Index("ix_measurements_problem_target_objective", "problem_id", "target", "objective"),)
+    __table_args__ = (
+        Index("ix_measurements_problem_target_objective", "problem_id", "target", "objective"),
+        # A problem's measurements best first, earliest first among equals: its best in a campaign (Store.tally).
+        Index("ix_measurements_problem_objective", "problem_id", "objective", "trial_id"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), unique=True)

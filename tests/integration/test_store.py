@@ -1411,6 +1411,26 @@ def test_results_look_trials_up_by_id_even_when_statistics_say_none_finished(pg_
     assert "ix_trials_state_lease" not in plan and "ix_trials_campaign_state" not in plan, plan
 
 
+@pytest.mark.parametrize("maximize", [False, True])
+def test_a_campaigns_best_is_found_down_its_problems_measurements_in_order_not_by_ranking_them_all(
+    pg_store: Store, maximize: bool
+) -> None:
+    store = pg_store
+    campaign = make_campaign(store)
+    for n, trial_id in enumerate(add(store, campaign, *({"tile": t} for t in range(200)))):
+        evaluate(store, trial_id, float(n % 3), maximize=maximize)
+    analyze(store)
+    with store.engine.begin() as connection:
+        connection.execute(text("ANALYZE measurements"))
+
+    def tally() -> None:
+        [found] = store.tally(campaign.id, maximize).values()
+        assert found.best is not None and found.best.config == {"tile": 2 if maximize else 0}
+
+    plan = last_plan(store, "SELECT (SELECT trials.id", tally)
+    assert "ix_measurements_problem_objective" in plan and "WindowAgg" not in plan, plan
+
+
 def test_add_trials_finds_its_trials_through_the_unique_index_not_the_whole_campaign(pg_store: Store) -> None:
     store = pg_store
     campaign = make_campaign(store)
@@ -1527,10 +1547,12 @@ def test_summarize_finds_in_sql_what_reading_every_result_found(store: Store, go
     evaluate(store, trial(first, b, 2, 3), score(1.5))
     evaluate(store, trial(first, b, 4, 1), score(3.5))
     errored(trial(first, c, 1, 1))
-    # The second campaign reuses problem a's best, and measures a worse configuration of its own.
+    # The second campaign reuses problem a's best, and measures a worse configuration of its own, and one as good
+    # (a tie: the reused trial came first); the first campaign's better runs of the problem are not its own.
     reused = trial(second, a, 4, 2)
     assert store.record(reused, "evaluator", state="evaluated", source=reuse_claim(store, reused).reuse)
     evaluate(store, trial(second, a, 1, 1), score(7.0))
+    evaluate(store, trial(second, a, 2, 2), score(2.0))
 
     for campaign in (first, second):
         campaign = store.campaign(campaign.id)
@@ -1544,7 +1566,7 @@ def test_summarize_finds_in_sql_what_reading_every_result_found(store: Store, go
     assert (b_sum.best.config, b_sum.baseline.config) == ({"tile": 2, "scale": 3}, {"tile": 1, "scale": 1})  # type: ignore[union-attr]
     assert (c_sum.best, c_sum.counts, nothing.best, nothing.counts) == (None, {"errored": 1}, None, {})
     [reusing] = summarize(store, store.campaign(second.id))
-    assert (reusing.best.trial_id, reusing.best.reused, reusing.counts) == (reused, True, {"evaluated": 2})  # type: ignore[union-attr]
+    assert (reusing.best.trial_id, reusing.best.reused, reusing.counts) == (reused, True, {"evaluated": 3})  # type: ignore[union-attr]
     baselines = {p: t.baselines for p, t in store.tally(first.id, goal == "max").items()}
     assert baselines == {a: {"evaluated": 2, "invalid": 1}, b: {"evaluated": 1}, c: {}}
 
