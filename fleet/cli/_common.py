@@ -74,7 +74,7 @@ def missing_database(url: str) -> None:
 
 def check_broker() -> None:
     """Fail with one line when the broker does not answer (a private or filesystem one always does)."""
-    from fleet.tasks import app
+    from fleet.celery_app import app
 
     settings = get_settings()
     if settings.embedded_broker or settings.broker_url.startswith("filesystem://"):

@@ -153,7 +153,7 @@ def queue_health(
         # Said before Celery is imported, which costs `fleet status` more than its own queries.
         raise BrokerError("the embedded broker is not running (`fleet up --local` or `fleet tune` starts it)")
     if app is None:
-        from fleet.tasks import app
+        from fleet.celery_app import app  # not fleet.tasks: every task and the worker code
     if filesystem:
         waiting = _filesystem_counts(settings)
     else:

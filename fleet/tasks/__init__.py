@@ -4,9 +4,10 @@ Queues are named after targets: ``build.<target>`` for compiles, ``eval.<target>
 task takes ``target`` as a keyword argument, and the router reads it.
 """
 
+from fleet.celery_app import TASK_QUEUES, app, configure, queue_names, queues, route
+
 # The task modules register themselves on the app; importing them here lets `celery -A fleet.tasks` find them.
 from fleet.tasks import lifecycle as _lifecycle  # noqa: F401
-from fleet.tasks._app import TASK_QUEUES, app, configure, queue_names, queues, route
 from fleet.tasks.sending import send, send_steps
 from fleet.tasks.trials import anneal_step, compile, evaluate
 from fleet.tasks.tvm import tvm_measure  # noqa: F401

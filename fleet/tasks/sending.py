@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import groupby
 
+from fleet.celery_app import app
 from fleet.store import Requeue
-from fleet.tasks._app import app
 
 BATCHED = ("compile", "evaluate")
 """The tasks whose messages may carry several trials (``trial_ids``); the others carry one (``trial_id``)."""

@@ -17,12 +17,12 @@ from typing import TypeVar
 from celery import Task
 from celery.exceptions import Retry
 
+from fleet.celery_app import app
 from fleet.errors import StoreUnavailable
 from fleet.pace import CHEAP_SECONDS, SPLIT_SECONDS
 from fleet.settings import get_settings
 from fleet.states import TrialState
 from fleet.store import Requeue
-from fleet.tasks._app import app
 from fleet.tasks.lifecycle import context
 from fleet.tasks.sending import send
 

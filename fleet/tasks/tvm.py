@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from celery import Task
 
+from fleet.celery_app import app
 from fleet.states import TrialState
-from fleet.tasks._app import app
 from fleet.tasks.lifecycle import context
 from fleet.tasks.sending import send
 

@@ -19,14 +19,17 @@ from fleet.store._base import head_revision
 HEAVY = ("alembic", "celery", "kombu", "fleet.bench.search", "fleet.bench.pareto", "fleet.campaign", "fleet.api")
 
 
-def imported_by(home: Path, *args: str) -> set[str]:
-    """The modules a `fleet` command imported, run in its own process in ``home`` (embedded, no broker running)."""
+def imported_by(home: Path, *args: str, broker: str | None = None) -> set[str]:
+    """The modules a `fleet` command imported, run in its own process in ``home`` (embedded, no broker running
+    unless ``broker`` names one)."""
     script = (
         "import json, sys\nfrom fleet.cli import main\n"
         f"code = main({list(args)!r})\n"
         "print(json.dumps([code, sorted(sys.modules)]))\n"
     )
-    env = {"PATH": "/usr/bin:/bin", "FLEET_HOME": str(home / ".fleet")}
+    env = {"PATH": "/usr/bin:/bin", "FLEET_HOME": str(home / ".fleet")} | (
+        {"FLEET_BROKER_URL": broker} if broker else {}
+    )
     done = subprocess.run([sys.executable, "-c", script], cwd=home, env=env, capture_output=True, text=True, timeout=60)
     code, modules = json.loads(done.stdout.splitlines()[-1])
     assert code == 0, done.stderr
@@ -56,6 +59,12 @@ def test_fleet_status_imports_its_own_commands_module_and_no_searcher(home: Path
         "fleet.cli._common", "fleet.cli._sections", "fleet.cli.campaigns",
     }  # fmt: skip
     assert not {m for m in modules if m.startswith(("fleet.search", "fleet.workers"))}
+
+
+def test_fleet_status_reads_the_queues_with_the_celery_app_alone_not_every_task(home: Path) -> None:
+    modules = imported_by(home, "status", broker="filesystem://")
+    assert "fleet.celery_app" in modules  # it asked the broker
+    assert not {m for m in modules if m.startswith("fleet.tasks")}
 
 
 def test_the_whole_cli_is_assembled_for_any_other_command_and_for_help(home: Path) -> None:

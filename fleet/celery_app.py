@@ -1,4 +1,8 @@
-"""The Celery app, its routing by target, and its settings: JSON only, late acks, prefetch 1."""
+"""The Celery app, its routing by target, and its settings: JSON only, late acks, prefetch 1.
+
+Outside ``fleet.tasks``, whose package imports every task (and the worker code): ``fleet status`` asks the broker
+for its queues' health with this app alone (issue 42, item 12). The tasks register themselves on it.
+"""
 
 from __future__ import annotations
 
