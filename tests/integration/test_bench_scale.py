@@ -40,7 +40,7 @@ def test_a_small_scale_run_gives_every_figure_of_both_phases() -> None:
         # The machine's speed, sampled each second: a phase of a few seconds may hold no sample in a window.
         speed = phase["machine_speed_last_over_first"]
         assert speed is None or 0.2 < speed < 5
-        assert set(phase["command_s"]) == {"status", "trials_errored", "report"}
+        assert set(phase["command_s"]) == {"status", "status_campaign", "best", "trials_errored", "report"}
         assert all(0 < seconds < 60 for seconds in phase["command_s"].values())
         # Each trial leaves a row, its measurement and index entries: a few hundred bytes to a few kB.
         assert 100 < phase["database_bytes_per_trial"] < 100_000
@@ -56,7 +56,9 @@ def test_a_small_scale_run_gives_every_figure_of_both_phases() -> None:
     assert 1 <= many["campaigns_running_in_last_window"] <= CAMPAIGNS
     assert 0 < many["slowest_campaign_when_first_ended"] <= 1
     assert "campaign_end_s" not in one
-    assert set(result["command_s_baseline"]) == {"trials", "status", "trials_errored", "report"}
+    baseline = result["command_s_baseline"]
+    assert set(baseline) == {"trials", "status", "status_campaign", "best", "trials_errored", "report"}
+    assert result["met"]["small_status_s"] is (baseline["status"] < 0.3)
     assert result["met"]["one_campaign"]["driver_peak_mb"] is (one["driver_peak_mb"] < 300)
     # Progress went to stderr as the run went.
     assert f"one campaign of {TRIALS} trials" in done.stderr
