@@ -56,6 +56,18 @@ def open_store(check: bool = True, read_only: bool = False) -> Any:
     return store
 
 
+def glance_or_store() -> Any:
+    """What ``fleet status`` reads the whole database with: a :class:`fleet.glance.Glance` where it can take one
+    (no SQLAlchemy to import: most of a small database's status), else the store, as :func:`open_store` opens it."""
+    from fleet.glance import open_glance
+
+    glance = open_glance(get_settings().database_url)
+    if glance is None:
+        return open_store(read_only=True)
+    log_database()
+    return glance
+
+
 def missing_database(url: str) -> None:
     """Raise :class:`NotFound` when ``url`` names a SQLite file that does not exist; say where Fleet looked."""
     from sqlalchemy.engine import make_url

@@ -15,6 +15,7 @@ from fleet.cli._common import (
     check_broker,
     database_url,
     format_config,
+    glance_or_store,
     is_stdout,
     open_store,
     write_output,
@@ -311,9 +312,7 @@ def _failed(store: Any, campaign: Any) -> str | None:
     Two queries whatever the campaign's size (an imported MIOpen database is a campaign of thousands of problems):
     its tally and its problems, not a summary with a baseline looked up per problem.
     """
-    from fleet.spec.workloads import load_workload_spec
-
-    tallies = store.tally(campaign.id, load_workload_spec(campaign.workload).maximize, bests=False)
+    tallies = store.tally(campaign.id, maximize=False, bests=False)  # counts alone: which way is better is moot
     problems = store.campaign_problems(campaign.id)
 
     # Evaluated is valid: a run that failed is errored or invalid. Not the tally's best, which needs an objective
@@ -340,7 +339,7 @@ def _failed(store: Any, campaign: Any) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(campaign: str | None, as_json: bool) -> None:
     """Show campaigns and their trials, or one CAMPAIGN in detail, and the workers listening."""
-    store = open_store(read_only=True)
+    store = open_store(read_only=True) if campaign else glance_or_store()
     settings = get_settings()
     live = store.workers(within=settings.liveness_seconds)
     campaigns = [find_campaign(store, campaign)] if campaign else store.campaigns()

@@ -8,7 +8,6 @@ import functools
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,9 +30,10 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.orm import Session, sessionmaker
 
+from fleet.clock import local_utcnow, set_clock_offset
 from fleet.errors import StoreError, StoreUnavailable
+from fleet.schema import head_revision
 from fleet.store._hotpath import HotPath
-from fleet.store._models import local_utcnow, set_clock_offset
 from fleet.store._prepared import Prepared, refused
 
 log = logging.getLogger("fleet.store")
@@ -129,29 +129,6 @@ def rows_changed(result: Result[Any]) -> int:
     ``Session.execute`` do not say."""
     assert isinstance(result, CursorResult)
     return result.rowcount
-
-
-_REVISION = re.compile(r'^revision = "([^"]+)"$', re.M)
-_REVISES = re.compile(r'^down_revision = (?:"([^"]+)"|None)$', re.M)
-
-
-@functools.cache
-def head_revision() -> str | None:
-    """The revision of the migration that no other one revises, from the migration files' ``revision = "0012"``
-    and ``down_revision = "0011"`` lines; None unless there is exactly one such (a branch, a file of another form)."""
-    revisions, revised = set(), set()
-    for path in (resources.files("fleet.store") / "migrations" / "versions").iterdir():
-        if not path.name.endswith(".py"):
-            continue
-        source = path.read_text()
-        found, revises = _REVISION.search(source), _REVISES.search(source)
-        if found is None or revises is None:
-            return None
-        revisions.add(found.group(1))
-        if revises.group(1):
-            revised.add(revises.group(1))
-    heads = revisions - revised
-    return heads.pop() if len(heads) == 1 else None
 
 
 class StoreBase:

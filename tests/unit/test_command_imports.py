@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from fleet.schema import head_revision
 from fleet.store import Store
-from fleet.store._base import head_revision
 
 HEAVY = ("alembic", "celery", "kombu", "fleet.bench.search", "fleet.bench.pareto", "fleet.campaign", "fleet.api")
 
@@ -51,6 +51,12 @@ def test_the_version_imports_no_database_library(home: Path) -> None:
 
 def test_fleet_status_imports_no_migrations_broker_driver_or_benchmarks(home: Path) -> None:
     assert not imported_by(home, "status") & set(HEAVY)
+
+
+def test_fleet_status_of_the_whole_database_reads_it_without_sqlalchemy(home: Path) -> None:
+    modules = imported_by(home, "status")
+    assert "fleet.glance" in modules
+    assert not {m for m in modules if m.split(".")[0] == "sqlalchemy" or m.startswith("fleet.store")}
 
 
 def test_fleet_status_imports_its_own_commands_module_and_no_searcher(home: Path) -> None:
