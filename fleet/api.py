@@ -18,7 +18,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from fleet.spec import load_spec
 from fleet.spec.campaign import check_priority
 from fleet.states import ENDED, CampaignStatus
 from fleet.store import Campaign, Measurement, Store, TrialRecord, TrialResult, connect
+from fleet.trust import Drawn
 
 log = logging.getLogger(__name__)
 
@@ -369,8 +370,34 @@ def _held(campaign: Campaign) -> bool:
     return campaign.driver is not None and expires is not None and expires >= utcnow()
 
 
+Best = Drawn[Measurement, dict[str, Any]]
+"""One best: the pair ``(measurement, config)``, and ``.campaign``, the name of the campaign it came from."""
+
+
 def best(
-    problem_id: int, target: str, limit: int = 1, store: Store | None = None
-) -> list[tuple[Measurement, dict[str, Any]]]:
-    """The best valid measurements of a problem on a target, with their configurations, best first."""
-    return (store or _connect()).best(problem_id, target, limit)
+    problem_id: int,
+    target: str,
+    limit: int = 1,
+    store: Store | None = None,
+    *,
+    campaigns: str | Iterable[str] | None = None,
+) -> list[Best]:
+    """The best valid measurements of a problem on a target among the campaigns named, best first: each a
+    ``(measurement, config)`` pair that says its ``campaign``.
+
+    As ``fleet best --from`` (fleet.trust's rule), so that another campaign's numbers decide no answer unasked.
+
+    Parameters
+    ----------
+    campaigns:
+        The campaigns to draw on: a list of names, names separated by commas, or ``"all"``. None: the one campaign
+        that measured the problem on ``target``; where several did, :class:`FleetError` names them.
+    """
+    from fleet.trust import best as trusted_best
+    from fleet.trust import named
+
+    store = store or _connect()
+    what = f"problem {problem_id} on {target}"
+    how = "campaigns=[...] or campaigns='all'"
+    rows = trusted_best(store, problem_id, target, named(campaigns), limit, what=what, how=how)
+    return [Drawn(m, config, campaign) for m, config, campaign in rows]

@@ -513,7 +513,8 @@ def best(
     the point a preference chooses); --kind or --problem: the best known of a problem among the campaigns --from
     names (for a TVM operator, its MetaSchedule records too), and which campaigns it drew on."""
     from fleet.campaign import check_target
-    from fleet.trust import choose, parse_from, resolve
+    from fleet.trust import best as trusted_best
+    from fleet.trust import parse_from, resolve
 
     if sum(given is not None for given in (campaign, kind, problem_id)) != 1:
         raise click.UsageError("give a CAMPAIGN, or a problem with --kind KIND or --problem ID")
@@ -535,14 +536,11 @@ def best(
     found, tvm = _find_problem_or_tvm(store, problem, params, by_id=kind is None)
     if target is None:
         target = _target_of(store, found, tvm is not None)
-    rows: list[tuple[Any, dict[str, Any]]] = []
-    names: dict[int, str] = {}
+    rows: list[tuple[Any, dict[str, Any], str]] = []
     if found is not None:
         # Which campaigns this answer may draw on is fleet.trust's rule: a hostile campaign's numbers stay its own.
-        names = store.measuring_campaigns(found.id, target)
-        drawn = choose(f"problem {found.id} ({found.kind}) on {target}", names, trusted)
-        rows = store.best(found.id, target, limit, campaigns=drawn) if drawn else []
-    campaign_of = _campaigns_of(store, [m.trial_id for m, _ in rows], names)
+        what = f"problem {found.id} ({found.kind}) on {target}"
+        rows = trusted_best(store, found.id, target, trusted, limit, what=what)
     out = [
         {
             "problem": found.id,
@@ -550,7 +548,7 @@ def best(
             "params": found.params,
             "target": target,
             "source": "fleet",
-            "campaign": campaign_of[m.trial_id],
+            "campaign": campaign,
             "config": config,
             m.objective_name: m.objective,
             "metrics": m.metrics,
@@ -562,7 +560,7 @@ def best(
             "toolchain": m.toolchain,
             "measured_at": m.created_at.isoformat(timespec="seconds"),
         }
-        for m, config in rows
+        for m, config, campaign in rows
     ]
     if tvm is not None:
         # A TVM operator's MetaSchedule records (fleet tvm tune-ms, import-ms) are among its bests, in GFLOPS too.
@@ -585,17 +583,6 @@ def best(
         name = rows[0][0].objective_name  # a fleet row: there are rows of Fleet's measurements
         click.echo(f"{name} {row[name]:.4g}  {format_config(row['config'])}")
         click.echo(f"  trial {row['trial']} of campaign {row['campaign']} {_measured_where(row)}")
-
-
-def _campaigns_of(store: Any, trial_ids: list[int], names: dict[int, str]) -> dict[int, str]:
-    """The campaign (its name) of each of ``trial_ids``: what an answer drew on, said with it."""
-    from sqlalchemy import select
-
-    from fleet.store import Trial
-
-    with store.session() as session:
-        rows = session.execute(select(Trial.id, Trial.campaign_id).where(Trial.id.in_(trial_ids))).all()
-    return {row.id: names[row.campaign_id] for row in rows}
 
 
 def _measured_where(row: dict[str, Any]) -> str:

@@ -232,6 +232,13 @@ class ProblemStore(StoreBase):
             ).all()
         return {row.id: row.name for row in rows}
 
+    @patient
+    def campaigns_of_trials(self, trial_ids: Sequence[int]) -> dict[int, int]:
+        """The campaign id of each of ``trial_ids``: what an answer drew on, said with it."""
+        with self.session() as session:
+            rows = session.execute(select(Trial.id, Trial.campaign_id).where(Trial.id.in_(list(trial_ids)))).all()
+        return {row.id: row.campaign_id for row in rows}
+
 
 def _valid_results(problem_id: int, target: str) -> list[ColumnElement[bool]]:
     """The measurements a best is chosen from: valid ones of ``problem_id`` on ``target``, with an objective."""
