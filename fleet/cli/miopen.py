@@ -382,6 +382,13 @@ def _export(kind: str) -> click.Command:
     @click.command(kind, help=f"Write the {kind} MIOpen reads, from results on a target.")
     @click.option("--target", required=True, help="The target, e.g. gfx906:60.")
     @click.option("--campaign", help="Only this campaign (a name, or a reason on the target).")
+    @click.option(
+        "--from",
+        "drawn_from",
+        metavar="CAMPAIGN[,..]",
+        help="The best results of these campaigns on the target, or 'all' for every campaign's (default: the one "
+        "campaign that has results; several are refused, since any of them could decide what MIOpen runs).",
+    )
     @click.option("--golden", is_flag=True, help="From the golden set (the latest version unless --version).")
     @click.option("--version", type=click.IntRange(1), help="The golden version.")
     @click.option("--tag", "tags", multiple=True, help="Only problems with this tag.")
@@ -390,6 +397,7 @@ def _export(kind: str) -> click.Command:
     def command(
         target: str,
         campaign: str | None,
+        drawn_from: str | None,
         golden: bool,
         version: int | None,
         tags: tuple[str, ...],
@@ -397,26 +405,30 @@ def _export(kind: str) -> click.Command:
         output: Path | None,
         line_format: str | None = None,
     ) -> None:
+        from fleet.trust import parse_from
         from fleet.tuna import databases
 
         _target(target)
-        what = databases.Selection(target, campaign, golden, version, tags, select_text)
+        trusted = None if drawn_from is None else parse_from(drawn_from)
+        what = databases.Selection(target, campaign, golden, version, tags, select_text, trusted)
         output = output or Path(default_name(kind, target))
         store = _store()
-        tail = f"(provenance in {output.name}.provenance.json)"
+        how = ""
         if kind == "find-db":
             done = databases.export_find_db(store, what, output, line_format)
             came = ", ".join(f"{n} {name}" for name, n in sorted(done.came_in.items()))
             how = f" in the {done.line_format} line format"
             if line_format is None and len(done.came_in) > 1:
                 how += f" (the records came in both: {came}; --format older|newer chooses)"
-            click.echo(f"{done.records} records written to {output}{how} {tail}")
-            return
-        if kind == "perf-db":
-            records = databases.export_perf_db(store, what, output).records
+        elif kind == "perf-db":
+            done = databases.export_perf_db(store, what, output)
         else:
-            records = databases.export_kernel_db(store, what, output)
-        click.echo(f"{records} records written to {output} {tail}")
+            done = databases.export_kernel_db(store, what, output)
+        # Which campaigns the file drew on, said where its writer sees it (and in the sidecar).
+        drew = f"; from {_campaigns_said(done.campaigns)}"
+        click.echo(
+            f"{done.records} records written to {output}{how}{drew} (provenance in {output.name}.provenance.json)"
+        )
 
     if kind == "find-db":
         command = click.option(
@@ -427,6 +439,13 @@ def _export(kind: str) -> click.Command:
             "(solver:time,workspace,algorithm). Default: the one the records came in.",
         )(command)
     return command
+
+
+def _campaigns_said(names: list[str]) -> str:
+    """``campaign a``, ``campaigns a, b``; a golden entry whose trial was deleted names none."""
+    if not names:
+        return "no campaign still stored"
+    return ("campaign " if len(names) == 1 else "campaigns ") + ", ".join(names)
 
 
 def default_name(kind: str, target: str) -> str:

@@ -5,8 +5,11 @@ first) in its metrics under ``find``, a ``perf`` result the tuned parameters of 
 An imported file becomes a campaign ``import-<file>-<sha256 prefix>@<target>`` whose provenance names the
 file and its hash; its trials are ``evaluated`` at once.
 
-Exports read the valid results of one campaign, of every campaign on the target (the fastest find result
-and the latest perf result of each problem), or of a golden version; invalid trials are never read. The
+Exports read the valid results of one campaign, of the campaigns on the target the asker names (``--from``,
+fleet.trust's rule: the fastest find result and the latest perf result of each problem among them), or of a
+golden version; invalid trials are never read. Named none, an export reads the one campaign on the target that
+has results, and refuses in one line when several have: one campaign's numbers go into another's export only
+when its asker said so. The sidecar and the command's line say which campaigns an export drew on. The
 same data always gives the same bytes: records are sorted by key, and nothing time-dependent is written.
 Where each result came from goes into a sidecar ``FILE.provenance.json``: find-db text has no comment
 syntax (every line is ``KEY=VALUE``), and MIOpen opens the SQLite files it reads by their own tables, so a
@@ -19,7 +22,7 @@ import bz2
 import hashlib
 import json
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +36,7 @@ from fleet.errors import FleetError, NotFound, SpecError
 from fleet.states import ArtifactState, CampaignStatus, TrialState
 from fleet.store import Artifact, Campaign, Measurement, Store, Trial, utcnow
 from fleet.store._models import GoldenEntry, GoldenVersion
+from fleet.trust import Trusted, choose, resolve
 from fleet.tuna import KINDS, RAW
 from fleet.tuna.problems import chunks, db_key_of, ensure_problems, select_problems
 
@@ -382,6 +386,22 @@ def _better(step: str, new: Result, old: Result | None) -> bool:
     return (new.trial_id or 0) > (old.trial_id or 0)
 
 
+def _well_formed(step: str, payload: Any) -> bool:
+    """Whether a result's ``step`` payload is what MIOpen's records hold: find entries (each six or seven fields, a
+    number for its time) or perf rows (solver, values). Any campaign's workload may print a metric of that name, and
+    an export must neither ship nor trip over it."""
+    if not isinstance(payload, list):
+        return False
+    if step == "find":
+        return bool(payload) and all(
+            isinstance(e, list) and len(e) in (6, 7) and isinstance(e[2], int | float) and not isinstance(e[2], bool)
+            for e in payload
+        )
+    if step == "perf":
+        return all(isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in payload)
+    return True
+
+
 def campaign_results(
     store: Store, campaigns: Sequence[Campaign], step: str | None = None
 ) -> dict[tuple[int, str], Result]:
@@ -420,7 +440,7 @@ def campaign_results(
             if m is None or not m.valid or (step is not None and row_step != step):
                 continue
             metrics = m.metrics or {}
-            if row_step not in metrics:
+            if not _well_formed(row_step, metrics.get(row_step)):
                 continue
             result = Result(
                 row.problem_id,
@@ -450,23 +470,37 @@ def golden_version(store: Store, target: str, version: int | None) -> GoldenVers
 
 
 def golden_results(store: Store, version_id: int) -> dict[tuple[int, str], Result]:
-    """The entries of one golden version."""
+    """The entries of one golden version, each with the campaign whose trial it was (None once that is deleted)."""
     g = GoldenEntry
     with store.transaction() as connection:
         rows = connection.execute(
-            select(g.problem_id, g.step, g.payload, g.objective, g.toolchain, g.trial_id).where(
-                g.version_id == version_id
-            )
+            select(g.problem_id, g.step, g.payload, g.objective, g.toolchain, g.trial_id, Campaign.name)
+            .outerjoin(Trial, Trial.id == g.trial_id)
+            .outerjoin(Campaign, Campaign.id == Trial.campaign_id)
+            .where(g.version_id == version_id)
         ).all()
     return {
-        (r.problem_id, r.step): Result(r.problem_id, r.step, r.payload, r.objective, r.toolchain, r.trial_id)
+        (r.problem_id, r.step): Result(
+            r.problem_id, r.step, r.payload, r.objective, r.toolchain, r.trial_id, campaign=r.name
+        )
         for r in rows
     }
 
 
 @dataclass
 class Selection:
-    """Which results an export reads."""
+    """Which results an export reads.
+
+    Parameters
+    ----------
+    campaign:
+        One campaign (a name, or a reason on the target).
+    golden:
+        The golden set (``version``, or its latest).
+    trusted:
+        The campaigns ``--from`` names, or every one (fleet.trust); with none of the three, the one campaign on the
+        target that has results.
+    """
 
     target: str
     campaign: str | None = None
@@ -474,37 +508,65 @@ class Selection:
     version: int | None = None
     tags: Sequence[str] = ()
     selection: str | None = None
+    trusted: Trusted | None = None
 
 
 def gather(store: Store, what: Selection, step: str | None) -> tuple[dict[tuple[int, str], Result], dict[str, Any]]:
-    """The results ``what`` names, and where they came from."""
+    """The results ``what`` names (of ``step``, or every step), and where they came from: the target, the
+    campaigns the results drew on, their toolchains, and the golden version."""
     from fleet.tuna.jobs import find_campaign
 
     check_target(what.target)
-    source: dict[str, Any] = {"target": what.target}
-    if what.golden:
-        if what.campaign:
-            raise SpecError("give --campaign or --golden, not both")
-        version = golden_version(store, what.target, what.version)
-        results = golden_results(store, version.id)
-        source |= {"golden": version.version, "campaigns": version.campaigns}
-    else:
-        if what.version is not None:
-            raise SpecError("--version goes with --golden")
-        if what.campaign:
-            campaigns = [find_campaign(store, what.campaign, what.target)]
-        else:
-            campaigns = [c for c in store.campaigns() if c.target == what.target]
-        results = campaign_results(store, campaigns, step)
-        source["campaigns"] = sorted({r.campaign for r in results.values() if r.campaign})
-    if step is not None:
-        results = {k: v for k, v in results.items() if k[1] == step}
+    if sum((what.golden, what.campaign is not None, what.trusted is not None)) > 1:
+        raise SpecError("give one of --campaign, --from and --golden")
+    if what.version is not None and not what.golden:
+        raise SpecError("--version goes with --golden")
+    keep = None
     if what.tags or what.selection:
         kinds = KINDS if what.selection else (*KINDS, RAW)  # a selection is over driver parameters
         keep = {pid for pid, _, _ in select_problems(store, tags=what.tags, selection=what.selection, kinds=kinds)}
-        results = {k: v for k, v in results.items() if k[0] in keep}
+
+    def wanted(results: dict[tuple[int, str], Result]) -> dict[tuple[int, str], Result]:
+        return {k: v for k, v in results.items() if (step is None or k[1] == step) and (keep is None or k[0] in keep)}
+
+    source: dict[str, Any] = {"target": what.target}
+    if what.golden:
+        version = golden_version(store, what.target, what.version)
+        results = wanted(golden_results(store, version.id))
+        source["golden"] = version.version
+    elif what.campaign:
+        results = wanted(campaign_results(store, [find_campaign(store, what.campaign, what.target)], step))
+    else:
+        results = _trusted_results(store, what, step, wanted)
+    # The campaigns the exported results came from; a golden entry whose trial is deleted names none.
+    source["campaigns"] = sorted({r.campaign for r in results.values() if r.campaign})
     source["toolchains"] = sorted({r.toolchain for r in results.values()})
     return results, source
+
+
+def _trusted_results(
+    store: Store,
+    what: Selection,
+    step: str | None,
+    wanted: Callable[[dict[tuple[int, str], Result]], dict[tuple[int, str], Result]],
+) -> dict[tuple[int, str], Result]:
+    """The best results on ``what.target`` of the campaigns its asker trusts (fleet.trust's rule), merged.
+
+    Each campaign's results are read apart, so that the campaigns holding some of what is exported are known
+    before any is chosen; merging their bests picks what reading them together would (:func:`_better` depends on
+    no order)."""
+    resolve(store, what.trusted)
+    names = None if what.trusted is None else what.trusted.names
+    on_target = [c for c in store.campaigns() if c.target == what.target and (names is None or c.name in names)]
+    per_campaign = {c.id: wanted(campaign_results(store, [c], step)) for c in on_target}
+    measured = {c.id: c.name for c in on_target if per_campaign[c.id]}
+    drawn = choose(f"target {what.target}" + (f" ({step})" if step else ""), measured, what.trusted)
+    merged: dict[tuple[int, str], Result] = {}
+    for campaign_id in drawn:
+        for key, result in per_campaign[campaign_id].items():
+            if _better(key[1], result, merged.get(key)):
+                merged[key] = result
+    return merged
 
 
 def _problems(store: Store, problem_ids: Sequence[int]) -> dict[int, tuple[str, dict[str, Any], str | None]]:
@@ -550,11 +612,13 @@ def _sidecar(output: Path, kind: str, source: dict[str, Any], records: int) -> P
 
 @dataclass
 class Written:
-    """What an export wrote: how many records, and for a find-db the line format and what the records came in."""
+    """What an export wrote: how many records, the campaigns they came from, and for a find-db the line format and
+    what the records came in."""
 
     records: int
     line_format: str | None = None
     came_in: dict[str, int] = field(default_factory=dict)
+    campaigns: list[str] = field(default_factory=list)
 
 
 def choose_format(came_in: dict[str, int], wanted: str | None) -> str:
@@ -610,7 +674,7 @@ def export_find_db(store: Store, what: Selection, output: Path, line_format: str
     with _atomic(output) as partial, partial.open("w", newline="\n") as out:
         write_find_db(records, out, style=FORMATS[chosen], keep_order=True)
     _sidecar(output, "find-db", {**source, "line_format": chosen, "came_in": came_in}, len(records))
-    return Written(len(records), chosen, came_in)
+    return Written(len(records), chosen, came_in, source["campaigns"])
 
 
 def export_perf_db(store: Store, what: Selection, output: Path) -> Written:
@@ -656,11 +720,11 @@ def export_perf_db(store: Store, what: Selection, output: Path) -> Written:
     with _atomic(output) as partial:
         write_perf_rows(partial, configs, perf_rows)
     _sidecar(output, "perf-db", source, len(perf_rows))
-    return Written(len(perf_rows))
+    return Written(len(perf_rows), campaigns=source["campaigns"])
 
 
-def export_kernel_db(store: Store, what: Selection, output: Path) -> int:
-    """Write the kernel-db (``kern_db``) of the kernels built for ``what``'s results; return the kernels written."""
+def export_kernel_db(store: Store, what: Selection, output: Path) -> Written:
+    """Write the kernel-db (``kern_db``) of the kernels built for ``what``'s results; the kernels written."""
     from fleet.bundle import unpack
     from fleet.miopen.kerneldb import read_kernel_db, write_kernel_db
 
@@ -704,7 +768,7 @@ def export_kernel_db(store: Store, what: Selection, output: Path) -> int:
     with _atomic(output) as partial:
         write_kernel_db(partial, ordered)
     _sidecar(output, "kernel-db", source, len(ordered))
-    return len(ordered)
+    return Written(len(ordered), campaigns=source["campaigns"])
 
 
 def _is_sqlite(path: Path) -> bool:

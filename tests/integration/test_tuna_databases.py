@@ -4,14 +4,17 @@ and an export whole; exports are deterministic; invalid results and empty select
 from __future__ import annotations
 
 import bz2
+import json
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+from fleet.api import best
 from fleet.errors import FleetError, NotFound, SpecError
 from fleet.store import Store
-from fleet.tuna.databases import Selection, export_find_db, export_perf_db, import_db
+from fleet.trust import Trusted
+from fleet.tuna.databases import Selection, export_find_db, export_kernel_db, export_perf_db, import_db
 from fleet.tuna.jobs import add_jobs, invalidate, list_jobs, reason_of
 from fleet.tuna.problems import import_lines, problems_by_key
 from tests.conftest import MIOPEN
@@ -64,6 +67,50 @@ def test_the_shipped_perf_db_survives_import_and_export(store: Store, tmp_path: 
     second = tmp_path / "second.db"
     export_perf_db(store, Selection("gfx900:56"), second)
     assert second.read_bytes() == out.read_bytes()
+
+
+def test_an_export_draws_on_the_campaigns_its_asker_names(store: Store, tmp_path: Path) -> None:
+    """An attacker's import claims 1e-30 ms (absurdly fast) for a key a victim's import holds: it goes into no
+    export, and decides no API lookup, that does not name it (issue 44, item 5)."""
+    target = "gfx803:36"
+    lines = bz2.decompress(FIND_DB.read_bytes()).decode().splitlines()[:3]
+    (tmp_path / "victim.txt").write_text("\n".join(lines) + "\n")
+    key, _, entries = lines[0].partition("=")
+    solver, _, workspace, *rest = entries.split(";")[0].split(",")
+    (tmp_path / "attacker.txt").write_text(f"{key}={solver},1e-30,{workspace},{','.join(rest)}\n")
+    victim = import_db(store, tmp_path / "victim.txt", target).campaign
+    attacker = import_db(store, tmp_path / "attacker.txt", target).campaign
+    out = tmp_path / "out.txt"
+
+    # Named none, two campaigns hold results: refused, naming them, nothing written.
+    for export in (export_find_db, export_kernel_db):
+        with pytest.raises(FleetError, match=rf"^target {target}( \(find\))? has results from 2 campaigns \("):
+            export(store, Selection(target), out)
+    with pytest.raises(FleetError, match=f"2 campaigns \\({attacker}, {victim}\\); name those to draw on with --from"):
+        export_find_db(store, Selection(target), out)
+    assert not out.exists()
+
+    mine = export_find_db(store, Selection(target, trusted=Trusted((victim,))), out)
+    assert sorted(out.read_text().splitlines()) == sorted(lines) and mine.campaigns == [victim]
+    assert json.loads((tmp_path / "out.txt.provenance.json").read_text())["campaigns"] == [victim]
+    theirs = export_find_db(store, Selection(target, trusted=Trusted(None)), out)  # every campaign, on purpose
+    assert f"{key}={solver},1e-30," in out.read_text() and theirs.campaigns == [attacker, victim]
+    # Named, a campaign that holds none of these results gives none, never another's.
+    with pytest.raises(NotFound, match="no find results to export"):
+        export_find_db(store, Selection(target, tags=("nothing",), trusted=Trusted((victim,))), out)
+    with pytest.raises(NotFound, match="no campaign 'nobody'"):
+        export_find_db(store, Selection(target, trusted=Trusted(("nobody",))), out)
+    with pytest.raises(SpecError, match="give one of --campaign, --from and --golden"):
+        export_find_db(store, Selection(target, campaign=victim, trusted=Trusted(None)), out)
+
+    # fleet.api.best: the same rule, Python's words.
+    [problem] = problems_by_key(store, key)
+    with pytest.raises(FleetError, match=f"\\({attacker}, {victim}\\); name those to draw on with campaigns="):
+        best(problem.id, target, store=store)
+    [(measurement, _)] = found = best(problem.id, target, store=store, campaigns=[victim])
+    assert measurement.objective > 0 and found[0].campaign == victim
+    [everyone] = best(problem.id, target, store=store, campaigns="all")
+    assert everyone[0].objective == 1e-30 and everyone.campaign == attacker
 
 
 def test_invalid_results_are_never_exported(store: Store, tmp_path: Path) -> None:
