@@ -27,11 +27,26 @@ def _target(target: str | None) -> str:
 @click.option("--budget", type=click.IntRange(1), default=32, show_default=True, help="Configurations per operator.")
 @click.option("--strategy", default="random", show_default=True, help="Search strategy (see fleet tune).")
 @click.option("--local/--no-local", default=None, help="Start local workers (default: when running embedded).")
+@click.option(
+    "--from",
+    "drawn_from",
+    metavar="CAMPAIGN[,..]",
+    help="An operator these campaigns measured, or any campaign with 'all', counts as tuned (default: "
+    "the one campaign that measured it; several are refused before anything is tuned).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def tune_model_command(
-    model_name: str, target: str | None, batch: int, budget: int, strategy: str, local: bool | None, as_json: bool
+    model_name: str,
+    target: str | None,
+    batch: int,
+    budget: int,
+    strategy: str,
+    local: bool | None,
+    drawn_from: str | None,
+    as_json: bool,
 ) -> None:
-    """Tune every operator of MODEL not yet tuned for the target, through the fleet (tvm_measure tasks)."""
+    """Tune every operator of MODEL not yet tuned for the target, through the fleet (tvm_measure tasks); whether an
+    operator is tuned already draws on the campaigns --from names."""
     from contextlib import nullcontext
 
     from fleet.api import connect, driver
@@ -43,6 +58,7 @@ def tune_model_command(
     from fleet.tvm.tune import tune_layers
 
     target = _target(target)
+    trusted = _trusted(drawn_from)
     layers = model(model_name, batch)
     check_tvm()  # the campaigns record TVM's version: without it, one clear error before anything is written
     store = connect()
@@ -67,6 +83,7 @@ def tune_model_command(
             tags=(f"model:{model_name}", f"batch:{batch}"),
             drive=drive,
             log=log,
+            trusted=trusted,
         )
     rows = [
         {
@@ -88,7 +105,7 @@ def tune_model_command(
 
     click.echo(f"{model_name} (batch {batch}) on {target}:")
     for t in tuned:
-        state = "already tuned" if t.skipped else f"tuned ({t.campaign})"
+        state = f"already tuned ({t.campaign})" if t.skipped else f"tuned ({t.campaign})"
         best = "no valid configuration" if t.gflops is None else f"{t.gflops:.2f} GFLOPS"
         click.echo(f"  {t.layer.name:<8} {describe(t.layer.kind, t.layer.params):<44} {best:>16}  {state}")
 
@@ -98,21 +115,31 @@ def tune_model_command(
 @click.option("--target", "-t", help="Target whose best configurations to use (default: this machine's CPU).")
 @click.option("--batch", "-b", type=click.IntRange(1), default=1, show_default=True, help="Batch size.")
 @click.option("--repeats", type=click.IntRange(1), default=5, show_default=True, help="Timed repeats per operator.")
+@click.option(
+    "--from",
+    "drawn_from",
+    metavar="CAMPAIGN[,..]",
+    help="Fleet's best configurations from these campaigns, or 'all' for every campaign's (default: the one "
+    "campaign that measured each operator; several are refused).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
-def run_model_command(model_name: str, target: str | None, batch: int, repeats: int, as_json: bool) -> None:
+def run_model_command(
+    model_name: str, target: str | None, batch: int, repeats: int, drawn_from: str | None, as_json: bool
+) -> None:
     """Run MODEL's operators with their best schedules: time per operator and in all, against NumPy and the untuned
     default schedule. The best is an operator's fastest MetaSchedule record on the target where there is one
-    (tune-ms, import-ms), else its best configuration of Fleet's space; the last column says which. Nothing is
-    tuned; an operator with neither runs its default schedule."""
+    (tune-ms, import-ms), else its best configuration of Fleet's space among the campaigns --from names; the last
+    column says which (and its campaign). Nothing is tuned; an operator with neither runs its default schedule."""
     from fleet.api import connect
     from fleet.tvm.available import require_tvm
     from fleet.tvm.models import model
     from fleet.tvm.run import run_layers
 
     target = _target(target)
+    trusted = _trusted(drawn_from)
     layers = model(model_name, batch)
     require_tvm()
-    rows = run_layers(connect(), layers, target, repeats=repeats)
+    rows = run_layers(connect(), layers, target, repeats=repeats, trusted=trusted)
     totals = {key: sum(r[key] for r in rows) for key in ("default_s", "tuned_s", "numpy_s")}
     if as_json:
         out = {"model": model_name, "batch": batch, "target": target, "layers": rows, "total": totals}
@@ -126,6 +153,7 @@ def run_model_command(model_name: str, target: str | None, batch: int, repeats: 
         click.echo(
             f"{r['layer']:<8} {r['operator']:<44} {r['default_s'] * 1e3:>11.3f} {tuned:>10} {numpy_ms:>10.3f} "
             f"{r['default_s'] / r['tuned_s']:>9.2f}x {r['numpy_s'] / r['tuned_s']:>8.2f}x  {r['source']}"
+            + (f" (campaign {r['campaign']})" if r["campaign"] else "")
         )
     click.echo(
         f"{'total':<53} {totals['default_s'] * 1e3:>11.3f} {totals['tuned_s'] * 1e3:>10.3f} "
@@ -148,17 +176,32 @@ tvm_group.add_command(run_model_command)
 @tvm_group.command("export-records")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="The JSON-lines file to write.")
 @click.option("--target", "-t", help="Only this target's measurements.")
-def export_records_command(output: Path, target: str | None) -> None:
-    """Write every measured TVM configuration (problem, target, knobs, time, provenance) as JSON lines."""
+@click.option(
+    "--from",
+    "drawn_from",
+    metavar="CAMPAIGN[,..]",
+    help="Only these campaigns' measurements, or 'all' for every campaign's (default: the one campaign "
+    "that measured any; several are refused).",
+)
+def export_records_command(output: Path, target: str | None, drawn_from: str | None) -> None:
+    """Write the measured TVM configurations (problem, target, knobs, time, provenance) of the campaigns --from
+    names as JSON lines."""
     from fleet.api import connect
     from fleet.tvm.records import export_records
 
+    trusted = _trusted(drawn_from)
     store = connect()
     partial = output.with_name(output.name + ".partial")
-    with partial.open("w") as out:
-        count = export_records(store, out, target)
-    partial.replace(output)  # all or nothing
-    click.echo(f"{count} records written to {output}")
+    try:
+        with partial.open("w") as out:
+            count, campaigns = export_records(store, out, target, trusted)
+        partial.replace(output)  # all or nothing
+    finally:
+        partial.unlink(missing_ok=True)
+    drew = ", ".join(campaigns) or "none"
+    click.echo(
+        f"{count} records written to {output} (from {'campaign' if len(campaigns) == 1 else 'campaigns'} {drew})"
+    )
 
 
 @tvm_group.command("import-records")
@@ -228,6 +271,13 @@ def from_miopen_command(path: Path, tag: str) -> None:
         problem_id = store.add_problem(kind, params, [tag])
         click.echo(f"{problem_id:>5}  {describe(kind, params)}")
     click.echo(f"{len(found)} conv2d problems from {path}")
+
+
+def _trusted(drawn_from: str | None) -> Any:
+    """``--from``'s campaigns (fleet.trust), None when not given."""
+    from fleet.trust import parse_from
+
+    return None if drawn_from is None else parse_from(drawn_from)
 
 
 def _params(params: tuple[str, ...]) -> dict[str, Any]:

@@ -20,11 +20,12 @@ from typing import Any
 from fleet.tvm.available import MISSING_MESSAGE, TvmMissing, check_tvm, require_tvm
 
 
-def build_best(problem: Any, target: str, store: Any = None) -> Any:
-    """The operator compiled with the best known configuration for ``target``, ready to run; see :mod:`.best`."""
+def build_best(problem: Any, target: str, store: Any = None, *, campaigns: Any = None) -> Any:
+    """The operator compiled with the best known configuration for ``target`` among ``campaigns`` (names, or
+    ``"all"``; default: the one campaign that measured it), ready to run; see :mod:`.best`."""
     from fleet.tvm.best import build_best as build
 
-    return build(problem, target, store=store)
+    return build(problem, target, store=store, campaigns=campaigns)
 
 
 __all__ = ["MISSING_MESSAGE", "TvmMissing", "build_best", "check_tvm", "require_tvm"]

@@ -6,12 +6,14 @@ were measured by this site's workers or imported from another site's records (:m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fleet.errors import NotFound, SpecError
-from fleet.tvm.operators import KINDS, check_problem
+from fleet.trust import Drawn, Trusted, named
+from fleet.trust import best as trusted_best
+from fleet.tvm.operators import KINDS, check_problem, describe
 
 
 def resolve(store: Any, problem: Any) -> tuple[int | None, str, dict[str, Any]]:
@@ -38,22 +40,48 @@ def resolve(store: Any, problem: Any) -> tuple[int | None, str, dict[str, Any]]:
     return (matches[0].id if matches else None), str(kind), p
 
 
-def best(problem: Any, target: str, store: Any = None, limit: int = 1) -> list[tuple[dict[str, Any], Any]]:
-    """The best known configurations of a TVM problem on ``target``, best first: (knobs, measurement) pairs."""
+Known = Drawn[dict[str, Any], Any]
+"""One best known configuration: the pair ``(knobs, measurement)``, and ``.campaign``, the campaign that measured it."""
+
+
+def best(
+    problem: Any,
+    target: str,
+    store: Any = None,
+    limit: int = 1,
+    *,
+    campaigns: str | Iterable[str] | Trusted | None = None,
+    how: str = "campaigns=[...] or campaigns='all'",
+) -> list[Known]:
+    """The best known configurations of a TVM problem on ``target`` among the campaigns named, best first:
+    (knobs, measurement) pairs that say their ``campaign``.
+
+    Parameters
+    ----------
+    campaigns:
+        The campaigns to draw on (fleet.trust's rule): names, names separated by commas, ``"all"``, or a
+        :class:`~fleet.trust.Trusted`. None: the one campaign that measured the problem; several are refused.
+    how:
+        How the caller names campaigns, said when several are refused.
+    """
     from fleet.store import connect
 
     store = store or connect()
-    problem_id, _, _ = resolve(store, problem)
+    problem_id, kind, p = resolve(store, problem)
     if problem_id is None:
         return []
-    return [(config, measurement) for measurement, config in store.best(problem_id, target, limit)]
+    trusted = campaigns if isinstance(campaigns, Trusted) else named(campaigns)
+    what = f"problem {problem_id} ({describe(kind, p)}) on {target}"
+    rows = trusted_best(store, problem_id, target, trusted, limit, what=what, how=how)
+    return [Drawn(config, measurement, campaign) for measurement, config, campaign in rows]
 
 
 @dataclass
 class Compiled:
     """An operator built with the best known configuration, ready to run on this machine.
 
-    ``module`` is TVM's runtime module (its function is ``main``: the inputs, then the output to write).
+    ``module`` is TVM's runtime module (its function is ``main``: the inputs, then the output to write);
+    ``campaign`` the campaign that measured its configuration.
     """
 
     kind: str
@@ -62,6 +90,7 @@ class Compiled:
     config: dict[str, Any]
     measurement: Any
     module: Any
+    campaign: str = ""
 
     def __call__(self, *inputs: Any) -> Any:
         """Run on NumPy inputs and return the output as a NumPy array."""
@@ -71,7 +100,9 @@ class Compiled:
         return output
 
 
-def build_best(problem: Any, target: str, store: Any = None) -> Compiled:
+def build_best(
+    problem: Any, target: str, store: Any = None, *, campaigns: str | Iterable[str] | None = None
+) -> Compiled:
     """Build ``problem`` for ``target`` with its best known configuration, without tuning anything.
 
     Parameters
@@ -82,17 +113,19 @@ def build_best(problem: Any, target: str, store: Any = None) -> Compiled:
         The Fleet target the configuration was tuned for, and that this machine runs.
     store:
         The database; the environment's by default.
+    campaigns:
+        The campaigns whose measurements to draw on, as :func:`best` takes them (default: the one that measured it).
     """
     from fleet.store import connect
     from fleet.tvm.measure import build
 
     store = store or connect()
     problem_id, kind, p = resolve(store, problem)
-    found = best(problem_id, target, store) if problem_id is not None else []
+    found = best(problem_id, target, store, campaigns=campaigns) if problem_id is not None else []
     if not found:
         raise NotFound(f"no valid measurement of {kind} {p} on {target}: tune it first")
     config, measurement = found[0]
-    return Compiled(kind, p, target, dict(config), measurement, build(kind, p, config, target))
+    return Compiled(kind, p, target, dict(config), measurement, build(kind, p, config, target), found[0].campaign)
 
 
 def metaschedule_rows(

@@ -27,22 +27,32 @@ from fleet.canonical import canonical_json, digest
 from fleet.errors import SpecError
 from fleet.space import check_value
 from fleet.states import CampaignStatus, TrialState
+from fleet.trust import Trusted, choose, resolve
 from fleet.tvm.operators import KINDS, OPS, check_problem
 from fleet.tvm.spaces import space_for
 
 IMPORTER = "fleet-tvm-import"
+ALL_CAMPAIGNS = Trusted(None)
 
 
 class RecordError(SpecError):
     """A records file line that is not a measured TVM configuration."""
 
 
-def records(store: Any, target: str | None = None) -> Iterator[dict[str, Any]]:
-    """Every measurement of a TVM problem (on ``target``, or all), as record dicts, in a stable order."""
+def records(store: Any, target: str | None = None, trusted: Trusted | None = ALL_CAMPAIGNS) -> Iterator[dict[str, Any]]:
+    """Every measurement of a TVM problem (on ``target``, or all) by the campaigns ``trusted`` names, as record
+    dicts, in a stable order.
+
+    Parameters
+    ----------
+    trusted:
+        The campaigns to draw on (fleet.trust's rule; every one by default, as an import's check of what is there
+        needs); None: the one campaign that measured any, several refused in one line.
+    """
     from fleet.store import Campaign, Measurement, Problem, Trial
 
     query = (
-        select(Measurement, Trial.config, Problem.kind, Problem.params, Campaign.name)
+        select(Measurement, Trial.config, Problem.kind, Problem.params, Campaign.name, Campaign.id)
         .join(Trial, Trial.id == Measurement.trial_id)
         .join(Problem, Problem.id == Measurement.problem_id)
         .join(Campaign, Campaign.id == Trial.campaign_id)
@@ -52,8 +62,13 @@ def records(store: Any, target: str | None = None) -> Iterator[dict[str, Any]]:
         query = query.where(Measurement.target == target)
     with store.session() as session:
         rows = session.execute(query).all()
+    resolve(store, trusted)
+    measured = {row[5]: row[4] for row in rows}
+    drawn = set(choose(f"the export of TVM records{f' on {target}' if target else ''}", measured, trusted))
     out = []
-    for m, config, kind, params, campaign in rows:
+    for m, config, kind, params, campaign, campaign_id in rows:
+        if campaign_id not in drawn:
+            continue
         metrics = m.metrics or {}
         out.append(
             {
@@ -80,13 +95,18 @@ def records(store: Any, target: str | None = None) -> Iterator[dict[str, Any]]:
     yield from (unique[key] for key in sorted(unique))
 
 
-def export_records(store: Any, out: IO[str], target: str | None = None) -> int:
-    """Write every TVM measurement (on ``target``, or all) to ``out`` as JSON lines; return how many."""
+def export_records(
+    store: Any, out: IO[str], target: str | None = None, trusted: Trusted | None = ALL_CAMPAIGNS
+) -> tuple[int, list[str]]:
+    """Write the TVM measurements (on ``target``, or all) of the campaigns ``trusted`` names (see :func:`records`)
+    to ``out`` as JSON lines; how many, and the campaigns they came from."""
     count = 0
-    for record in records(store, target):
+    campaigns: set[str] = set()
+    for record in records(store, target, trusted):
         out.write(canonical_json(record) + "\n")
+        campaigns.add(record["provenance"]["campaign"])
         count += 1
-    return count
+    return count, sorted(campaigns)
 
 
 def parse_records(lines: Iterable[str], where: str = "records") -> list[dict[str, Any]]:

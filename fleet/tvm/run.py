@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleet.trust import FROM, Trusted
 from fleet.tvm.models import Layer
 
 
-def run_layers(store: Any, layers: list[Layer], target: str, *, repeats: int = 5) -> list[dict[str, Any]]:
+def run_layers(
+    store: Any, layers: list[Layer], target: str, *, repeats: int = 5, trusted: Trusted | None = None
+) -> list[dict[str, Any]]:
     """Per layer: seconds of the untuned default schedule, of the best schedule (the default where there is none),
     and of NumPy, on this machine; each output checked against NumPy.
 
     The best schedule is the fastest MetaSchedule record of the layer's operator on the target where there is one
     (``fleet tvm tune-ms``, ``import-ms``: :func:`fleet.tvm.msdb.best_records`), else the best configuration of
-    Fleet's own space; each row's ``schedule`` says which (``metaschedule``, ``fleet`` or ``default``) and its
-    ``source`` which record or knobs.
+    Fleet's own space, among the campaigns ``trusted`` names (fleet.trust's rule); each row's ``schedule`` says
+    which (``metaschedule``, ``fleet`` or ``default``), its ``source`` which record or knobs, and ``campaign`` the
+    campaign that measured Fleet's.
 
     Parameters
     ----------
@@ -22,6 +26,8 @@ def run_layers(store: Any, layers: list[Layer], target: str, *, repeats: int = 5
         Where the best configurations are.
     target:
         The target they were tuned for; this machine must run it.
+    trusted:
+        The campaigns ``--from`` names; None: for each layer, the one campaign that measured it.
     """
     from fleet.errors import WorkloadError
     from fleet.tvm.best import best
@@ -35,7 +41,7 @@ def run_layers(store: Any, layers: list[Layer], target: str, *, repeats: int = 5
         inputs = random_inputs(kind, p)
         expected = reference(kind, p, inputs)
         records = best_records(store, kind, p, target)
-        found = [] if records else best((kind, p), target, store)
+        found = [] if records else best((kind, p), target, store, campaigns=trusted, how=FROM)
         if records:
             schedule, source = "metaschedule", records[0].describe()
         elif found:
@@ -66,6 +72,7 @@ def run_layers(store: Any, layers: list[Layer], target: str, *, repeats: int = 5
                 "tuned": schedule != "default",
                 "schedule": schedule,
                 "source": source,
+                "campaign": found[0].campaign if found else None,
             }
         )
     return rows

@@ -13,6 +13,8 @@ from typing import Any
 
 from fleet.campaign import CampaignSpec, ProblemSpec, submit
 from fleet.canonical import digest
+from fleet.trust import FROM, Trusted
+from fleet.tvm.best import best as known_best
 from fleet.tvm.models import Layer
 from fleet.tvm.operators import OPS
 from fleet.tvm.spaces import space_for
@@ -20,7 +22,8 @@ from fleet.tvm.spaces import space_for
 
 @dataclass
 class Tuned:
-    """What tuning did for one layer: ``skipped`` when it had a best already, else its campaign's best."""
+    """What tuning did for one layer: ``skipped`` when it had a best already (``campaign``: the one that measured
+    it), else its campaign's best."""
 
     layer: Layer
     problem_id: int
@@ -55,23 +58,32 @@ def tune_layers(
     tags: tuple[str, ...] = (),
     drive: Callable[[Any], list[Any]],
     log: Callable[[str], None] = lambda _: None,
+    trusted: Trusted | None = None,
 ) -> list[Tuned]:
-    """Tune every layer that has no valid measurement on ``target`` yet; ``drive`` runs one campaign to its end.
+    """Tune every layer that has no valid measurement on ``target`` yet among the campaigns ``trusted`` names;
+    ``drive`` runs one campaign to its end.
 
-    Layers with the same problem (kind and parameters) are tuned once.
+    Layers with the same problem (kind and parameters) are tuned once. Whether a layer is tuned already follows
+    fleet.trust's rule, as ``fleet best`` does: another campaign's number skips a layer only when it is named (or
+    with ``all``); named none, the one campaign that measured it counts, and where several did the whole model is
+    refused in one line before anything is tuned.
     """
+    ids = [store.add_problem(layer.kind, layer.params, tags) for layer in layers]
+    known = {
+        problem_id: known_best(problem_id, target, store, campaigns=trusted, how=FROM)
+        for problem_id in dict.fromkeys(ids)  # every layer asked first: a refusal tunes nothing
+    }
     done: dict[int, Tuned] = {}
     out = []
-    for layer in layers:
-        problem_id = store.add_problem(layer.kind, layer.params, tags)
+    for layer, problem_id in zip(layers, ids, strict=True):
         if problem_id in done:
             out.append(Tuned(layer, problem_id, True, done[problem_id].campaign, done[problem_id].gflops))
             continue
-        known = store.best(problem_id, target)
-        if known:
-            measurement, config = known[0]
-            log(f"{layer.name}: tuned already ({measurement.objective:.2f} GFLOPS), skipped")
-            tuned = Tuned(layer, problem_id, True, None, measurement.objective, config)
+        if known[problem_id]:
+            found = known[problem_id][0]
+            config, measurement = found
+            log(f"{layer.name}: tuned already ({measurement.objective:.2f} GFLOPS, campaign {found.campaign}), skipped")
+            tuned = Tuned(layer, problem_id, True, found.campaign, measurement.objective, config)
         else:
             spec = campaign_spec(layer, target, budget=budget, strategy=strategy, tags=tags)
             campaign = submit(store, spec)

@@ -101,7 +101,7 @@ def test_tune_model_best_build_best_run_model_and_records(fleet: Fleet, tmp_path
 
     # Records: export, import into another database, export again: the same file.
     exported = tmp_path / "records.jsonl"
-    out = fleet.cli("tvm", "export-records", "-o", str(exported), check=True).stdout
+    out = fleet.cli("tvm", "export-records", "-o", str(exported), "--from", "all", check=True).stdout
     assert out.startswith("7 records written")
     lines = exported.read_text().splitlines()
     first = json.loads(lines[0])
@@ -115,7 +115,7 @@ def test_tune_model_best_build_best_run_model_and_records(fleet: Fleet, tmp_path
     assert imported.startswith("7 records imported")
     assert "0 records imported" in fleet.cli("tvm", "import-records", str(exported), env=other, check=True).stdout
     copy = tmp_path / "copy.jsonl"
-    fleet.cli("tvm", "export-records", "-o", str(copy), env=other, check=True)
+    fleet.cli("tvm", "export-records", "-o", str(copy), "--from", "all", env=other, check=True)
     assert copy.read_text() == exported.read_text()
     there = fleet.cli("best", "--kind", "tvm.dense", *args, "--target", fleet.target, "--json", env=other, check=True)
     assert json.loads(there.stdout)["config"] == best["config"]
