@@ -31,6 +31,7 @@ which are passed on to the nodes.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import os
@@ -170,14 +171,18 @@ def build_wheelhouse(directory: Path | None = None, python: str | None = None) -
         return directory
     directory.mkdir(parents=True, exist_ok=True)
     builder = ROOT / "dist" / f"build-venv-{tag}"
-    if not (builder / "bin" / "python").exists():
-        subprocess.run([python, "-m", "venv", str(builder)], check=True)
-    # pip's cache makes a rebuild after a source change take seconds.
-    subprocess.run(
-        [str(builder / "bin" / "python"), "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(directory), str(ROOT)],
-        check=True,
-    )
-    (directory / "python.txt").write_text(tag + "\n")
+    # pip builds in the checkout's own build/ folder: two deploys from one checkout take turns.
+    builder.parent.mkdir(exist_ok=True)
+    with (builder.parent / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (directory / "python.txt").exists():
+            return directory  # built while this one waited (python.txt is written last)
+        if not (builder / "bin" / "python").exists():
+            subprocess.run([python, "-m", "venv", str(builder)], check=True)
+        # pip's cache makes a rebuild after a source change take seconds.
+        argv = [str(builder / "bin" / "python"), "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(directory)]
+        subprocess.run([*argv, str(ROOT)], check=True)
+        (directory / "python.txt").write_text(tag + "\n")
     return directory
 
 
