@@ -170,6 +170,8 @@ def _fma_unit(fields: dict[str, str]) -> tuple[int, int, str]:
 
 # Independent chains of vector multiply-adds, enough to keep two FMA pipes of 4 to 5 cycles' latency busy; no
 # -ffast-math, so the compiler fuses each multiply and add (-ffp-contract=fast) and can do nothing else with them.
+# Timed by the process's CPU clock: the rate of a core while it runs the loop, not lowered by the time a shared
+# machine's other processes take from it.
 FMA_LOOP = r"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,12 +184,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < VBYTES / 4; i++) { m[i] = 0.9999999f; a[i] = 1e-7f; }
     for (int j = 0; j < CHAINS; j++) for (int i = 0; i < VBYTES / 4; i++) acc[j][i] = (float)j;
     struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
     for (long n = 0; n < iterations; n++) {
 #pragma GCC unroll 12
         for (int j = 0; j < CHAINS; j++) acc[j] = acc[j] * m + a;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
     float sum = 0;
     for (int j = 0; j < CHAINS; j++) for (int i = 0; i < VBYTES / 4; i++) sum += acc[j][i];
     double flops = 2.0 * CHAINS * (VBYTES / 4) * (double)iterations;
