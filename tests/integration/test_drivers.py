@@ -187,7 +187,7 @@ def test_a_campaign_of_cheap_trials_joining_a_running_one_gets_its_share(fleet: 
 def test_pause_holds_new_trials_and_resume_goes_on(fleet: Fleet) -> None:
     fleet.start_worker()
     start_driver(fleet, "driver-a")
-    spec = slow_spec(fleet, "held", 0.3)
+    spec = slow_spec(fleet, "held", 1.0)  # 14 trials left outlast a loaded machine's `fleet pause`
     fleet.cli("submit", str(spec), check=True)
     fleet.wait_for(lambda: counts(fleet, "held").get("evaluated", 0) >= 2, timeout=120, what="2 trials")
 

@@ -41,7 +41,7 @@ a, b = socket.socketpair()
 a.sendall(b"x")
 tmp = sorted(os.listdir("/tmp")) + sorted(os.listdir("/var/tmp"))
 print(json.dumps({"t": 1, "reached": sum(v.startswith("reached") for v in said.values()), "said": said,
-                  "pair": b.recv(1).decode(), "tmp": tmp}))
+                  "pair": b.recv(1).decode(), "tmp": tmp[:20]}))  # a few names: the line must fit the output's tail
 """
 
 

@@ -61,17 +61,21 @@ def test_bench_search_with_history_writes_its_trace(tmp_path: Path) -> None:
 # -- an embedded campaign paused and resumed from another shell ------------------------------------------------------
 
 
-SLOW = "import json, sys, time; time.sleep(0.4); print(json.dumps({'score': float(sys.argv[1])}))"
+SLOW = "import json, sys, time; time.sleep(float(sys.argv[2])); print(json.dumps({'score': float(sys.argv[1])}))"
 
 
-def slow_spec(home: Path, name: str, trials: int) -> Path:
-    """``trials`` run-time configurations of a program that takes 0.4 s, embedded: this machine's CPU."""
+def slow_spec(home: Path, name: str, trials: int, seconds: float = 0.4) -> Path:
+    """``trials`` run-time configurations of a program that takes ``seconds``, embedded: this machine's CPU."""
     spec = {
         "name": name,
         "problems": [{"kind": "sleeper", "params": {}}],
         "space": {"knobs": {"x": {"values": list(range(1, trials + 1)), "build": False}}},
         "strategy": {"name": "grid"},
-        "workload": {"kind": "command", "run": [sys.executable, "-c", SLOW, "{x}"], "objective": {"json": "score"}},
+        "workload": {
+            "kind": "command",
+            "run": [sys.executable, "-c", SLOW, "{x}", str(seconds)],
+            "objective": {"json": "score"},
+        },
     }
     return write_spec(home, spec, f"{name}.json")
 
@@ -84,7 +88,7 @@ def trial_counts(home: Home, name: str) -> dict[str, int]:
 
 def test_an_embedded_tune_paused_and_resumed_from_another_shell_finishes(tmp_path: Path) -> None:
     home = Home(tmp_path)
-    spec = slow_spec(tmp_path, "held", 10)
+    spec = slow_spec(tmp_path, "held", 16, seconds=1.5)  # the rest outlasts a loaded machine's `fleet pause`
     tune = subprocess.Popen(
         [sys.executable, "-m", "fleet.cli", "tune", str(spec)],
         cwd=tmp_path,
@@ -112,7 +116,7 @@ def test_an_embedded_tune_paused_and_resumed_from_another_shell_finishes(tmp_pat
             tune.kill()
     assert tune.returncode == 0, err
     assert "best" in out
-    assert trial_counts(home, "held") == {"evaluated": 10}
+    assert trial_counts(home, "held") == {"evaluated": 16}
 
 
 def trial_counts_or_none(home: Home, name: str) -> dict[str, int]:
