@@ -93,7 +93,7 @@ def evaluate(
     return measured, command_workload._RESIDENT
 
 
-def gone(token: str, seconds: float = 5.0) -> bool:
+def gone(token: str, seconds: float = 20.0) -> bool:
     """Whether every process holding ``token`` has ended within ``seconds``: the sandbox's init, killed with
     bubblewrap, takes what runs in it along a moment later."""
     deadline = time.monotonic() + seconds
@@ -227,6 +227,6 @@ def test_a_resident_left_idle_is_ended_and_the_next_run_starts_another(
     token = uuid.uuid4().hex
     first, resident = evaluate(tmp_path, "run", token)
     assert first.state == "evaluated" and running(token)
-    assert gone(token, 5.0) and not resident.alive and not resident.cwd.exists()
+    assert gone(token, 30.0) and not resident.alive and not resident.cwd.exists()  # 0.5 s idle, on a loaded machine
     again, same = evaluate(tmp_path, "run", token)
     assert again.state == "evaluated" and again.metrics["count"] == 1 and same.starts == 2
