@@ -30,25 +30,28 @@ run: $(BASE)
 	$(BIN)/fleet tune examples/matmul-c/spec.json
 
 ## Every test, against a private Redis and PostgreSQL started on loopback for the run; ends with its wall time and
-## the slowest 25 tests.
-test: $(STAMP) services check
-	FLEET_REQUIRE_SERVICES=1 $(BIN)/pytest -q --durations=25
+## the slowest 25 tests. The test files run side by side in TEST_PROCESSES processes (pytest-xdist), each file
+## whole in one: most tests wait on workers and services, so more processes than cores pay. TEST_PROCESSES=0 runs
+## them one after the other in this process.
+TEST_PROCESSES ?= 4
+PYTEST := $(BIN)/pytest -q -n $(TEST_PROCESSES) --dist loadfile
+test: $(STAMP) services lint
+	FLEET_REQUIRE_SERVICES=1 $(PYTEST) --durations=25
 
-## Lint, format and types: what CI enforces before the tests (make test runs it first).
-check: $(STAMP)
-	$(BIN)/ruff check fleet tests
-	$(BIN)/ruff format --check fleet tests
-	$(BIN)/mypy
+## The edit-test loop: lint, format and types, then the unit tests (no service needed).
+check: lint unit
 
 unit: $(STAMP)
-	$(BIN)/pytest -q tests/unit
+	$(PYTEST) tests/unit
 
 services:
 	scripts/install-services
 
+## Lint, format and types: what CI enforces before the tests (make test runs it first).
 lint: $(STAMP)
 	$(BIN)/ruff check fleet tests
 	$(BIN)/ruff format --check fleet tests
+	$(BIN)/mypy
 
 bench: $(STAMP) services
 	$(BIN)/fleet bench dispatch

@@ -8,6 +8,7 @@ names the hosts (``fleetnode1`` ...), as a user's ``~/.ssh/config`` would; Fabri
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pwd
 import shutil
@@ -173,20 +174,20 @@ class SshHosts:
         return next(h for h in self.hosts if h.name == name)
 
 
-_session: SshHosts | None = None
+LOCK = Path(tempfile.gettempdir()) / "fleet-test-ssh-hosts.lock"
+"""Held while a test module has the SSH hosts: their accounts (fleetnode1, ...) are the machine's, so test
+processes running side by side (``make test`` runs pytest-xdist) take turns with them."""
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ssh_hosts() -> Iterator[SshHosts]:
-    """Three SSH hosts for the session (shared by every module that uses them)."""
-    global _session
+    """Three SSH hosts for the module, which has them alone."""
     assert SSHD.exists(), "run scripts/install-services (Debian's openssh-server)"
     assert os.geteuid() == 0, "the SSH hosts' users are created with useradd, which needs root"
-    owner = _session is None
-    if owner:
-        _session = SshHosts(3).start()
-    assert _session is not None
-    yield _session
-    if owner:
-        _session.stop()
-        _session = None
+    with LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        hosts = SshHosts(3).start()
+        try:
+            yield hosts
+        finally:
+            hosts.stop()

@@ -89,9 +89,9 @@ class Deployment:
         return {w.name for w in self.store.workers(target=self.target, within=30)}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def wheelhouse(ssh_hosts: SshHosts) -> Iterator[Path]:  # noqa: F811
-    """Fleet and its dependencies as wheels, built once per session for the nodes' Python."""
+    """Fleet and its dependencies as wheels, built once for the nodes' Python."""
     node_python = ssh_hosts.hosts[0].run("command -v python3").stdout.strip()
     assert node_python, "the SSH hosts need python3"
     directory = Path(tempfile.mkdtemp(prefix="fleet-wheelhouse-"))
