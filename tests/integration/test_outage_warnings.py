@@ -4,7 +4,6 @@ heartbeats, written to the database, stopped while it was down."""
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
 
@@ -12,6 +11,7 @@ from fleet.services import PostgresServer
 from fleet.settings import Settings
 from tests.conftest import Fleet, write_spec
 from tests.integration.test_faults import start_tune, trials
+from tests.integration.test_outages import restart
 
 SLEEP = "import sys, time; time.sleep(float(sys.argv[1])); print('{\"score\": 1}')"
 
@@ -37,9 +37,7 @@ def test_the_driver_does_not_warn_of_missing_workers_after_a_database_outage(
     tune = start_tune(fleet, write_spec(fleet.home, spec), "--window", "1")
     fleet.wait_for(lambda: any(t.state == "evaluating" for t in trials(fleet)), what="a trial to be evaluating")
 
-    postgres_server.kill()
-    time.sleep(liveness + 1)  # longer than a heartbeat counts: every worker's last one is too old
-    postgres_server.start()
+    restart(postgres_server, down_seconds=liveness + 1)  # longer than a heartbeat counts: every worker's is too old
 
     _, err = tune.communicate(timeout=180)
     assert tune.returncode == 0, err
