@@ -93,10 +93,11 @@ def test_export_steps_writes_every_trial_with_its_statistics(fleet: Fleet) -> No
     assert all(len(r["samples"].split(";")) == 3 for r in rows)
     # Its compile's and its evaluation's time on workers' slots: parts of the step, which counts its wait too. A
     # trial handed to another's build has no compile time of its own; each build has one trial that does.
-    # The slots' seconds are the workers' laps and the step is two timestamps the store records: two clocks, read at
-    # nearby moments, that agree to a few ms.
+    # The slots' seconds are the workers' laps; the step is two timestamps that two workers (build, evaluation)
+    # record on the database's clock, each through its own estimate of its offset, which is off by up to half a
+    # round trip: 60 ms under a parallel test run.
     for r in rows:
-        assert 0 < float(r["compile_seconds"] or 0) + float(r["eval_seconds"]) <= float(r["step_seconds"]) + 0.01
+        assert 0 < float(r["compile_seconds"] or 0) + float(r["eval_seconds"]) <= float(r["step_seconds"]) + 0.25
     assert sum(bool(r["compile_seconds"]) for r in rows) >= len({r["size"] for r in rows})
     assert max(float(r["best_so_far"]) for r in rows) == 40.0
     missing = fleet.cli("trials", "nope", "--csv", "-o", str(fleet.home / "x.csv"))
