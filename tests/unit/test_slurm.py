@@ -67,7 +67,7 @@ def test_services_the_nodes_cannot_share_are_refused() -> None:
     assert shared(FLEET_DATABASE_URL=postgres, FLEET_BROKER_URL=redis) is None
     for env, says in (
         ({"FLEET_BROKER_URL": redis}, "no FLEET_DATABASE_URL (or FLEET_DATABASE_URL_FILE) is set, so the database"),
-        ({"FLEET_DATABASE_URL": "sqlite:////shared/fleet.db", "FLEET_BROKER_URL": redis}, "a SQLite file (/shared/"),
+        ({"FLEET_DATABASE_URL": "sqlite:////nfs/fleet.db", "FLEET_BROKER_URL": redis}, "a SQLite file (/nfs/"),
         ({"FLEET_DATABASE_URL": postgres}, "no FLEET_BROKER_URL (or FLEET_BROKER_URL_FILE) is set"),
         ({"FLEET_DATABASE_URL": postgres, "FLEET_BROKER_URL": "filesystem://"}, "kombu's filesystem transport"),
     ):
