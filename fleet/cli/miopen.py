@@ -111,12 +111,10 @@ def import_command(
     Logging preambles and flags that do not change the problem are tolerated; duplicates are found by the
     problem, not the text. A line that cannot be read is reported with its number; the rest is imported.
     """
+    from fleet.files import read_text
     from fleet.tuna.problems import import_lines
 
-    try:
-        lines = file.read_text(errors="replace").splitlines()
-    except OSError as error:
-        raise NotFound(f"{file}: {error.strerror}") from None
+    lines = read_text(file, errors="replace").splitlines()
     if tag_only and not tags and not mark_recurrent:
         raise SpecError("-T tags only: give the tag with -t")
     if strict:

@@ -249,13 +249,11 @@ def from_miopen_command(path: Path, tag: str) -> None:
     """Add the forward NCHW FP32 convolutions of a MIOpenDriver command file as TVM conv2d problems."""
     from fleet.api import connect
     from fleet.errors import SpecError
+    from fleet.files import read_text
     from fleet.miopen.driver import parse_lines, problems
     from fleet.tvm.operators import conv2d_from_miopen, describe
 
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as error:
-        raise SpecError(f"{path}: {error.strerror}") from None
+    lines = read_text(path).splitlines()
     found: dict[str, tuple[str, dict[str, Any]]] = {}
     for _, parsed in parse_lines(lines):
         if isinstance(parsed, Exception) or parsed.kind != "conv":
@@ -320,9 +318,12 @@ def _problem(kind_or_file: str, params: tuple[str, ...], batch: int | None) -> t
             f"{kind_or_file} is neither a TVM operator ({', '.join(sorted(KINDS))}), a model "
             f"({', '.join(sorted(MODELS))}) nor a file"
         )
+    from fleet.files import read_text
+
+    text = read_text(path)
     tvm = require_tvm()
     try:
-        mod = tvm.ir.load_json(path.read_text())
+        mod = tvm.ir.load_json(text)
     except Exception as error:  # TVM's parser raises several kinds
         raise FleetError(f"{path}: not an IRModule saved with tvm.ir.save_json ({error})") from None
     return (mod if isinstance(mod, tvm.IRModule) else tvm.IRModule({"main": mod})), str(path), []

@@ -13,16 +13,14 @@ without its closing braces (and with a trailing comma): :func:`read_cache` reads
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from fleet.errors import NotFound, SpecError
+from fleet.errors import SpecError
+from fleet.files import read_text
 
 FAILURES = ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "ErrorConfig")
 """Kernel Tuner's failure strings (``kernel_tuner.util.ErrorConfig`` and its subclasses, as cache files spell
@@ -134,35 +132,6 @@ def problem_size_value(param: Any) -> Any:
     if isinstance(param, str) and re.fullmatch(r"\d+(,\d+)*", param):
         return [int(s) for s in param.split(",")]
     return param
-
-
-IMPORT_BYTES = 256 << 20
-"""What an imported file may hold, gunzipped (FLEET_IMPORT_BYTES)."""
-
-
-def read_text(path: Path) -> str:
-    """A file's text, gunzipped when it is gzip'd; read as a stream that stops at FLEET_IMPORT_BYTES (a gzip of
-    a few kilobytes may expand to gigabytes: it is refused having taken no more than the limit)."""
-    from fleet.bundle import size_text
-    from fleet.settings import positive_number
-
-    limit = int(positive_number(os.environ, "FLEET_IMPORT_BYTES", IMPORT_BYTES))
-    try:
-        with path.open("rb") as raw:
-            zipped = raw.read(2) == b"\x1f\x8b"
-            raw.seek(0)
-            stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if zipped else raw  # type: ignore[assignment]  # a GzipFile is a binary file
-            data = stream.read(limit + 1)
-    except (OSError, EOFError, zlib.error) as error:
-        if isinstance(error, OSError) and error.strerror:
-            raise NotFound(f"{path}: {error.strerror}") from None
-        raise SpecError(f"{path}: not a readable gzip file ({error})") from None
-    if len(data) > limit:
-        raise SpecError(f"{path}: holds more than {size_text(limit)} (FLEET_IMPORT_BYTES)")
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: not UTF-8 text") from None
 
 
 def loads_open(text: str, path: Path) -> Any:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import SpecError
-from fleet.interop.kerneltuner import KTRecord, KTResults, loads_open, read_text
+from fleet.files import read_text
+from fleet.interop.kerneltuner import KTRecord, KTResults, loads_open
 
 SCHEMA_VERSION = "1.0.0"
 

@@ -16,14 +16,14 @@ reproduces the shipped files' values exactly.
 
 from __future__ import annotations
 
-import bz2
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from fleet.errors import MIOpenDbError
+from fleet.errors import MIOpenDbError, NotFound, SpecError
+from fleet.files import open_lines
 
 STYLES = ("legacy", "current")
 # The line formats by the names users know them by.
@@ -98,9 +98,8 @@ def read_find_db(path: str | Path) -> Iterator[FindRecord]:
         On the first line that is not ``KEY=entry;...``, naming the file and line number.
     """
     path = Path(path)
-    opener = bz2.open if path.suffix == ".bz2" else open
     try:
-        with opener(path, "rt", encoding="utf-8", newline="\n") as stream:
+        with open_lines(path) as stream:
             for number, line in enumerate(stream, start=1):
                 line = line.rstrip("\r\n")
                 if not line.strip():
@@ -111,6 +110,8 @@ def read_find_db(path: str | Path) -> Iterator[FindRecord]:
                     raise MIOpenDbError(f"{path}:{number}: {error}") from None
     except (OSError, EOFError, UnicodeDecodeError) as error:
         raise MIOpenDbError(f"cannot read find-db {path}: {error}") from None
+    except (NotFound, SpecError) as error:  # absent, too large or a corrupt bzip2 (fleet.files)
+        raise MIOpenDbError(str(error)) from None
 
 
 def parse_record(line: str) -> FindRecord:

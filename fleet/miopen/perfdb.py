@@ -18,17 +18,15 @@ solver and numbered from 1, into a temporary file renamed over the target only w
 
 from __future__ import annotations
 
-import bz2
 import contextlib
-import shutil
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet.errors import DriverLineError, MIOpenDbError, SpecError
+from fleet.errors import DriverLineError, MIOpenDbError, NotFound, SpecError
+from fleet.files import plain_copy
 from fleet.miopen.driver import DEFAULT_LAYOUT, LAYOUTS, PRECISIONS, _conv_checked, output_sizes
 from fleet.miopen.keys import DIRECTIONS, STYLES, key_frame, perf_layout
 from fleet.miopen.sqlitefile import write_sqlite
@@ -152,19 +150,13 @@ def _from_config(row: Mapping[str, Any]) -> dict[str, Any]:
 @contextlib.contextmanager
 def _connect(path: Path) -> Iterator[sqlite3.Connection]:
     """A read-only connection to a perf-db, ``.bz2``-compressed (decompressed to a temporary file) or not."""
+    if not path.is_file():
+        raise MIOpenDbError(f"perf-db {path} does not exist")
     with contextlib.ExitStack() as stack:
-        if path.suffix == ".bz2":
-            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-perfdb-"))
-            plain = Path(directory) / path.stem
-            try:
-                with bz2.open(path, "rb") as source, open(plain, "wb") as target:
-                    shutil.copyfileobj(source, target, 1 << 20)
-            except (OSError, EOFError) as error:
-                raise MIOpenDbError(f"cannot decompress perf-db {path}: {error}") from None
-        else:
-            plain = path
-        if not plain.is_file():
-            raise MIOpenDbError(f"perf-db {path} does not exist")
+        try:
+            plain = stack.enter_context(plain_copy(path))
+        except (NotFound, SpecError) as error:  # too large, or a corrupt bzip2 (fleet.files)
+            raise MIOpenDbError(str(error)) from None
         try:
             connection = sqlite3.connect(f"file:{plain}?mode=ro", uri=True)
         except sqlite3.Error as error:

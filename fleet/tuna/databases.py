@@ -18,7 +18,6 @@ sidecar is the one place that cannot disturb MIOpen.
 
 from __future__ import annotations
 
-import bz2
 import hashlib
 import json
 import tempfile
@@ -33,6 +32,7 @@ from sqlalchemy import select
 from fleet.campaign import check_target, provenance
 from fleet.canonical import digest
 from fleet.errors import FleetError, NotFound, SpecError
+from fleet.files import plain_copy
 from fleet.states import ArtifactState, CampaignStatus, TrialState
 from fleet.store import Artifact, Campaign, Measurement, Store, Trial, utcnow
 from fleet.store._models import GoldenEntry, GoldenVersion
@@ -71,28 +71,6 @@ class Record:
     why: str | None = None  # why it maps to no driver problem
     params_key: str = ""  # digest(params), computed once for the whole import
     db_key: str | None = None  # the problem's MIOpen key where the record spells it so; else derived
-
-
-@contextmanager
-def _plain(path: Path) -> Iterator[Path]:
-    """``path``, decompressed to a temporary file first when it is bzip2'd."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(3)
-    except OSError as error:
-        raise NotFound(f"{path}: {error.strerror}") from None
-    if head != b"BZh":
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="fleet-import-") as tmp:
-        plain = Path(tmp) / path.name.removesuffix(".bz2")
-        try:
-            with bz2.open(path, "rb") as source, plain.open("wb") as out:
-                while chunk := source.read(1 << 20):
-                    out.write(chunk)
-        except (OSError, EOFError) as error:
-            raise SpecError(f"{path}: not a readable bzip2 file ({error})") from None
-        yield plain
 
 
 def _sha256(path: Path) -> str:
@@ -204,10 +182,8 @@ def import_db(store: Store, path: Path, target: str, *, tags: Sequence[str] = ()
         Import nothing, and raise, when any record maps to no driver problem.
     """
     check_target(target)
-    sha = _sha256(path) if path.is_file() else None
-    if sha is None:
-        raise NotFound(f"{path}: no such file")
-    with _plain(path) as plain:
+    with plain_copy(path) as plain:  # refuses a file over FLEET_IMPORT_BYTES before it is hashed or read
+        sha = _sha256(path)
         kind = detect_format(plain)
         rows = _read(plain, kind)
     if not rows:

@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from fleet.errors import SpecError
+from fleet.errors import NotFound, SpecError
 from fleet.tvm.available import require_tvm
 
 WORKLOADS = "database_workload.json"
@@ -116,12 +116,14 @@ def import_dir(store: Any, directory: Path, source: str | None = None) -> tuple[
 
     Every line is checked before anything is written.
     """
+    from fleet.files import read_text
+
     workloads_path, records_path = directory / WORKLOADS, directory / RECORDS
     try:
-        workload_lines = [line for line in workloads_path.read_text().splitlines() if line.strip()]
-        record_lines = [line for line in records_path.read_text().splitlines() if line.strip()]
-    except OSError as error:
-        raise MsFileError(f"{error.filename}: {error.strerror}") from None
+        workload_lines = [line for line in read_text(workloads_path).splitlines() if line.strip()]
+        record_lines = [line for line in read_text(records_path).splitlines() if line.strip()]
+    except NotFound as error:
+        raise MsFileError(str(error)) from None
     for number, line in enumerate(workload_lines, 1):
         try:
             parsed = json.loads(line)

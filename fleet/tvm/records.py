@@ -24,7 +24,7 @@ from typing import IO, Any
 from sqlalchemy import select
 
 from fleet.canonical import canonical_json, digest
-from fleet.errors import SpecError
+from fleet.errors import NotFound, SpecError
 from fleet.space import check_value
 from fleet.states import CampaignStatus, TrialState
 from fleet.trust import Trusted, choose, resolve
@@ -230,8 +230,10 @@ def import_records(store: Any, parsed: list[dict[str, Any]], source: str = "reco
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Parse a records file."""
+    from fleet.files import read_text
+
     try:
-        text = path.read_text()
-    except OSError as error:
-        raise RecordError(f"{path}: {error.strerror}") from None
+        text = read_text(path)
+    except NotFound as error:
+        raise RecordError(str(error)) from None
     return parse_records(text.splitlines(), str(path))
