@@ -17,10 +17,11 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote
 
 from fleet.errors import FleetError
@@ -107,7 +108,162 @@ def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
         os.killpg(process.pid, signum)
 
 
-class RedisServer:
+class _Server(ABC):
+    """What every private server does alike: run in its own session, its log in its directory; wait until it
+    answers; stop, kill, and serve as a context manager. Each server supplies how it starts, answers and dies.
+    """
+
+    #: The program's name, as the errors name it.
+    program: str
+    #: What the server has not done when it is late, as in "did not answer within 10 s".
+    readiness = "answer"
+    #: The signal of a clean stop.
+    stop_signal: signal.Signals
+
+    directory: Path
+    log_path: Path
+    _process: subprocess.Popen[bytes] | None
+
+    @property
+    @abstractmethod
+    def url(self) -> str: ...
+
+    @property
+    def pid(self) -> int | None:
+        """Process id while the server runs, else None."""
+        return self._process.pid if self._process is not None and self.running else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the process this object started is still alive."""
+        return self._process is not None and self._process.poll() is None
+
+    @abstractmethod
+    def start(self, timeout: float = 10) -> Self:
+        """Start the server unless it runs, and wait until it answers (by :meth:`_launch`)."""
+
+    def _launch(
+        self, command: list[str], timeout: float, *, owner: pwd.struct_passwd | None = None, **popen: Any
+    ) -> None:
+        """Run ``command`` in its own session, its output appended to the log, and wait until it answers.
+
+        Parameters
+        ----------
+        command:
+            The server's command line.
+        timeout:
+            Seconds to wait for it to answer.
+        owner:
+            The account the log is handed to, when the server runs as another.
+        popen:
+            More :class:`subprocess.Popen` arguments; ``stdout`` replaces the log.
+        """
+        with open(self.log_path, "ab") as log:
+            if owner is not None:
+                os.fchown(log.fileno(), owner.pw_uid, owner.pw_gid)
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=popen.pop("stdout", log),
+                stderr=log,
+                start_new_session=True,
+                **popen,
+            )
+        try:
+            self._wait_ready(timeout)
+            self._ready()
+        except BaseException:
+            # Never leave a half-started server behind, whatever interrupted the wait.
+            self.kill()
+            raise
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._probe() as answers:
+            while True:
+                assert self._process is not None
+                code = self._process.poll()
+                if code is not None:
+                    self._process = None
+                    raise ServiceError(
+                        f"{self.program} exited with code {code} while starting; log {self.log_path}:\n"
+                        f"{_log_tail(self.log_path)}{self._exit_hint()}"
+                    )
+                if answers():
+                    return
+                # An exit just now says more than the timeout would: look again first.
+                if time.monotonic() >= deadline and self._process.poll() is None:
+                    raise ServiceError(
+                        f"{self.program} did not {self.readiness} within {timeout:g} s; log {self.log_path}:\n"
+                        f"{_log_tail(self.log_path)}"
+                    )
+                time.sleep(_POLL_INTERVAL)
+
+    @abstractmethod
+    def _probe(self) -> contextlib.AbstractContextManager[Callable[[], bool]]:
+        """A check, held for the whole wait, of whether the server answers yet (any refusal is a no)."""
+
+    def _exit_hint(self) -> str:
+        """What to add to the log tail when the server exits while starting."""
+        return ""
+
+    def _ready(self) -> None:  # noqa: B027 - most servers need nothing more
+        """What a start does once the server answers (a failure stops the start)."""
+
+    def stop(self, timeout: float = 10) -> None:
+        """Stop the server with its clean-stop signal; force it after ``timeout``.
+
+        Calling it when the server is not running does nothing.
+
+        Parameters
+        ----------
+        timeout:
+            Seconds to wait for a clean exit.
+        """
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(self.stop_signal)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._force(process)
+        self._process = None
+
+    def _force(self, process: subprocess.Popen[bytes]) -> None:
+        """End a server that did not stop in time."""
+        self.kill()
+
+    def kill(self) -> None:
+        """Kill the server at once with SIGKILL, as a crash would."""
+        process = self._process
+        if process is None:
+            return
+        self._kill(process)
+        self._process = None
+
+    @abstractmethod
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the server and whatever of it would outlive it, and wait for them."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r}, directory={str(self.directory)!r}, running={self.running})"
+
+
+class RedisServer(_Server):
     """A private ``redis-server`` with append-only persistence.
 
     Parameters
@@ -126,6 +282,10 @@ class RedisServer:
 
     Give at most one of ``port`` and ``unix_socket``; with neither, a free TCP port is picked.
     """
+
+    program = "redis-server"
+    # SIGTERM flushes the append-only file; a server that takes longer than stop's timeout is killed.
+    stop_signal = signal.SIGTERM
 
     def __init__(
         self,
@@ -173,16 +333,6 @@ class RedisServer:
         if self.unix_socket is not None:
             return f"redis+socket://{auth}{self.unix_socket}?virtual_host=0"
         return f"redis://{auth}127.0.0.1:{self.port}/0"
-
-    @property
-    def pid(self) -> int | None:
-        """Process id while the server runs, else None."""
-        return self._process.pid if self._process is not None and self.running else None
-
-    @property
-    def running(self) -> bool:
-        """Whether the process this object started is still alive."""
-        return self._process is not None and self._process.poll() is None
 
     def client(self, **kwargs: Any) -> Any:
         """A redis-py client for this server; ``kwargs`` go to :class:`redis.Redis`.
@@ -248,101 +398,34 @@ class RedisServer:
             with contextlib.suppress(FileNotFoundError):
                 self.unix_socket.unlink()
         # Errors in the config file are printed before Redis opens its logfile, so stderr goes there too.
-        with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(
-                [executable, str(self.config_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                cwd=self.directory,
-                start_new_session=True,
-            )
-        try:
-            self._wait_ready(timeout)
-        except BaseException:
-            # Never leave a half-started server behind, whatever interrupted the wait.
-            self.kill()
-            raise
+        self._launch([executable, str(self.config_path)], timeout, stdout=subprocess.DEVNULL, cwd=self.directory)
         return self
 
-    def _wait_ready(self, timeout: float) -> None:
+    @contextlib.contextmanager
+    def _probe(self) -> Iterator[Callable[[], bool]]:
         import redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        deadline = time.monotonic() + timeout
         # redis-py retries with backoff by default, which could hold one PING past the deadline and past
-        # the moment the process exits; this loop is the retry.
+        # the moment the process exits; the wait is the retry.
         client = self.client(socket_connect_timeout=0.5, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+
+        def answers() -> bool:
+            # Refused, still loading the append-only file, or another server on the port (which ours
+            # will exit over): all mean look again.
+            with contextlib.suppress(redis.exceptions.RedisError):
+                return bool(client.info("server").get("process_id") == self.pid)
+            return False
+
         try:
-            while True:
-                assert self._process is not None
-                code = self._process.poll()
-                if code is not None:
-                    self._process = None
-                    raise ServiceError(
-                        f"redis-server exited with code {code} while starting; log {self.log_path}:\n"
-                        f"{_log_tail(self.log_path)}"
-                    )
-                # Refused, still loading the append-only file, or another server on the port (which ours
-                # will exit over): all mean look again.
-                with contextlib.suppress(redis.exceptions.RedisError):
-                    if client.info("server").get("process_id") == self._process.pid:
-                        return
-                if time.monotonic() >= deadline and self._process.poll() is None:
-                    raise ServiceError(
-                        f"redis-server did not answer within {timeout:g} s; log {self.log_path}:\n"
-                        f"{_log_tail(self.log_path)}"
-                    )
-                time.sleep(_POLL_INTERVAL)
+            yield answers
         finally:
             client.close()
 
-    def stop(self, timeout: float = 10) -> None:
-        """Stop the server with SIGTERM, which flushes the append-only file; SIGKILL after ``timeout``.
-
-        Calling it when the server is not running does nothing.
-
-        Parameters
-        ----------
-        timeout:
-            Seconds to wait for a clean exit.
-        """
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
-                process.wait()
-        self._process = None
-
-    def kill(self) -> None:
-        """Kill the server and its children with SIGKILL at once, as a crash would."""
-        process = self._process
-        if process is None:
-            return
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
         _signal_group(process, signal.SIGKILL)
         process.wait()
-        self._process = None
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        return f"RedisServer({self.url!r}, directory={str(self.directory)!r}, running={self.running})"
 
 
 def _redis_quote(value: str) -> str:
@@ -409,7 +492,7 @@ def _grant_traverse(path: Path, account: pwd.struct_passwd) -> None:
             ancestor.chmod(stat.S_IMODE(info.st_mode) | needed)
 
 
-class PostgresServer:
+class PostgresServer(_Server):
     """A private PostgreSQL cluster, created with ``initdb`` on first start.
 
     Parameters
@@ -439,6 +522,12 @@ class PostgresServer:
 
     #: The bootstrap superuser initdb creates; only used over the unix socket for administration.
     superuser = "postgres"
+
+    program = "postgres"
+    readiness = "accept connections"
+    # A fast shutdown, which disconnects clients and checkpoints; SIGTERM would be a "smart" shutdown that waits for
+    # every client to disconnect.
+    stop_signal = signal.SIGINT
 
     def __init__(
         self,
@@ -493,16 +582,6 @@ class PostgresServer:
         if self.password:
             auth += ":" + quote(self.password, safe="")
         return f"postgresql+psycopg2://{auth}@127.0.0.1:{self.port}/{quote(database, safe='')}"
-
-    @property
-    def pid(self) -> int | None:
-        """Postmaster process id while the server runs, else None."""
-        return self._process.pid if self._process is not None and self.running else None
-
-    @property
-    def running(self) -> bool:
-        """Whether the postmaster this object started is still alive."""
-        return self._process is not None and self._process.poll() is None
 
     def _run_as(self, account: pwd.struct_passwd | None) -> dict[str, Any]:
         """Popen arguments that drop to ``account`` (when root) in a clean environment."""
@@ -614,24 +693,9 @@ class PostgresServer:
         self._prepare_directory(account)
         self._initdb(bindir, account)
         self._write_settings(account)
-        with open(self.log_path, "ab") as log:
-            if account is not None:
-                os.fchown(log.fileno(), account.pw_uid, account.pw_gid)
-            self._process = subprocess.Popen(
-                [str(bindir / "postgres"), "-D", str(self.data_dir)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                **self._run_as(account),
-            )
-        try:
-            self._wait_ready(timeout)
-            self._ensure_role_and_database()
-        except BaseException:
-            # Never leave a half-started server behind, whatever interrupted the wait.
-            self.kill()
-            raise
+        self._launch(
+            [str(bindir / "postgres"), "-D", str(self.data_dir)], timeout, owner=account, **self._run_as(account)
+        )
         return self
 
     def _admin_connection(self, database: str = "postgres", connect_timeout: int = 5) -> Any:
@@ -648,31 +712,25 @@ class PostgresServer:
         connection.autocommit = True
         return connection
 
-    def _wait_ready(self, timeout: float) -> None:
+    @contextlib.contextmanager
+    def _probe(self) -> Iterator[Callable[[], bool]]:
         import psycopg2
 
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self._process is not None
-            code = self._process.poll()
-            if code is not None:
-                self._process = None
-                raise ServiceError(
-                    f"postgres exited with code {code} while starting; log {self.log_path}:\n"
-                    f"{_log_tail(self.log_path)}{self._access_hint(_service_account())}"
-                )
+        def answers() -> bool:
             try:
                 self._admin_connection(connect_timeout=1).close()
-                return
             except psycopg2.OperationalError:
                 # Refused, or "the database system is starting up"; both mean try again.
-                pass
-            if time.monotonic() >= deadline:
-                raise ServiceError(
-                    f"postgres did not accept connections within {timeout:g} s; log {self.log_path}:\n"
-                    f"{_log_tail(self.log_path)}"
-                )
-            time.sleep(_POLL_INTERVAL)
+                return False
+            return True
+
+        yield answers
+
+    def _exit_hint(self) -> str:
+        return self._access_hint(_service_account())
+
+    def _ready(self) -> None:
+        self._ensure_role_and_database()
 
     def _ensure_role_and_database(self) -> None:
         from psycopg2 import sql
@@ -740,33 +798,20 @@ class PostgresServer:
         timeout:
             Seconds to wait for the fast shutdown.
         """
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            # SIGTERM would be a "smart" shutdown that waits for every client to disconnect.
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGQUIT)
-                try:
-                    process.wait(5)
-                except subprocess.TimeoutExpired:
-                    self.kill()
-        self._process = None
+        super().stop(timeout)
 
-    def kill(self) -> None:
-        """Kill the postmaster and its backends with SIGKILL at once, as a crash would.
+    def _force(self, process: subprocess.Popen[bytes]) -> None:
+        # An immediate shutdown first, then SIGKILL.
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGQUIT)
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
-        Waits for the backends to go, so that ``start()`` on the same directory can follow at once.
-        """
-        process = self._process
-        if process is None:
-            return
-        # Every backend calls setsid(), so the process group does not reach them: collect them first.
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        # Every backend calls setsid(), so the process group does not reach them: collect them first, and wait for
+        # them to go, so that start() on the same directory can follow at once.
         children = _child_pids(process.pid)
         with contextlib.suppress(ProcessLookupError):
             process.kill()
@@ -777,18 +822,3 @@ class PostgresServer:
         deadline = time.monotonic() + 10
         while any(_pid_alive(pid) for pid in children) and time.monotonic() < deadline:
             time.sleep(_POLL_INTERVAL)
-        self._process = None
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        return f"PostgresServer({self.url!r}, directory={str(self.directory)!r}, running={self.running})"
