@@ -17,7 +17,15 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, func, select, true
 
 from fleet.store._base import StoreBase, patient
-from fleet.store._models import Campaign, CampaignProblem, Measurement, Problem, ProblemTag, Trial
+from fleet.store._models import (
+    Campaign,
+    CampaignProblem,
+    Measurement,
+    Problem,
+    ProblemTag,
+    Trial,
+    trials_with_measurements,
+)
 
 PER_SOURCE = 10
 """Best runs returned per source (see :data:`fleet.search.history.TOP`)."""
@@ -194,8 +202,7 @@ class HistoryStore(StoreBase):
     def history_trials(self, campaign_id: int) -> list[tuple[int, int, dict[str, Any], float | None]]:
         """The trials of a campaign proposed from history: (trial id, problem id, what history said, objective)."""
         query = (
-            select(Trial.id, Trial.problem_id, Trial.history, Measurement.objective)
-            .outerjoin(Measurement, and_(Measurement.trial_id == Trial.measured_in, Measurement.valid.is_(True)))
+            trials_with_measurements(Trial.id, Trial.problem_id, Trial.history, Measurement.objective, valid=True)
             .where(Trial.campaign_id == campaign_id, Trial.history.is_not(None))
             .order_by(Trial.id)
         )

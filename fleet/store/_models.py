@@ -15,11 +15,14 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    Select,
     String,
     Text,
     UniqueConstraint,
+    and_,
     false,
     func,
+    select,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -205,8 +208,8 @@ class Trial(Base):
     )
 
     # A reused trial's measurement is its source's: it has no measurement row of its own. Every read of a trial's
-    # measurement goes through this, in Python (a loaded trial) and in SQL (``Measurement.trial_id ==
-    # Trial.measured_in``, aliases too).
+    # measurement goes through this, in Python (a loaded trial) and in SQL: trials_with_measurements below, or
+    # ``Measurement.trial_id == Trial.measured_in`` (aliases too) where a query cannot start from it.
     @hybrid_property
     def measured_in(self) -> int:
         """The trial whose measurement this one has: the one it reused, else itself."""
@@ -251,6 +254,27 @@ class Measurement(Base):
     device: Mapped[str | None] = mapped_column(Text, nullable=True)
     worker: Mapped[str | None] = mapped_column(String(255), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+def trials_with_measurements(*columns: Any, measured: bool = False, valid: bool = False) -> Select[Any]:
+    """``SELECT columns FROM trials`` joined to each trial's measurement: its own, or a reused trial's source's.
+
+    The query family that reads trials with what they measured; more joins, filters and an order go on the result.
+
+    Parameters
+    ----------
+    columns:
+        What to select: trials' and measurements' columns, a whole :class:`Trial`, whatever the caller joins.
+    measured:
+        Only the trials that have a measurement (an inner join); otherwise every trial, the measurement's columns
+        None where it has none.
+    valid:
+        Join only a valid measurement: an invalid one reads as none.
+    """
+    on = Measurement.trial_id == Trial.measured_in
+    if valid:
+        on = and_(on, Measurement.valid.is_(True))
+    return select(*columns).select_from(Trial).join(Measurement, on, isouter=not measured)
 
 
 class Machine(Base):

@@ -19,7 +19,7 @@ from sqlalchemy import and_, func, or_, select, true, update
 from fleet.errors import FleetError, NotFound
 from fleet.states import DRIVEN, TRIAL_STATES, UNFINISHED, CampaignStatus, ChainState, TrialState
 from fleet.store._base import StoreBase, patient, rows_changed
-from fleet.store._models import Campaign, Chain, Measurement, Trial, Worker, utcnow
+from fleet.store._models import Campaign, Chain, Measurement, Trial, Worker, trials_with_measurements, utcnow
 
 
 class SteeringError(FleetError):
@@ -322,8 +322,7 @@ class SteeringStore(StoreBase):
         if state is not None and state not in TRIAL_STATES:
             raise NotFound(f"no trial state {state!r}: one of {', '.join(TRIAL_STATES)}")
         query = (
-            select(Trial, Measurement.objective, Measurement.valid, Measurement.samples)
-            .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
+            trials_with_measurements(Trial, Measurement.objective, Measurement.valid, Measurement.samples)
             .where(Trial.campaign_id == campaign_id)
             .order_by(Trial.id)
         )
