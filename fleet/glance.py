@@ -216,6 +216,10 @@ class Glance:
         """A campaign's trials in ``states``, in id order: their id, state and reason (a reused trial's source's
         reason when it has none of its own)."""
         assert states and problem_id is None, "a glance reads a campaign's trials in given states"
+        # The store's trial_rows written again, the source's reason included. Importing SQLAlchemy here is the start
+        # this module saves, and SQL text both could run would reach the store's query only as a column: the source's
+        # reason by a correlated subquery, a lookup per trial where this join reads the trials once. Change both:
+        # tests/integration/test_glance.py compares them.
         wanted = ", ".join("?" for _ in states)
         found = self._rows(
             "SELECT trials.id, trials.state, coalesce(trials.reason, source.reason) FROM trials"

@@ -162,6 +162,8 @@ class TrialStore(StoreBase):
 
         A reused trial shows its source's objective, and its source's reason when it has none of its own.
         """
+        # fleet.glance writes this query again (the reason's rule too), for a ``fleet status`` without SQLAlchemy:
+        # see Glance.trial_rows for why it is not shared. Change both; tests/integration/test_glance.py compares them.
         source = aliased(Trial)
         query = (
             trials_with_measurements(
