@@ -15,6 +15,7 @@ from fleet.store._models import (
     Problem,
     Trial,
     Worker,
+    trials_with_measurements,
     utcnow,
 )
 from fleet.store._steering import SteeringError, TrialRecord
@@ -48,5 +49,6 @@ __all__ = [
     "Worker",
     "collector_paused",
     "connect",
+    "trials_with_measurements",
     "utcnow",
 ]
