@@ -20,3 +20,15 @@ def test_the_rule_is_written_in_the_models_alone() -> None:
         if spelled.search(line)
     ]
     assert found == []
+
+
+def test_the_stores_queries_join_a_trials_measurement_through_its_builder() -> None:
+    """``trials_with_measurements`` beside the rule starts every store query of trials with their measurements."""
+    found = [
+        f"{path.relative_to(FLEET.parent)}:{n}"
+        for path in sorted((FLEET / "store").glob("*.py"))
+        if path != RULE
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "Trial.measured_in" in line
+    ]
+    assert found == []
