@@ -20,19 +20,11 @@ from pathlib import Path
 
 import pytest
 
+# The short leases of `fleet bench partition` (a partition costs seconds; the mechanisms are the production ones),
+# and the one host name every node of the bed shares.
+from fleet.bench.nemesis import SETTINGS, SHARED_HOSTNAME
 from fleet.ops.nodes import Bed, BedError, Node, check_host
 from fleet.store import Store
-
-# Short leases, so that a partition costs seconds; the mechanisms are the production ones.
-SETTINGS = {
-    "FLEET_LEASE_SECONDS": "4",
-    "FLEET_HEARTBEAT_SECONDS": "1",
-    "FLEET_REQUEUE_SECONDS": "8",
-    "FLEET_DRIVER_LEASE_SECONDS": "4",
-    "FLEET_DB_OUTAGE_SECONDS": "120",
-    "FLEET_MAX_ATTEMPTS": "5",
-}
-SHARED_HOSTNAME = "gpu-image"
 
 
 def make_bed(count: int, **kwargs: object) -> Bed:

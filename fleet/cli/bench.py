@@ -19,6 +19,7 @@ ELSEWHERE = {
     "tvm": "fleet.bench.tvm:tvm_bench_command",
     "metaschedule": "fleet.bench.metaschedule:metaschedule_bench_command",
     "sandbox": "fleet.bench.sandbox:sandbox_bench_command",
+    "partition": "fleet.bench.nemesis:partition_command",
 }
 """The benchmarks defined beside their code, imported when one is run or listed: with the whole group every
 `fleet` command, `fleet status` among them, would import the benchmarks' modules to start."""
