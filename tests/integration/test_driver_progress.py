@@ -50,3 +50,40 @@ def test_progress_counts_every_trial_that_ended_and_the_summary_finds_the_best(s
             for r in store.results(campaign_id=campaign.id)
             if r.problem_id == summary.problem_id and r.valid
         )
+
+
+def test_a_driver_taking_a_campaign_over_passes_its_ended_trials_straight_through(store: Store) -> None:
+    """The trials an earlier driver ended take no room in a new driver's window: its first look sends a window's
+    worth of new trials however many ended before (it sent a window's worth of ended ones per look: 42 s past
+    1,500 of them before the first new trial went out)."""
+    spec = CampaignSpec(
+        name="takeover",
+        problems=[ProblemSpec("gemm", {"n": 256})],
+        target="sm_90",
+        space=Space((Knob("tile", tuple(range(1, 11))), Knob("unroll", (1, 2, 4)))),
+        workload={"kind": "noop"},
+        strategy={"name": "grid"},
+    )
+    campaign = submit(store, spec)
+    sent: list[int] = []
+
+    def work(requeues: Iterable[Requeue], batch: int) -> int:
+        """A worker in the driver's process: each trial sent is built and measured at once."""
+        for requeue in requeues:
+            sent.append(requeue.trial_id)
+            assert store.claim(requeue.trial_id, "compile", "w", 60, 3) and store.mark_compiled(requeue.trial_id, "w")
+            assert store.claim(requeue.trial_id, "evaluate", "w", 60, 3)
+            measurement = {"objective_name": "ms", "maximize": False, "objective": 1.0, "valid": True,
+                           "samples": [1.0], "metrics": {}}  # fmt: skip
+            assert store.record(requeue.trial_id, "w", measurement=measurement)
+        return 0
+
+    first = Driver(store, campaign, work, window=3)
+    first._fill(24)  # the first driver ends 24 of the 30 trials, then goes away
+    assert len(sent) == 24
+
+    second = Driver(store, campaign, lambda requeues, batch: len(list(requeues)), window=3)
+    second._fill()
+    assert len(second.counted) == 24  # the ended ones, passed through to feed the searcher
+    assert len(second.in_flight) - len(second.counted) == 3  # and a full window of new trials out at once
+    assert len(store.trial_counts(campaign.id)) and sum(store.trial_counts(campaign.id).values()) == 27
