@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -99,7 +100,8 @@ def test_build_failure_and_run_timeout_are_errored_and_the_worker_goes_on(fleet:
     by_config = {(t.config["flag"], t.config["mode"]): t for t in trials(fleet)}
     assert by_config[("-O1", "ok")].state == "evaluated"
     assert by_config[("-O1", "sleep30")].state == "errored"
-    assert "timed out after 1.0 s" in by_config[("-O1", "sleep30")].reason
+    # The time it ran, which a loaded machine stretches past the 1 s limit before the kill lands.
+    assert re.search(r"timed out after 1\.\d s", by_config[("-O1", "sleep30")].reason or "")
     for mode in ("ok", "sleep30"):
         failed = by_config[("-Onope", mode)]
         assert failed.state == "errored"
