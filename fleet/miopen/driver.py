@@ -369,7 +369,7 @@ def driver_argv(params: Mapping[str, Any]) -> list[str]:
         if p["bias"]:
             # MIOpenDriver runs -b 1 as a separate bias kernel; it cannot run a convolution keyed with bias 1.
             raise DriverLineError("MIOpenDriver cannot run a conv problem with bias 1 (MIOpen keys driver runs bias 0)")
-        argv = [command_for("conv", p["precision"])]
+        argv: list[object] = [command_for("conv", p["precision"])]
         argv += ["-n", p["batchsize"], "-c", p["in_channels"], "-H", p["in_h"], "-W", p["in_w"]]
         argv += ["-k", p["out_channels"], "-y", p["fil_h"], "-x", p["fil_w"], "-p", p["pad_h"], "-q", p["pad_w"]]
         argv += ["-u", p["conv_stride_h"], "-v", p["conv_stride_w"], "-l", p["dilation_h"], "-j", p["dilation_w"]]
@@ -470,9 +470,10 @@ def _flags(args: list[str], table: dict[str, tuple[str, str]], aliases: dict[str
             if name not in table:
                 raise DriverLineError(f"MIOpenDriver {command} has no flag {token.split('=', 1)[0]}")
         elif token.startswith("-") and len(token) == 2:
-            name = by_short.get(token[1])
-            if name is None:
+            long_name = by_short.get(token[1])
+            if long_name is None:
                 raise DriverLineError(f"MIOpenDriver {command} has no flag {token}")
+            name = long_name
         else:
             raise DriverLineError(f"unexpected argument {token!r}: MIOpenDriver {command} expects -flag value pairs")
         if inline is None:
@@ -719,7 +720,7 @@ def _pool_argv(params: Mapping[str, Any], direction: Any) -> list[str]:
     if direction not in ("F", "B"):
         raise DriverLineError(f"pool direction must be F or B, not {direction!r}")
     p = params
-    argv = [command_for("pool", p["precision"])]
+    argv: list[object] = [command_for("pool", p["precision"])]
     argv += ["-n", p["batchsize"], "-c", p["in_channels"], "-H", p["in_h"], "-W", p["in_w"]]
     argv += ["-y", p["win_h"], "-x", p["win_w"], "-v", p["pool_stride_h"], "-u", p["pool_stride_w"]]
     argv += ["-p", p["pad_h"], "-q", p["pad_w"], "-m", p["mode"], "-z", p["pad_mode"], "-I", p["index_type"]]
