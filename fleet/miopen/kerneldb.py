@@ -96,8 +96,8 @@ def write_kernel_db(path: str | Path, kernels: Iterable[Kernel]) -> int:
         "INSERT INTO kern_db (id, kernel_name, kernel_args, kernel_blob, kernel_hash, uncompressed_size) "
         "VALUES (?, ?, ?, ?, ?, ?)"
     )
-    rows = [(number, k.name, k.args, k.blob, k.hash, k.uncompressed_size) for number, k in enumerate(ordered, start=1)]
-    write_sqlite(path, "kernel-db", SCHEMA, [(insert, rows)])
+    numbered = [(n, k.name, k.args, k.blob, k.hash, k.uncompressed_size) for n, k in enumerate(ordered, start=1)]
+    write_sqlite(path, "kernel-db", SCHEMA, [(insert, numbered)])
     return len(ordered)
 
 
