@@ -200,10 +200,10 @@ def transfer(space: Space, sources: Sequence[Source], *, top: int = TOP) -> list
             key = _key(partial, order) if len(common) == len(names) else None
             if key is not None and key in candidates:
                 continue
-            config = dict(partial) if key is not None else _complete(space, partial, preferred)
-            if config is None or not space.is_valid(config):
+            candidate = dict(partial) if key is not None else _complete(space, partial, preferred)
+            if candidate is None or not space.is_valid(candidate):
                 continue  # invalid here: simply not a candidate
-            candidates.setdefault(_key(config, order), config)
+            candidates.setdefault(_key(candidate, order), candidate)
     result = []
     for config in candidates.values():
         total, named, lead = 0.0, [], top
