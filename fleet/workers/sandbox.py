@@ -261,6 +261,11 @@ def _under(path: Path, folders: Sequence[str | Path]) -> bool:
     return any(path == Path(folder) or Path(folder) in path.parents for folder in folders)
 
 
+def _jump(where: Mapping[str, int], at: int, label: str) -> int:
+    """The BPF jump offset from the instruction at ``at`` to ``label`` (0 to the next instruction)."""
+    return 0 if label == "next" else where[label] - at - 1
+
+
 def unix_socket_filter() -> bytes:
     """A seccomp program (classic BPF, as bubblewrap's ``--seccomp`` takes it) refusing to create a unix socket:
     ``socket(AF_UNIX, ...)`` fails with EACCES, and on i386 ``socketcall(SYS_SOCKET)`` too (its family is behind a
@@ -289,10 +294,7 @@ def unix_socket_filter() -> bytes:
         block += [(_RET, _ALLOW, "next", "next"), (_RET, _DENY, "next", "next")]
         skip = next(at for at, i in enumerate(block) if i[1] == 1) + 1  # past the socket test's family check
         where = {"allow": len(block) - 2, "deny": len(block) - 1, "skip": skip}
-        resolved = [
-            (code, *(0 if label == "next" else where[label] - at - 1 for label in (jt, jf)), k)
-            for at, (code, k, jt, jf) in enumerate(block)
-        ]
+        resolved = [(code, _jump(where, at, jt), _jump(where, at, jf), k) for at, (code, k, jt, jf) in enumerate(block)]
         program += [(_LD, 0, 0, _ARCH), (_JEQ, 0, len(resolved), arch), *resolved]
     program.append((_RET, 0, 0, _ALLOW))  # another architecture: nothing of ours to refuse
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
@@ -355,8 +357,8 @@ def wrap(
     for path in shown:
         # The folders on its way, made in the private /tmp, passable by the workload's account as on the node.
         ancestors = [a for a in reversed(path.parents) if _under(a, PRIVATE) and str(a) not in PRIVATE]
-        for folder in ancestors:
-            box += ["--perms", "0755", "--dir", str(folder)]
+        for parent in ancestors:
+            box += ["--perms", "0755", "--dir", str(parent)]
         box += ["--ro-bind", str(path), str(path)]
     for path in hidden_paths() if hide is None else hide:
         if _under(path, PRIVATE) and not any(_under(path, [tool]) or _under(tool, [path]) for tool in shown):
