@@ -188,11 +188,15 @@ def parse_cache(data: Any, path: Path) -> KTResults:
             )
         error = failure_of(entry)
         value = entry.get(objective)
-        if error is None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        if error is not None:
+            value = None
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SpecError(f"{path}: the entry {key!r} has no numeric {objective!r} and no failure string")
+        else:
+            value = float(value)
         rest = {k: v for k, v in entry.items() if k not in config and k not in (objective, "times")}
         times = entry.get("times")
-        records.append(KTRecord(config, None if error else float(value), error, times, rest))
+        records.append(KTRecord(config, value, error, times, rest))
     return KTResults(
         device=str(data.get("device_name") or ""),
         kernel=str(data.get("kernel_name") or ""),
