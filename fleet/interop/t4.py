@@ -172,10 +172,14 @@ def parse_t4(data: Any, path: Path, header: KTResults | None = None) -> KTResult
         invalidity = row["invalidity"]
         error = None if invalidity == "correct" else FAILURE_OF.get(invalidity, "RuntimeFailedConfig")
         value = measured.get(objective)
-        if error is None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        if error is not None:
+            value = None
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SpecError(f"{path}: result {number} is correct but has no numeric {objective!r} measurement")
+        else:
+            value = float(value)
         samples = [_scaled(t, scale) for t in times.get("runtimes", [])]
-        records.append(KTRecord(dict(config), None if error else float(value), error, samples, extra))
+        records.append(KTRecord(dict(config), value, error, samples, extra))
     if len(objectives) > 1:
         raise SpecError(f"{path}: its results have different objectives ({', '.join(sorted(objectives))})")
     keys = header.keys if header else list(seen)
