@@ -195,9 +195,11 @@ class CommandWorkload(CommandSpec, Workload):
                 return None
             return (value, {}) if math.isfinite(value) else None
         for record in map(_json_object, reversed(stdout.splitlines())):
-            value = None if record is None else record.get(objective["json"])
-            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-                return float(value), record  # type: ignore[return-value]
+            if record is None:
+                continue
+            found = record.get(objective["json"])
+            if isinstance(found, int | float) and not isinstance(found, bool) and math.isfinite(found):
+                return float(found), record
         return None
 
 
@@ -237,8 +239,8 @@ def _resident(argv: list[str], job: Job, network: bool) -> Resident:
         if now is not None:
             now.close()
         idle = positive_number(os.environ, "FLEET_RESIDENT_IDLE_SECONDS", RESIDENT_IDLE_SECONDS)
-        _RESIDENT = Resident(argv, cwd=folder, env=env, network=network, idle=idle)
-    return _RESIDENT
+        now = _RESIDENT = Resident(argv, cwd=folder, env=env, network=network, idle=idle)
+    return now
 
 
 METRICS = 64
