@@ -354,11 +354,12 @@ class FleetStorage(BaseStorage):
                 if number < 0:
                     continue
             attrs: dict[str, Any] = {"fleet_trial": trial_id, "state": fleet_state}
-            value = values = None
+            value: float | None = None
+            values: list[float] | None = None
             if objectives is not None and objective is not None:
                 measured = row[12] or {}
-                values = [measured.get(o.name) for o in objectives]
-                if any(v is None for v in values):
+                values = [v for o in objectives if (v := measured.get(o.name)) is not None]
+                if len(values) < len(objectives):
                     objective = values = None  # a measurement without every objective is no point of the front
             if fleet_state == FleetState.EVALUATED and valid and objective is not None:
                 state = complete
@@ -411,7 +412,7 @@ class FleetStorage(BaseStorage):
         if not trials:
             raise ValueError("no trials are completed yet")
         pick = max if self.get_study_directions(study_id)[0] == StudyDirection.MAXIMIZE else min
-        return pick(trials, key=lambda t: t.value)
+        return pick(trials, key=_value)
 
     def _study_of_trial(self, trial_id: int) -> int:
         query = (
@@ -460,6 +461,14 @@ class FleetStorage(BaseStorage):
 def _hashable(value: Any) -> Any:
     # 1 and True are equal in Python: a knob with both keeps both.
     return (type(value).__name__, value)
+
+
+def _value(trial: FrozenTrial) -> float:
+    """A complete trial's value, which a single-objective study's trial always has (Optuna's own storages cast)."""
+    value = trial.value
+    if value is None:
+        raise ValueError(f"trial {trial.number} is complete without a value")
+    return value
 
 
 _OFFSET = datetime.now().astimezone().utcoffset() or timedelta(0)
