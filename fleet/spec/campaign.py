@@ -391,8 +391,8 @@ def load_spec(
         problems = [ProblemSpec(kind, params) for kind, params in fields.pop("problems")]
         return CampaignSpec(problems=problems, **fields)
     if budget is not None and isinstance(data, dict):
-        strategy = data.get("strategy") if isinstance(data.get("strategy"), dict) else {}
-        data["strategy"] = {**strategy, "budget": budget}
+        given = data.get("strategy")
+        data["strategy"] = {**(given if isinstance(given, dict) else {}), "budget": budget}
     try:
         return parse_spec(
             data,
