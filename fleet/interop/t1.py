@@ -124,10 +124,11 @@ def _values(node: ast.AST) -> list[Any]:
         return [ast.literal_eval(element) for element in node.elts]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
         arguments = [ast.literal_eval(a) if not isinstance(a, ast.Call) else _values(a) for a in node.args]
-        if node.func.id == "range" and all(isinstance(a, int) for a in arguments) and 1 <= len(arguments) <= 3:
-            if len(range(*arguments)) > 100_000:
+        bounds = [a for a in arguments if isinstance(a, int)]
+        if node.func.id == "range" and len(bounds) == len(arguments) and 1 <= len(bounds) <= 3:
+            if len(range(*bounds)) > 100_000:
                 raise ValueError("more than 100,000 values")
-            return list(range(*arguments))
+            return list(range(*bounds))
         if node.func.id == "list" and len(node.args) == 1:
             return _values(node.args[0])
     if isinstance(node, ast.ListComp) and len(node.generators) == 1:
@@ -300,10 +301,10 @@ def launch_dimensions(spec: Mapping[str, Any], knobs: Sequence[str]) -> tuple[li
     grid = []
     for index, axis in enumerate("XYZ"):
         if problem:
-            size = int(problem[index]) if index < len(problem) else 1
+            extent = int(problem[index]) if index < len(problem) else 1
             divisors = spec.get(f"GridDiv{axis}") or None
             divisor = " * ".join(f"({c_expression(d, problem, knobs)})" for d in divisors) if divisors else block[index]
-            grid.append(f"(({size} + ({divisor}) - 1) / ({divisor}))")
+            grid.append(f"(({extent} + ({divisor}) - 1) / ({divisor}))")
             continue
         size = c_expression(spec["GlobalSize"].get(axis, "1"), problem, knobs)
         in_threads = spec.get("GlobalSizeType", "CUDA") != "CUDA"
@@ -580,7 +581,7 @@ def t1_campaign(
                 budget = max(1, math.ceil(entry["BudgetValue"] * space.size))
     strategy: dict[str, Any] = {} if budget is None else {"budget": budget}
     search = (data.get("Search") or {}).get("Name")
-    strategy["name"] = _STRATEGIES.get(search)
+    strategy["name"] = None if search is None else _STRATEGIES.get(search)
     problem_size = problem_size_param(spec.get("ProblemSize") or [spec["GlobalSize"].get(a, "1") for a in "XYZ"])
     origin = {
         "file": path.name,
