@@ -159,37 +159,20 @@ def import_kt(
             return done
         connection.execute(store.insert(CampaignProblem).values(campaign_id=campaign_id, problem_id=problem_id))
         keys = {k: hashlib.sha256(f'["import-kt","{sha}","{k}"]'.encode()).hexdigest() for k in unique}
-        bulk.insert(
-            connection,
-            Trial,
+        trials = bulk.Rows(
             ("config", "config_key", "build_key", "measure_key", "seq", "state", "reason"),
             (
                 (r.config, k, keys[k], keys[k], i, TrialState.INVALID if r.error else TrialState.EVALUATED, r.error)
                 for i, (k, r) in enumerate(unique.items())
             ),
-            same={
-                "campaign_id": campaign_id,
-                "problem_id": problem_id,
-                "target": target,
-                "baseline": False,
-                "attempts": 0,
-                "created_at": now,
-                "queued_at": now,
-                "started_at": now,
-                "finished_at": now,
-                "worker": "import",
-            },
+            {"problem_id": problem_id},
         )
-        trial_ids = dict(
-            connection.execute(select(Trial.config_key, Trial.id).where(Trial.campaign_id == campaign_id)).all()
-        )
-        bulk.insert(
-            connection,
-            Measurement,
-            ("trial_id", "measure_key", "objective", "valid", "samples", "metrics"),
+        # Each measurement row begins with its trial's config key (insert_finished's key for it).
+        measurements = bulk.Rows(
+            ("measure_key", "objective", "valid", "samples", "metrics"),
             (
                 (
-                    trial_ids[k],
+                    k,
                     keys[k],
                     r.value,
                     r.error is None,
@@ -198,19 +181,15 @@ def import_kt(
                 )
                 for k, r in unique.items()
             ),
-            same={
+            {
                 "problem_id": problem_id,
-                "target": target,
                 "objective_name": objective_name,
                 "maximize": maximize,
-                "toolchain": f"imported {stem} sha256:{sha}",
-                "node": None,
-                "gpu": None,
                 "device_kind": results.device or None,
-                "worker": "import",
-                "created_at": now,
             },
         )
+        toolchain = f"imported {stem} sha256:{sha}"
+        bulk.insert_finished(connection, campaign_id, target, toolchain, now, trials, Trial.config_key, measurements)
     done.created = True
     return done
 

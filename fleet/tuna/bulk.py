@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Connection, DateTime
+from sqlalchemy import JSON, Boolean, Connection, DateTime, select
+
+from fleet.store import Measurement, Trial
 
 # COPY's text format: a backslash, tab, newline or carriage return in a value must be escaped.
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
@@ -272,3 +275,72 @@ def _sqlite_ids(
     finally:
         cursor.close()
     return found
+
+
+# -- imported results -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rows:
+    """Rows for :func:`insert`: per-row values in the order of ``columns``, and the values every row has."""
+
+    columns: Sequence[str]
+    rows: Iterable[Sequence[Any]]
+    same: Mapping[str, Any] = field(default_factory=dict)
+
+
+def insert_finished(
+    connection: Connection,
+    campaign_id: int,
+    target: str,
+    toolchain: str,
+    now: datetime,
+    trials: Rows,
+    by: Any,
+    measurements: Rows,
+) -> None:
+    """Imported results as finished trials of a campaign created in this transaction, each with its measurement.
+
+    An imported trial was queued, started and finished at the import, by the worker ``import``, without an
+    attempt; its measurement comes from no node or GPU. None of the rows can exist yet, so they are written
+    without conflict handling, and the trials' ids read back in one statement.
+
+    Parameters
+    ----------
+    trials:
+        The trials' own columns (their keys, state, problem or config where those differ between trials).
+    by:
+        The trial column that tells the campaign's trials apart (``Trial.config_key``, ``Trial.problem_id``).
+    measurements:
+        The measurements' own columns after ``trial_id``: each row begins with its trial's ``by`` value, which
+        becomes the trial's id.
+    """
+    finished = {
+        "campaign_id": campaign_id,
+        "target": target,
+        "baseline": False,
+        "attempts": 0,
+        "created_at": now,
+        "queued_at": now,
+        "started_at": now,
+        "finished_at": now,
+        "worker": "import",
+    }
+    insert(connection, Trial, trials.columns, trials.rows, same={**trials.same, **finished})
+    query = select(by, Trial.id).where(Trial.campaign_id == campaign_id)
+    trial_ids: dict[Any, int] = {key: trial_id for key, trial_id in connection.execute(query)}
+    from_import = {
+        "target": target,
+        "toolchain": toolchain,
+        "node": None,
+        "gpu": None,
+        "worker": "import",
+        "created_at": now,
+    }
+    insert(
+        connection,
+        Measurement,
+        ("trial_id", *measurements.columns),
+        ((trial_ids[row[0]], *row[1:]) for row in measurements.rows),
+        same={**measurements.same, **from_import},
+    )

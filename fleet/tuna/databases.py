@@ -260,7 +260,7 @@ def _write_results(
     """The campaign's problems, one evaluated trial each, and its measurement: the record's result.
 
     The campaign was created in this transaction, so none of these rows can exist: they are written
-    without conflict handling (COPY on PostgreSQL), and the trials' ids read back in one statement.
+    without conflict handling (COPY on PostgreSQL).
     """
     from fleet.store._models import CampaignProblem
     from fleet.tuna import bulk
@@ -279,56 +279,21 @@ def _write_results(
     )
     config = {"step": step}
     keys = {p: _import_key(sha, p, step) for p in order}
-    bulk.insert(
-        connection,
-        Trial,
+    trials = bulk.Rows(
         ("problem_id", "build_key", "measure_key", "seq"),
         ((p, keys[p], keys[p], i) for i, p in enumerate(order)),
-        same={
-            "campaign_id": campaign_id,
-            "target": target,
-            "config": config,
-            "config_key": digest(config),
-            "baseline": False,
-            "state": TrialState.EVALUATED,
-            "attempts": 0,
-            "created_at": now,
-            "queued_at": now,
-            "started_at": now,
-            "finished_at": now,
-            "worker": "import",
-        },
+        {"config": config, "config_key": digest(config), "state": TrialState.EVALUATED},
     )
-    trial_ids = dict(
-        connection.execute(select(Trial.problem_id, Trial.id).where(Trial.campaign_id == campaign_id)).all()
-    )
-    bulk.insert(
-        connection,
-        Measurement,
-        ("trial_id", "problem_id", "measure_key", "objective", "metrics"),
+    # Each measurement row begins with its trial's problem (insert_finished's key for it), then its own columns.
+    measurements = bulk.Rows(
+        ("problem_id", "measure_key", "objective", "metrics"),
         (
-            (
-                trial_ids[p],
-                p,
-                keys[p],
-                unique[p].objective,
-                {k: v for k, v in unique[p].metrics.items() if v is not None},
-            )
+            (p, p, keys[p], unique[p].objective, {k: v for k, v in unique[p].metrics.items() if v is not None})
             for p in order
         ),
-        same={
-            "target": target,
-            "objective_name": "time_ms",
-            "maximize": False,
-            "valid": True,
-            "samples": [],
-            "toolchain": toolchain,
-            "node": None,
-            "gpu": None,
-            "worker": "import",
-            "created_at": now,
-        },
+        {"objective_name": "time_ms", "maximize": False, "valid": True, "samples": []},
     )
+    bulk.insert_finished(connection, campaign_id, target, toolchain, now, trials, Trial.problem_id, measurements)
 
 
 # -- what an export reads -------------------------------------------------------------------------------------
