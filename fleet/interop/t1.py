@@ -334,8 +334,50 @@ def harness(data: Mapping[str, Any], kernel: str, values: Mapping[str, list[Any]
     spec = data["KernelSpecification"]
     language = spec["Language"]
     gpu = language in ("CUDA", "HIP")
+    api = "hip" if language == "HIP" else "cuda"
+    lines = _harness_head(spec, kernel, list(values))
+    lines += ["", "int main(void) {"]
+    if gpu:
+        lines += [
+            "  int devices = 0;",
+            f"  {api}Error_t found = {api}GetDeviceCount(&devices);",
+            "  if (found != " + api + "Success || devices == 0) {",
+            f'    fprintf(stderr, "no {language} device to run {spec["KernelName"]} on: %s\\n",',
+            f'            found != {api}Success ? {api}GetErrorString(found) : "none found");',
+            "    return 1;",
+            "  }",
+        ]
+    call: list[str] = []
+    checks: list[str] = []
     problem = list(spec.get("ProblemSize") or [])
-    knobs = list(values)
+    for number, argument in enumerate(spec.get("Arguments") or []):
+        made, passed, check = _harness_argument(number, argument, language, problem, values)
+        lines += made
+        if passed is not None:
+            call.append(passed)
+        if check is not None:
+            checks.append(check)
+    lines += _harness_timing(spec, ", ".join(call))
+    lines += ["  double sum = 0, check = 0;", f"  for (int i = 0; i < {ITERATIONS}; i++) sum += times[i];"]
+    if not gpu and checks:
+        # The kernel's outputs are read, so that no compiler drops its calls as writes nobody reads.
+        lines.append(f"  check = {' + '.join(checks)};")
+    lines += [
+        f'  printf("{{\\"time_ms\\": %.9g, \\"check\\": %.9g, \\"times\\": [", sum / {ITERATIONS}, check);',
+        f'  for (int i = 0; i < {ITERATIONS}; i++) printf("%s%.9g", i ? ", " : "", times[i]);',
+        '  printf("]}\\n");',
+        "  return 0;",
+        "}",
+        "",
+    ]
+    suffix = ".cu" if language == "CUDA" else ".cpp" if language == "HIP" or kernel.endswith((".cpp", ".cc")) else ".c"
+    return "\n".join(lines), HARNESS + suffix
+
+
+def _harness_head(spec: Mapping[str, Any], kernel: str, knobs: list[str]) -> list[str]:
+    """The host program's includes, launch sizes and helpers, up to its main()."""
+    language = spec["Language"]
+    gpu = language in ("CUDA", "HIP")
     api = "hip" if language == "HIP" else "cuda"
     lines = ["// Written by Fleet from a T1 input file: runs one configuration of the kernel and prints its time."]
     if not gpu:
@@ -373,101 +415,79 @@ def harness(data: Mapping[str, Any], kernel: str, values: Mapping[str, list[Any]
             f"#define FLEET_CHECK(call) do {{ {api}Error_t e_ = (call); if (e_ != {api}Success) {{ "
             f'fprintf(stderr, "%s: %s\\n", #call, {api}GetErrorString(e_)); exit(1); }} }} while (0)',
         ]
-    lines += ["", "int main(void) {"]
-    if gpu:
-        lines += [
-            "  int devices = 0;",
-            f"  {api}Error_t found = {api}GetDeviceCount(&devices);",
-            "  if (found != " + api + "Success || devices == 0) {",
-            f'    fprintf(stderr, "no {language} device to run {spec["KernelName"]} on: %s\\n",',
-            f'            found != {api}Success ? {api}GetErrorString(found) : "none found");',
-            "    return 1;",
-            "  }",
-        ]
-    call: list[str] = []
-    checks: list[str] = []
-    for number, argument in enumerate(spec.get("Arguments") or []):
-        name = argument.get("Name") or f"argument {number}"
-        kind, memory = argument["Type"], argument["MemoryType"]
-        if kind in _SCALARS:
-            c_type, lanes, base = _SCALARS[kind], 1, _SCALARS[kind]
-        elif kind in _VECTORS and gpu:
-            base, lanes = _VECTORS[kind]
-            c_type = kind
-        else:
-            raise SpecError(f"argument {name!r}: type {kind} is not one Fleet's {language} host program passes")
-        fill = argument.get("FillType", "Constant")
-        if fill not in ("Constant", "Random"):
-            raise SpecError(f"argument {name!r}: FillType {fill} is not supported (Constant and Random are)")
-        constant = _literal(argument.get("FillValue", 0))
-        value = f"({base})fleet_random()" if fill == "Random" else f"({base}){constant}"
-        if kind == "bool":
-            value = "fleet_random() > 0" if fill == "Random" else ("true" if argument.get("FillValue") else "false")
-        if memory == "Scalar":
-            lines.append(f"  {c_type} a{number} = {value};")
-            call.append(f"a{number}")
-            continue
-        if memory not in ("Vector", "Symbol"):
-            raise SpecError(f"argument {name!r}: MemoryType {memory} is not supported (Vector, Scalar, Symbol are)")
-        if "Size" not in argument:
-            raise SpecError(f"argument {name!r}: a vector needs its Size")
-        count = argument_size(argument["Size"], problem, values) * lanes
-        lines += [
-            f"  size_t n{number} = {count}ULL;",
-            f"  {base} *h{number} = ({base} *)malloc(n{number} * sizeof({base}) + 1);",
-            f"  for (size_t i = 0; i < n{number}; i++) h{number}[i] = {value};",
-        ]
-        checks.append(f"(n{number} ? (double)h{number}[0] : 0.0)")
-        symbol = memory == "Symbol" or argument.get("MemType") == "Constant"
-        if symbol and not gpu:
-            raise SpecError(f"argument {name!r}: a {memory} argument needs a GPU language")
-        if symbol:
-            # Kernel Tuner copies it to the kernel's symbol of its name (constant memory); a T1 Symbol is not
-            # passed, a vector marked MemType Constant is passed too, as Kernel Tuner does.
-            target = f"HIP_SYMBOL({argument['Name']})" if language == "HIP" else argument["Name"]
-            lines.append(f"  FLEET_CHECK({api}MemcpyToSymbol({target}, h{number}, n{number} * sizeof({base})));")
-            if memory == "Symbol":
-                continue
-        if gpu:
-            lines += [
-                f"  {c_type} *d{number};",
-                f"  FLEET_CHECK({api}Malloc((void **)&d{number}, n{number} * sizeof({base}) + 1));",
-                f"  FLEET_CHECK({api}Memcpy(d{number}, h{number}, n{number} * sizeof({base}), "
-                f"{api}MemcpyHostToDevice));",
-            ]
-            call.append(f"d{number}")
-        else:
-            call.append(f"({c_type} *)h{number}")
-    arguments = ", ".join(call)
-    shared = int(spec.get("SharedMemory") or 0)
-    launch = (
-        f"{spec['KernelName']}<<<dim3(grid_size_x, grid_size_y, grid_size_z), "
-        f"dim3(block_size_x, block_size_y, block_size_z), {shared}>>>({arguments})"
-        if gpu
-        else f"{spec['KernelName']}({arguments})"
-    )
-    lines.append(f"  double times[{ITERATIONS}];")
-    if gpu:
-        lines += [
-            f"  {launch};",
-            f"  FLEET_CHECK({api}GetLastError());",
-            f"  FLEET_CHECK({api}DeviceSynchronize());",
-            f"  {api}Event_t start, stop;",
-            f"  FLEET_CHECK({api}EventCreate(&start));",
-            f"  FLEET_CHECK({api}EventCreate(&stop));",
-            f"  for (int i = 0; i < {ITERATIONS}; i++) {{",
-            f"    FLEET_CHECK({api}EventRecord(start, 0));",
-            f"    {launch};",
-            f"    FLEET_CHECK({api}EventRecord(stop, 0));",
-            f"    FLEET_CHECK({api}EventSynchronize(stop));",
-            f"    FLEET_CHECK({api}GetLastError());",
-            "    float ms = 0;",
-            f"    FLEET_CHECK({api}EventElapsedTime(&ms, start, stop));",
-            "    times[i] = ms;",
-            "  }",
-        ]
+    return lines
+
+
+def _harness_argument(
+    number: int, argument: Mapping[str, Any], language: str, problem: list[Any], values: Mapping[str, list[Any]]
+) -> tuple[list[str], str | None, str | None]:
+    """One kernel argument: the lines of main() that make it, what the launch passes (None for a symbol, which
+    is not passed), and the value a CPU program reads back from it (None for a scalar)."""
+    gpu = language in ("CUDA", "HIP")
+    api = "hip" if language == "HIP" else "cuda"
+    name = argument.get("Name") or f"argument {number}"
+    kind, memory = argument["Type"], argument["MemoryType"]
+    if kind in _SCALARS:
+        c_type, lanes, base = _SCALARS[kind], 1, _SCALARS[kind]
+    elif kind in _VECTORS and gpu:
+        base, lanes = _VECTORS[kind]
+        c_type = kind
     else:
-        lines += [
+        raise SpecError(f"argument {name!r}: type {kind} is not one Fleet's {language} host program passes")
+    value = _fill_value(argument, name, kind, base)
+    if memory == "Scalar":
+        return [f"  {c_type} a{number} = {value};"], f"a{number}", None
+    if memory not in ("Vector", "Symbol"):
+        raise SpecError(f"argument {name!r}: MemoryType {memory} is not supported (Vector, Scalar, Symbol are)")
+    if "Size" not in argument:
+        raise SpecError(f"argument {name!r}: a vector needs its Size")
+    count = argument_size(argument["Size"], problem, values) * lanes
+    lines = [
+        f"  size_t n{number} = {count}ULL;",
+        f"  {base} *h{number} = ({base} *)malloc(n{number} * sizeof({base}) + 1);",
+        f"  for (size_t i = 0; i < n{number}; i++) h{number}[i] = {value};",
+    ]
+    check = f"(n{number} ? (double)h{number}[0] : 0.0)"
+    symbol = memory == "Symbol" or argument.get("MemType") == "Constant"
+    if symbol and not gpu:
+        raise SpecError(f"argument {name!r}: a {memory} argument needs a GPU language")
+    if symbol:
+        # Kernel Tuner copies it to the kernel's symbol of its name (constant memory); a T1 Symbol is not
+        # passed, a vector marked MemType Constant is passed too, as Kernel Tuner does.
+        target = f"HIP_SYMBOL({argument['Name']})" if language == "HIP" else argument["Name"]
+        lines.append(f"  FLEET_CHECK({api}MemcpyToSymbol({target}, h{number}, n{number} * sizeof({base})));")
+        if memory == "Symbol":
+            return lines, None, check
+    if not gpu:
+        return lines, f"({c_type} *)h{number}", check
+    lines += [
+        f"  {c_type} *d{number};",
+        f"  FLEET_CHECK({api}Malloc((void **)&d{number}, n{number} * sizeof({base}) + 1));",
+        f"  FLEET_CHECK({api}Memcpy(d{number}, h{number}, n{number} * sizeof({base}), {api}MemcpyHostToDevice));",
+    ]
+    return lines, f"d{number}", check
+
+
+def _fill_value(argument: Mapping[str, Any], name: str, kind: str, base: str) -> str:
+    """The C expression of an argument's elements (its FillType and FillValue)."""
+    fill = argument.get("FillType", "Constant")
+    if fill not in ("Constant", "Random"):
+        raise SpecError(f"argument {name!r}: FillType {fill} is not supported (Constant and Random are)")
+    constant = _literal(argument.get("FillValue", 0))
+    if kind == "bool":
+        return "fleet_random() > 0" if fill == "Random" else ("true" if argument.get("FillValue") else "false")
+    return f"({base})fleet_random()" if fill == "Random" else f"({base}){constant}"
+
+
+def _harness_timing(spec: Mapping[str, Any], arguments: str) -> list[str]:
+    """main()'s launches: one to warm up, then :data:`ITERATIONS` timed into ``times``."""
+    language = spec["Language"]
+    api = "hip" if language == "HIP" else "cuda"
+    shared = int(spec.get("SharedMemory") or 0)
+    if language not in ("CUDA", "HIP"):
+        launch = f"{spec['KernelName']}({arguments})"
+        return [
+            f"  double times[{ITERATIONS}];",
             f"  {launch};",
             f"  for (int i = 0; i < {ITERATIONS}; i++) {{",
             "    double begin = fleet_now_ms();",
@@ -475,23 +495,29 @@ def harness(data: Mapping[str, Any], kernel: str, values: Mapping[str, list[Any]
             "    times[i] = fleet_now_ms() - begin;",
             "  }",
         ]
-    lines += [
-        "  double sum = 0, check = 0;",
-        f"  for (int i = 0; i < {ITERATIONS}; i++) sum += times[i];",
+    launch = (
+        f"{spec['KernelName']}<<<dim3(grid_size_x, grid_size_y, grid_size_z), "
+        f"dim3(block_size_x, block_size_y, block_size_z), {shared}>>>({arguments})"
+    )
+    return [
+        f"  double times[{ITERATIONS}];",
+        f"  {launch};",
+        f"  FLEET_CHECK({api}GetLastError());",
+        f"  FLEET_CHECK({api}DeviceSynchronize());",
+        f"  {api}Event_t start, stop;",
+        f"  FLEET_CHECK({api}EventCreate(&start));",
+        f"  FLEET_CHECK({api}EventCreate(&stop));",
+        f"  for (int i = 0; i < {ITERATIONS}; i++) {{",
+        f"    FLEET_CHECK({api}EventRecord(start, 0));",
+        f"    {launch};",
+        f"    FLEET_CHECK({api}EventRecord(stop, 0));",
+        f"    FLEET_CHECK({api}EventSynchronize(stop));",
+        f"    FLEET_CHECK({api}GetLastError());",
+        "    float ms = 0;",
+        f"    FLEET_CHECK({api}EventElapsedTime(&ms, start, stop));",
+        "    times[i] = ms;",
+        "  }",
     ]
-    if not gpu and checks:
-        # The kernel's outputs are read, so that no compiler drops its calls as writes nobody reads.
-        lines.append(f"  check = {' + '.join(checks)};")
-    lines += [
-        f'  printf("{{\\"time_ms\\": %.9g, \\"check\\": %.9g, \\"times\\": [", sum / {ITERATIONS}, check);',
-        f'  for (int i = 0; i < {ITERATIONS}; i++) printf("%s%.9g", i ? ", " : "", times[i]);',
-        '  printf("]}\\n");',
-        "  return 0;",
-        "}",
-        "",
-    ]
-    suffix = ".cu" if language == "CUDA" else ".cpp" if language == "HIP" or kernel.endswith((".cpp", ".cc")) else ".c"
-    return "\n".join(lines), HARNESS + suffix
 
 
 def build_command(data: Mapping[str, Any], target: str, source: str, knobs: Sequence[str]) -> list[str]:
