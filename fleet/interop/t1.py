@@ -31,10 +31,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.errors import SpecError, shown
 from fleet.expr import MAX_LENGTH, Expression, Undefined
+
+if TYPE_CHECKING:
+    from fleet.space import Space
 
 SCHEMA_VERSION = "1.0.0"
 LANGUAGES = ("CUDA", "HIP", "C")
@@ -557,31 +560,13 @@ def t1_campaign(
     import hashlib
 
     from fleet.bundle import pack
-    from fleet.interop.kerneltuner import problem_size_param, target_of_device
-    from fleet.space import Space
-    from fleet.spec.targets import cpu_target
+    from fleet.interop.kerneltuner import problem_size_param
 
     data = read_t1(path, data)
     spec = data["KernelSpecification"]
-    space_data = data["ConfigurationSpace"]
-    values: dict[str, list[Any]] = {}
-    for parameter in space_data["TuningParameters"]:
-        if parameter["Name"] in values:
-            raise SpecError(f"tuning parameter {parameter['Name']!r} is named twice")
-        values[parameter["Name"]] = parameter_values(parameter)
-    constraints = [c["Expression"] for c in space_data.get("Conditions") or []]
-    space = Space.from_dict(
-        {"knobs": {k: {"values": v, "build": True} for k, v in values.items()}, "constraints": constraints}
-    )
-    language = spec["Language"]
+    values, space = _t1_space(data["ConfigurationSpace"])
     if target is None:
-        device = (spec.get("Device") or {}).get("Name")
-        if language == "C":
-            target = cpu_target()
-        elif device:
-            target = target_of_device(device)
-        else:
-            raise SpecError(f"a {language} kernel's target is not in the file (no Device.Name): give --target")
+        target = _t1_target(spec)
     source_name, source = kernel_file(path, spec)
     program, program_name = harness(data, source_name, values)
     if source_name == program_name:
@@ -600,11 +585,7 @@ def t1_campaign(
         "run_timeout": 300,
     }
     if budget is None:
-        for entry in data.get("Budget") or []:
-            if entry["Type"] == "ConfigurationCount":
-                budget = int(entry["BudgetValue"])
-            elif entry["Type"] == "ConfigurationFraction":
-                budget = max(1, math.ceil(entry["BudgetValue"] * space.size))
+        budget = _t1_budget(data, space.size)
     strategy: dict[str, Any] = {} if budget is None else {"budget": budget}
     search = (data.get("Search") or {}).get("Name")
     strategy["name"] = None if search is None else _STRATEGIES.get(search)
@@ -627,6 +608,47 @@ def t1_campaign(
         "files": {digest: bundle},
         "options": {"interop": {"t1": origin}},
     }
+
+
+def _t1_space(space_data: Mapping[str, Any]) -> tuple[dict[str, list[Any]], Space]:
+    """A T1 ConfigurationSpace's tuning parameters' values, and the space of them and its conditions."""
+    from fleet.space import Space
+
+    values: dict[str, list[Any]] = {}
+    for parameter in space_data["TuningParameters"]:
+        if parameter["Name"] in values:
+            raise SpecError(f"tuning parameter {parameter['Name']!r} is named twice")
+        values[parameter["Name"]] = parameter_values(parameter)
+    constraints = [c["Expression"] for c in space_data.get("Conditions") or []]
+    space = Space.from_dict(
+        {"knobs": {k: {"values": v, "build": True} for k, v in values.items()}, "constraints": constraints}
+    )
+    return values, space
+
+
+def _t1_target(spec: Mapping[str, Any]) -> str:
+    """The target a T1 kernel runs on: this machine's CPU for a C kernel, its Device.Name's for a GPU's."""
+    from fleet.interop.kerneltuner import target_of_device
+    from fleet.spec.targets import cpu_target
+
+    language = spec["Language"]
+    device = (spec.get("Device") or {}).get("Name")
+    if language == "C":
+        return cpu_target()
+    if device:
+        return target_of_device(device)
+    raise SpecError(f"a {language} kernel's target is not in the file (no Device.Name): give --target")
+
+
+def _t1_budget(data: Mapping[str, Any], size: int) -> int | None:
+    """The trials a T1 file's Budget allows in a space of ``size`` configurations (the last entry that says)."""
+    budget = None
+    for entry in data.get("Budget") or []:
+        if entry["Type"] == "ConfigurationCount":
+            budget = int(entry["BudgetValue"])
+        elif entry["Type"] == "ConfigurationFraction":
+            budget = max(1, math.ceil(entry["BudgetValue"] * size))
+    return budget
 
 
 # -- writing ------------------------------------------------------------------------------------------------
