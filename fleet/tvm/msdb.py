@@ -241,7 +241,7 @@ def best_records(store: Any, kind: str, params: Mapping[str, Any], target: str, 
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
     mod = tvm.IRModule({"main": define(kind, check_problem(kind, params))})
-    workload_id, workload = database(store, target)._find(mod)
+    workload_id, workload = database(store, target).known.find(mod)
     if workload_id is None:
         return []
     with store.session() as session:
@@ -280,13 +280,83 @@ def database(store: Any, target: str = "", tvm_version: str | None = None) -> An
 _CLASS: type | None = None
 
 
+class _Workloads:
+    """The store's MetaSchedule workloads as one database has loaded or committed them: each by its id, and the
+    ids by structural hash."""
+
+    def __init__(self, store: Any, tvm_version: str) -> None:
+        self.store = store
+        self.tvm = tvm_version
+        self.by_id: dict[int, Any] = {}  # id -> Workload
+        self.by_shash: dict[str, list[int]] = {}
+
+    def load(self, shash: str) -> list[int]:
+        from tvm.s_tir.meta_schedule.database import Workload
+
+        from fleet.store import MsWorkload
+
+        if shash not in self.by_shash:
+            with self.store.session() as session:
+                rows = session.execute(
+                    select(MsWorkload.id, MsWorkload.line).where(MsWorkload.shash == shash).order_by(MsWorkload.id)
+                ).all()
+            for row in rows:
+                self.by_id.setdefault(row.id, Workload.from_json(json.loads(row.line)))
+            self.by_shash[shash] = [row.id for row in rows]
+        return self.by_shash[shash]
+
+    def find(self, mod: Any) -> tuple[int | None, Any]:
+        """The stored workload structurally equal to ``mod``, and a Workload of ``mod``."""
+        import tvm
+        from tvm.s_tir.meta_schedule.database import Workload
+
+        workload = Workload(mod)
+        shash, _ = workload.as_json()
+        for workload_id in self.load(str(shash)):
+            try:
+                tvm.ir.assert_structural_equal(self.by_id[workload_id].mod, mod)
+            except ValueError:
+                continue
+            return workload_id, self.by_id[workload_id]
+        return None, workload
+
+    def id_of(self, workload: Any) -> int:
+        """``workload``'s id, committing it first where the store holds none structurally equal to it."""
+        for workload_id, known in self.by_id.items():
+            if known.same_as(workload):
+                return workload_id
+        found, _ = self.find(workload.mod)
+        if found is None:
+            found = self.commit(workload)
+        return found
+
+    def commit(self, workload: Any) -> int:
+        line = dumps(workload.as_json())
+        workload_id = add_workload(self.store, line, self.tvm)
+        self.by_id[workload_id] = workload
+        self.by_shash.setdefault(json.loads(line)[0], []).append(workload_id)
+        return workload_id
+
+    def get(self, workload_id: int) -> Any:
+        """The workload of this id, read from the store the first time."""
+        from tvm.s_tir.meta_schedule.database import Workload
+
+        from fleet.store import MsWorkload
+
+        if workload_id not in self.by_id:
+            with self.store.session() as session:
+                line = session.scalar(select(MsWorkload.line).where(MsWorkload.id == workload_id))
+            self.by_id[workload_id] = Workload.from_json(json.loads(line))
+        return self.by_id[workload_id]
+
+
 def _database_class() -> type:
     global _CLASS
     if _CLASS is not None:
         return _CLASS
     tvm = require_tvm()
     from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
+    from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord
 
     @derived_object
     class FleetDatabase(PyDatabase):
@@ -297,63 +367,21 @@ def _database_class() -> type:
             self.store = store
             self.target = target
             self.tvm = tvm_version or tvm.__version__
-            self.workloads: dict[int, Any] = {}  # id -> Workload, as loaded or committed
-            self.by_shash: dict[str, list[int]] = {}
-
-        def _load(self, shash: str) -> list[int]:
-            from fleet.store import MsWorkload
-
-            if shash not in self.by_shash:
-                with self.store.session() as session:
-                    rows = session.execute(
-                        select(MsWorkload.id, MsWorkload.line).where(MsWorkload.shash == shash).order_by(MsWorkload.id)
-                    ).all()
-                for row in rows:
-                    self.workloads.setdefault(row.id, Workload.from_json(json.loads(row.line)))
-                self.by_shash[shash] = [row.id for row in rows]
-            return self.by_shash[shash]
-
-        def _find(self, mod: Any) -> tuple[int | None, Any]:
-            """The stored workload structurally equal to ``mod``, and a Workload of ``mod``."""
-            workload = Workload(mod)
-            shash, _ = workload.as_json()
-            for workload_id in self._load(str(shash)):
-                try:
-                    tvm.ir.assert_structural_equal(self.workloads[workload_id].mod, mod)
-                except ValueError:
-                    continue
-                return workload_id, self.workloads[workload_id]
-            return None, workload
-
-        def _id(self, workload: Any) -> int:
-            for workload_id, known in self.workloads.items():
-                if known.same_as(workload):
-                    return workload_id
-            found, _ = self._find(workload.mod)
-            if found is None:
-                found = self._commit(workload)
-            return found
-
-        def _commit(self, workload: Any) -> int:
-            line = dumps(workload.as_json())
-            workload_id = add_workload(self.store, line, self.tvm)
-            self.workloads[workload_id] = workload
-            self.by_shash.setdefault(json.loads(line)[0], []).append(workload_id)
-            return workload_id
+            self.known = _Workloads(store, self.tvm)
 
         def has_workload(self, mod: Any) -> bool:
-            return self._find(mod)[0] is not None
+            return self.known.find(mod)[0] is not None
 
         def commit_workload(self, mod: Any) -> Any:
-            workload_id, workload = self._find(mod)
+            workload_id, workload = self.known.find(mod)
             if workload_id is None:
-                self._commit(workload)
+                self.known.commit(workload)
             return workload
 
         def commit_tuning_record(self, record: Any) -> None:
             from fleet.tvm.metaschedule import _MEASURED_LOCK, MEASURED
 
-            workload_id = self._id(record.workload)
+            workload_id = self.known.id_of(record.workload)
             text = dumps(record.as_json())
             secs = tuple(float(s) for s in record.run_secs or [])
             with _MEASURED_LOCK:
@@ -365,7 +393,7 @@ def _database_class() -> type:
         def get_top_k(self, workload: Any, top_k: int) -> list[Any]:
             from fleet.store import MsRecord
 
-            workload_id = self._id(workload)
+            workload_id = self.known.id_of(workload)
             with self.store.session() as session:
                 texts = session.scalars(
                     select(MsRecord.record)
@@ -382,17 +410,9 @@ def _database_class() -> type:
                 rows = session.execute(select(MsRecord.workload_id, MsRecord.record).order_by(MsRecord.id)).all()
             out = []
             for row in rows:
-                if row.workload_id not in self.workloads:
-                    self._load_id(row.workload_id)
-                out.append(TuningRecord.from_json(json.loads(row.record), self.workloads[row.workload_id]))
+                workload = self.known.get(row.workload_id)
+                out.append(TuningRecord.from_json(json.loads(row.record), workload))
             return out
-
-        def _load_id(self, workload_id: int) -> None:
-            from fleet.store import MsWorkload
-
-            with self.store.session() as session:
-                line = session.scalar(select(MsWorkload.line).where(MsWorkload.id == workload_id))
-            self.workloads[workload_id] = Workload.from_json(json.loads(line))
 
         def __len__(self) -> int:
             from fleet.store import MsRecord
