@@ -329,8 +329,15 @@ def _runner_classes() -> tuple[type, type]:
     if _CLASSES is not None:
         return _CLASSES
     require_tvm()
+    future = _future_class()
+    _CLASSES = (_runner_class(future), future)
+    return _CLASSES
+
+
+def _future_class() -> type:
+    """FleetRunnerFuture: one candidate's measurement, as MetaSchedule waits for it."""
     from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, PyRunner, PyRunnerFuture, RunnerResult
+    from tvm.s_tir.meta_schedule.runner import PyRunnerFuture, RunnerResult
 
     @derived_object
     class FleetRunnerFuture(PyRunnerFuture):
@@ -348,6 +355,14 @@ def _runner_classes() -> tuple[type, type]:
         def result(self) -> RunnerResult:
             secs, error = self.session.wait(self.batch, self.trial_id)
             return RunnerResult(secs, error)
+
+    return FleetRunnerFuture
+
+
+def _runner_class(future: type) -> type:
+    """FleetRunner, whose runs are ``future``s."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, PyRunner
 
     @derived_object
     class FleetRunner(PyRunner):
@@ -408,14 +423,13 @@ def _runner_classes() -> tuple[type, type]:
                 for i in runner_inputs
             ]
             batch = self.session.submit(candidates)
-            return [FleetRunnerFuture(self.session, batch, trial_id) for trial_id in batch.trial_ids]
+            return [future(self.session, batch, trial_id) for trial_id in batch.trial_ids]
 
         def close(self) -> None:
             """Mark the campaign done (its trials stay: they are the measurements)."""
             self.session.close()
 
-    _CLASSES = (FleetRunner, FleetRunnerFuture)
-    return _CLASSES
+    return FleetRunner
 
 
 _CLASSES: tuple[type, type] | None = None
