@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -372,7 +373,6 @@ def tune_ms_command(
     from fleet.tvm.available import require_tvm
     from fleet.tvm.metaschedule import FleetRunner, tune, tvm_target
     from fleet.tvm.msdb import database
-    from fleet.tvm.operators import describe, flops
 
     target = _target(target)
     tvm = require_tvm()
@@ -397,17 +397,36 @@ def tune_ms_command(
             cost_model=cost_model,
         )
     runner.close()
+    rows = _layer_rows(layers, tuned.bests)
+    out = _tuned_summary(name, target, tvm.__version__, runner, tuned, rows)
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    _echo_tuned(out, rows, batch)
+
+
+def _layer_rows(layers: Sequence[Any], bests: Mapping[str, float | None]) -> list[dict[str, Any]]:
+    """Each layer's operator and best measurement (seconds and GFLOPS; None where none ran correctly)."""
+    from fleet.tvm.operators import describe, flops
+
     rows = []
     for layer in layers:
-        seconds = tuned.bests.get(layer.name)
+        seconds = bests.get(layer.name)
         gflops = flops(layer.kind, layer.params) / seconds / 1e9 if seconds else None
         operator = describe(layer.kind, layer.params)
         rows.append({"layer": layer.name, "operator": operator, "best_seconds": seconds, "best_gflops": gflops})
+    return rows
+
+
+def _tuned_summary(
+    name: str, target: str, tvm_version: str, runner: Any, tuned: Any, rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """tune-ms's result: the module's best (a model's layers each with theirs) and what the fleet measured."""
     one = rows[0] if len(rows) == 1 else None
     out = {
         "module": name,
         "target": target,
-        "tvm": tvm.__version__,
+        "tvm": tvm_version,
         "campaign": runner.campaign.name if runner.campaign else None,
         "measured": runner.session.measured,
         "seconds": tuned.seconds,
@@ -416,10 +435,13 @@ def tune_ms_command(
     }
     if len(rows) > 1:
         out["layers"] = rows
-    if as_json:
-        click.echo(json.dumps(out, indent=2))
-        return
-    click.echo(f"{name} on {target}: {out['measured']} candidates measured by the fleet in {tuned.seconds:.1f} s")
+    return out
+
+
+def _echo_tuned(out: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], batch: int | None) -> None:
+    """tune-ms's result as text: a model's table of layers, or one problem's best."""
+    name, target = out["module"], out["target"]
+    click.echo(f"{name} on {target}: {out['measured']} candidates measured by the fleet in {out['seconds']:.1f} s")
     if len(rows) > 1:
         click.echo(f"{'layer':<8} {'operator':<44} {'best ms':>10} {'GFLOPS':>8}")
         for row in rows:
@@ -427,11 +449,11 @@ def tune_ms_command(
             gflops_text = f"{row['best_gflops']:.1f}" if row["best_gflops"] else "-"
             click.echo(f"{row['layer']:<8} {row['operator']:<44} {ms_text:>10} {gflops_text:>8}")
         click.echo(f"campaign {out['campaign']}; next: fleet tvm run-model {name} --batch {batch or 1}")
-    elif tuned.best_seconds is None:
+    elif out["best_seconds"] is None:
         click.echo("no candidate ran correctly")
     else:
         extra = f", {out['best_gflops']:.1f} GFLOPS" if out["best_gflops"] is not None else ""
-        click.echo(f"best: {tuned.best_seconds * 1e3:.3f} ms{extra} (campaign {out['campaign']})")
+        click.echo(f"best: {out['best_seconds'] * 1e3:.3f} ms{extra} (campaign {out['campaign']})")
 
 
 @tvm_group.command("import-ms")
