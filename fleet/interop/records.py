@@ -86,7 +86,6 @@ def import_kt(
     results:
         The file already read (:func:`fleet.interop.t4.read_results`).
     """
-    from fleet.campaign import provenance
     from fleet.interop.t4 import read_results
     from fleet.store._models import CampaignProblem
     from fleet.tuna import bulk
@@ -102,19 +101,12 @@ def import_kt(
     sha = _sha256(path)
     stem = path.name.removesuffix(".gz").removesuffix(".json")[:60]
     name = f"import-kt-{stem}-{sha[:12]}@{target}"
-    objective_name, maximize = objective_of(results.objective)
+    toolchain = f"imported {stem} sha256:{sha}"
     unique: dict[str, KTRecord] = {}
     for record in results.records:
         unique.setdefault(digest(record.config), record)
     duplicates = len(results.records) - len(unique)
     invalid = sum(1 for r in unique.values() if r.error)
-    header = {
-        "device_name": results.device,
-        "kernel_name": results.kernel,
-        "problem_size": results.problem_size,
-        "tune_params_keys": results.keys,
-        "objective": results.objective,
-    }
     source = {"source": str(path.resolve()), "file": path.name, "sha256": sha, "format": results.format}
     done = KTImported(str(path), name, target, results.format, len(unique), invalid, False, duplicates)
     now = utcnow()
@@ -130,68 +122,103 @@ def import_kt(
         problem_id = ids[(KIND, digest(problem))]
         campaign_id = connection.scalar(
             store.insert(Campaign)
-            .values(
-                name=name,
-                target=target,
-                space={
-                    "knobs": {k: {"values": v, "build": True} for k, v in results.tune_params.items()},
-                    "constraints": [],
-                    "base": {},
-                },
-                strategy={"name": "grid"},
-                workload={
-                    "kind": "kernel_tuner",
-                    "imported": True,
-                    "objective": {"name": objective_name, "goal": "max" if maximize else "min"},
-                },
-                workload_key=digest(["import-kt", sha]),
-                baseline=None,
-                options={"interop": {"kt": header, "import": source}},
-                provenance={**provenance(f"imported {stem} sha256:{sha}"), **source, "kernel_tuner": header},
-                status=CampaignStatus.DONE,
-                created_at=now,
-                finished_at=now,
-            )
+            .values(**_kt_campaign(results, name, target, sha, source, toolchain, now))
             .on_conflict_do_nothing()
             .returning(Campaign.id)
         )
         if campaign_id is None:
             return done
         connection.execute(store.insert(CampaignProblem).values(campaign_id=campaign_id, problem_id=problem_id))
-        keys = {k: hashlib.sha256(f'["import-kt","{sha}","{k}"]'.encode()).hexdigest() for k in unique}
-        trials = bulk.Rows(
-            ("config", "config_key", "build_key", "measure_key", "seq", "state", "reason"),
-            (
-                (r.config, k, keys[k], keys[k], i, TrialState.INVALID if r.error else TrialState.EVALUATED, r.error)
-                for i, (k, r) in enumerate(unique.items())
-            ),
-            {"problem_id": problem_id},
-        )
-        # Each measurement row begins with its trial's config key (insert_finished's key for it).
-        measurements = bulk.Rows(
-            ("measure_key", "objective", "valid", "samples", "metrics"),
-            (
-                (
-                    k,
-                    keys[k],
-                    r.value,
-                    r.error is None,
-                    r.times or [],
-                    {**r.extra, _NO_TIMES: True} if r.times is None else r.extra,
-                )
-                for k, r in unique.items()
-            ),
-            {
-                "problem_id": problem_id,
-                "objective_name": objective_name,
-                "maximize": maximize,
-                "device_kind": results.device or None,
-            },
-        )
-        toolchain = f"imported {stem} sha256:{sha}"
-        bulk.insert_finished(connection, campaign_id, target, toolchain, now, trials, Trial.config_key, measurements)
+        _write_kt_trials(connection, campaign_id, problem_id, target, sha, toolchain, now, unique, results)
     done.created = True
     return done
+
+
+def _kt_campaign(
+    results: KTResults, name: str, target: str, sha: str, source: dict[str, Any], toolchain: str, now: datetime
+) -> dict[str, Any]:
+    """The imported campaign's row: a grid over the file's tuning parameters, done when it is imported."""
+    from fleet.campaign import provenance
+
+    objective_name, maximize = objective_of(results.objective)
+    header = {
+        "device_name": results.device,
+        "kernel_name": results.kernel,
+        "problem_size": results.problem_size,
+        "tune_params_keys": results.keys,
+        "objective": results.objective,
+    }
+    return {
+        "name": name,
+        "target": target,
+        "space": {
+            "knobs": {k: {"values": v, "build": True} for k, v in results.tune_params.items()},
+            "constraints": [],
+            "base": {},
+        },
+        "strategy": {"name": "grid"},
+        "workload": {
+            "kind": "kernel_tuner",
+            "imported": True,
+            "objective": {"name": objective_name, "goal": "max" if maximize else "min"},
+        },
+        "workload_key": digest(["import-kt", sha]),
+        "baseline": None,
+        "options": {"interop": {"kt": header, "import": source}},
+        "provenance": {**provenance(toolchain), **source, "kernel_tuner": header},
+        "status": CampaignStatus.DONE,
+        "created_at": now,
+        "finished_at": now,
+    }
+
+
+def _write_kt_trials(
+    connection: Any,
+    campaign_id: int,
+    problem_id: int,
+    target: str,
+    sha: str,
+    toolchain: str,
+    now: datetime,
+    unique: dict[str, KTRecord],
+    results: KTResults,
+) -> None:
+    """The campaign's trials, one a distinct configuration (by its config key), each finished with its
+    measurement: an invalid trial and measurement for a configuration that failed."""
+    from fleet.tuna import bulk
+
+    objective_name, maximize = objective_of(results.objective)
+    keys = {k: hashlib.sha256(f'["import-kt","{sha}","{k}"]'.encode()).hexdigest() for k in unique}
+    trials = bulk.Rows(
+        ("config", "config_key", "build_key", "measure_key", "seq", "state", "reason"),
+        (
+            (r.config, k, keys[k], keys[k], i, TrialState.INVALID if r.error else TrialState.EVALUATED, r.error)
+            for i, (k, r) in enumerate(unique.items())
+        ),
+        {"problem_id": problem_id},
+    )
+    # Each measurement row begins with its trial's config key (insert_finished's key for it).
+    measurements = bulk.Rows(
+        ("measure_key", "objective", "valid", "samples", "metrics"),
+        (
+            (
+                k,
+                keys[k],
+                r.value,
+                r.error is None,
+                r.times or [],
+                {**r.extra, _NO_TIMES: True} if r.times is None else r.extra,
+            )
+            for k, r in unique.items()
+        ),
+        {
+            "problem_id": problem_id,
+            "objective_name": objective_name,
+            "maximize": maximize,
+            "device_kind": results.device or None,
+        },
+    )
+    bulk.insert_finished(connection, campaign_id, target, toolchain, now, trials, Trial.config_key, measurements)
 
 
 # -- out ------------------------------------------------------------------------------------------------------
