@@ -12,12 +12,10 @@ from __future__ import annotations
 import csv
 from typing import IO, Any
 
-from sqlalchemy import select
-
 from fleet.labels import params_label
 from fleet.space import Space
 from fleet.states import TrialState
-from fleet.store import Artifact, Campaign, Measurement, Store, Trial
+from fleet.store import Artifact, Campaign, Measurement, Store, Trial, trials_with_measurements
 
 COLUMNS = [
     "problem",
@@ -52,8 +50,7 @@ def _trials(store: Store, campaign: Campaign) -> dict[int, dict[str, Any]]:
     # A trial that reused an earlier measurement reports that measurement.
     with store.session() as session:
         rows = session.execute(
-            select(Trial, Measurement, Artifact.build_seconds)
-            .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
+            trials_with_measurements(Trial, Measurement, Artifact.build_seconds)
             # The artifact its own compile took: a build key has one artifact per toolchain that built it.
             .outerjoin(Artifact, (Artifact.build_key == Trial.build_key) & (Artifact.toolchain == Trial.toolchain))
             .where(Trial.campaign_id == campaign.id)

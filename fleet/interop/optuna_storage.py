@@ -45,7 +45,7 @@ from fleet.errors import FleetError, SpecError
 from fleet.search.pareto import Objective
 from fleet.spec.workloads import load_workload_spec
 from fleet.states import TrialState as FleetState
-from fleet.store import Campaign, Measurement, Store, Trial, collector_paused
+from fleet.store import Campaign, Measurement, Store, Trial, collector_paused, trials_with_measurements
 from fleet.store._models import CampaignProblem
 
 SHIFT = 24
@@ -274,11 +274,11 @@ class FleetStorage(BaseStorage):
             rows: Sequence[Any] = []
             whole = not kept or len(wanted) > 5000
             if whole:
-                query = select(*columns).outerjoin(Measurement, Measurement.trial_id == Trial.measured_in).where(*mine)
+                query = trials_with_measurements(*columns).where(*mine)
                 rows = connection.execute(query.order_by(Trial.id)).all()
                 ids = [r[0] for r in rows]
             elif wanted:
-                query = select(*columns).outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
+                query = trials_with_measurements(*columns)
                 rows = connection.execute(query.where(Trial.id.in_(wanted))).all()
         # One json.loads over every row's text costs a tenth of one a row.
         configs = json.loads("[" + ",".join(r[1] or "null" for r in rows) + "]") if rows else []

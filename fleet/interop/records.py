@@ -22,15 +22,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from fleet.canonical import digest
 from fleet.errors import SpecError
 from fleet.interop.kerneltuner import FAILURES, KTRecord, KTResults, problem_size_value, target_of_device
 from fleet.interop.t1 import t1_document
 from fleet.spec.targets import check_target
 from fleet.states import FINISHED, CampaignStatus, TrialState
-from fleet.store import Campaign, Measurement, Problem, Store, Trial, utcnow
+from fleet.store import Campaign, Measurement, Problem, Store, Trial, trials_with_measurements, utcnow
 
 KIND = "kernel"
 """The kind of the problems that Kernel Tuner's files bring: ``{"kernel_name", "problem_size"}``."""
@@ -266,7 +264,7 @@ def finished_trials(store: Store, campaign_id: int, *, after: int = 0) -> list[F
     """Every finished (evaluated, invalid or errored) trial of a campaign, by id, with its measurement (its
     source trial's for a reused one)."""
     query = (
-        select(
+        trials_with_measurements(
             Trial.id,
             Trial.problem_id,
             Trial.config,
@@ -285,7 +283,6 @@ def finished_trials(store: Store, campaign_id: int, *, after: int = 0) -> list[F
             Trial.finished_at,
             Measurement.objectives,
         )
-        .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
         .where(Trial.campaign_id == campaign_id, Trial.state.in_(FINISHED), Trial.id > after)
         .order_by(Trial.id)
     )
