@@ -128,7 +128,7 @@ def run(trials: int, repeats: int, api_trials: bool = False) -> dict[str, Any]:
         copy = optuna.create_study(storage=rdb, study_name="bench", directions=fleet.get_study_directions(study_id))
         add_trials(rdb, copy, frozen)
         copy_s = time.perf_counter() - start
-        figures = {
+        figures: dict[str, Any] = {
             "trials": trials,
             "import_s": import_s,
             "optuna_copy_s": copy_s,

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import literal_column
+from sqlalchemy import ColumnClause, literal_column
 
 from fleet.bench.chaos import tally
 
 # Naive UTC on the database's clock, as the store's leases and timestamps are (fleet.store._models.utcnow).
-_DB_NOW = literal_column("clock_timestamp() AT TIME ZONE 'UTC'")
+_DB_NOW: ColumnClause[datetime] = literal_column("clock_timestamp() AT TIME ZONE 'UTC'")
 
 
 @dataclass(frozen=True)

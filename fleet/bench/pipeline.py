@@ -165,6 +165,8 @@ class Bench(Servers):
                 )
             ).one()
             built = connection.execute(select(func.max(Artifact.built_at)).where(Artifact.build_key.in_(keys))).one()[0]
+        if start is None or first_end is None or end is None or built is None:
+            raise RuntimeError(f"campaign {name} has no trial that ran and ended, or no artifact built")
         return {"start": start, "first_end": first_end, "end": end, "last_built": built}
 
 

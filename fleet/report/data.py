@@ -239,7 +239,13 @@ def collect(store: Store, campaign: Campaign) -> Data:
 def _ranked(data: Data, rows: Sequence[Row]) -> list[Row]:
     """The best table's rows: the ``TOP`` best valid measurements of the search, best first."""
     valid = [r for r in rows if r.measured and not r.baseline]
-    return sorted(valid, key=lambda r: -r.objective if data.maximize else r.objective)[:TOP]  # type: ignore[operator]  # valid rows have an objective
+    return sorted(valid, key=lambda r: -_measured_objective(r) if data.maximize else _measured_objective(r))[:TOP]
+
+
+def _measured_objective(row: Row) -> float:
+    """A measured row's objective, which ``measured`` says is there."""
+    assert row.objective is not None
+    return row.objective
 
 
 def _error_groups(rows: Iterable[Row]) -> list[tuple[tuple[str, str], list[Row]]]:

@@ -598,7 +598,7 @@ def _counts(rows: Iterable[Row]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.state] = counts.get(row.state, 0) + 1
-    order = {s: i for i, s in enumerate(TRIAL_STATES)}
+    order: dict[str, int] = {s: i for i, s in enumerate(TRIAL_STATES)}
     return dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)))
 
 
@@ -652,7 +652,7 @@ def all_trials_section(data: Data) -> str:
         out.append(f'<th class="{kind} sort" data-col="{index}" data-kind="{kind or "text"}">{esc(name)}</th>')
     out.append("</tr></thead><tbody>")
     for row in data.rows[:ALL_TRIALS]:
-        cells = [(row.trial_id, f"{row.trial_id}" + (" (baseline)" if row.baseline else ""))]
+        cells: list[tuple[Any, str]] = [(row.trial_id, f"{row.trial_id}" + (" (baseline)" if row.baseline else ""))]
         if several:
             cells.append((problems.get(row.problem_id, str(row.problem_id)),) * 2)
         cells.append((row.state, row.state))
