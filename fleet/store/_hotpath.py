@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BindParameter,
@@ -12,6 +12,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     Integer,
+    Select,
     Text,
     and_,
     bindparam,
@@ -55,6 +56,20 @@ def claim_params(trial_id: int, worker: str, lease: float) -> dict[str, Any]:
     return {"trial": trial_id, "owner": worker, "now": now, "expires": now + timedelta(seconds=lease)}
 
 
+class _Binds(NamedTuple):
+    """The parameters that the hot path's statements share, by name."""
+
+    trial: BindParameter[Any]
+    owner: BindParameter[Any]
+    key: BindParameter[Any]
+    now: BindParameter[Any]
+    expires: BindParameter[Any]
+
+
+# The columns a new artifact's row is given from parameters (create_build) or from the claimed trial (claim_and_create).
+_CREATED = ("build_key", "problem_id", "target", "build_config", "toolchain", "state", "worker")
+
+
 class HotPath:
     """The statements of the workers' hot path, built once per store.
 
@@ -63,10 +78,28 @@ class HotPath:
     """
 
     def __init__(self, insert: Callable[[type], Any], dialect: str) -> None:
-        trial: BindParameter[Any] = bindparam("trial")
-        owner: BindParameter[Any] = bindparam("owner")
-        key: BindParameter[Any] = bindparam("key")
-        now, expires = bindparam("now", type_=DateTime()), bindparam("expires", type_=DateTime())
+        binds = _Binds(
+            trial=bindparam("trial"),
+            owner=bindparam("owner"),
+            key=bindparam("key"),
+            now=bindparam("now", type_=DateTime()),
+            expires=bindparam("expires", type_=DateTime()),
+        )
+        self._claims(binds)
+        self._trial_ends(insert, binds)
+        self.record_measured: Select[int] | None = None
+        if dialect == "postgresql":
+            self._record_measured(insert, binds)
+        self._builds(insert, binds)
+        self.built_and_compiled: Select[Any, Any] | None = None
+        self.claim_and_create: Select[*tuple[Any, ...]] | None = None
+        if dialect == "postgresql":
+            self._built_and_compiled(insert, binds)
+            self._claim_and_create(insert, binds)
+
+    def _claims(self, b: _Binds) -> None:
+        """``claim_compile`` and ``claim_evaluate``: a trial taken for its compile, or for its evaluation."""
+        trial, owner, now, expires = b.trial, b.owner, b.now, b.expires
         claimed = (
             Trial.id,
             Trial.campaign_id,
@@ -130,6 +163,10 @@ class HotPath:
                 reusable.with_only_columns(Measurement.valid).scalar_subquery().label("reuse_valid"),
             )
         )
+
+    def _trial_ends(self, insert: Callable[[type], Any], b: _Binds) -> None:
+        """A held trial compiled, its lease renewed, its run ended; a measurement stored."""
+        trial, owner, now, expires = b.trial, b.owner, b.now, b.expires
         held = (Trial.id == trial, Trial.worker == owner)
         self.compiled = (
             update(Trial)
@@ -163,44 +200,47 @@ class HotPath:
             .returning(Trial.id, Trial.problem_id, Trial.target, Trial.measure_key)
         )
         self.put_measurement = insert(Measurement).on_conflict_do_nothing()
-        self.record_measured = None
-        if dialect == "postgresql":
-            # The trial's final state and its measurement in one statement: atomic without a transaction. The
-            # measurement's parameters are prefixed: an UPDATE sets every column named in the parameters.
-            done = self.finish_trial.cte("finished")
-            columns = Measurement.__table__.columns
-            measured = (
-                insert(Measurement)
-                .from_select(
-                    ["trial_id", "problem_id", "target", "measure_key", "created_at", *MEASURED],
-                    select(
-                        done.c.id,
-                        done.c.problem_id,
-                        done.c.target,
-                        done.c.measure_key,
-                        cast(now, DateTime()),
-                        # Cast: a prepared statement cannot tell a bare select-list parameter's type.
-                        *(
-                            cast(bindparam(f"m_{name}", type_=columns[name].type), columns[name].type)
-                            for name in MEASURED
-                        ),
-                    ),
-                )
-                .on_conflict_do_nothing()
-                .cte("measured")
-            )
-            self.record_measured = select(func.count()).select_from(done).add_cte(measured)
 
+    def _record_measured(self, insert: Callable[[type], Any], b: _Binds) -> None:
+        """``record_measured`` (PostgreSQL only): ``finish_trial`` and its measurement's insert in one statement."""
+        now = b.now
+        # Atomic without a transaction. The measurement's parameters are prefixed: an UPDATE sets every column
+        # named in the parameters.
+        done = self.finish_trial.cte("finished")
+        columns = Measurement.__table__.columns
+        measured = (
+            insert(Measurement)
+            .from_select(
+                ["trial_id", "problem_id", "target", "measure_key", "created_at", *MEASURED],
+                select(
+                    done.c.id,
+                    done.c.problem_id,
+                    done.c.target,
+                    done.c.measure_key,
+                    cast(now, DateTime()),
+                    # Cast: a prepared statement cannot tell a bare select-list parameter's type.
+                    *(cast(bindparam(f"m_{name}", type_=columns[name].type), columns[name].type) for name in MEASURED),
+                ),
+            )
+            .on_conflict_do_nothing()
+            .cte("measured")
+        )
+        self.record_measured = select(func.count()).select_from(done).add_cte(measured)
+
+    def _builds(self, insert: Callable[[type], Any], b: _Binds) -> None:
+        """An artifact's build: found, created, taken over, renewed with the trials handed to it, failed or ended."""
+        trial, owner, key, now, expires = b.trial, b.owner, b.key, b.now, b.expires
         columns = Artifact.__table__.columns
         # Not named "toolchain": an UPDATE keeps the names of its columns for its SET clause.
         built_with = bindparam("built_with", type_=Text)
         mine = (Artifact.build_key == key, Artifact.toolchain == built_with)
         building = (*mine, Artifact.state == ArtifactState.BUILDING)
         self.build = select(*columns).where(*mine)
-        created = ("build_key", "problem_id", "target", "build_config", "toolchain", "state", "worker")
         self.create_build = (
             insert(Artifact)
-            .values(**{name: bindparam(name) for name in created}, lease_expires_at=expires, attempts=1, created_at=now)
+            .values(
+                **{name: bindparam(name) for name in _CREATED}, lease_expires_at=expires, attempts=1, created_at=now
+            )
             .on_conflict_do_nothing()
             .returning(*columns)
         )
@@ -246,75 +286,77 @@ class HotPath:
                 lease_expires_at=None,
             )
         )
-        self.built_and_compiled = self.claim_and_create = None
-        if dialect == "postgresql":
-            # A successful build: its blob, its artifact and its trial in one statement. The blob's
-            # parameters are not named after columns, which an UPDATE would set.
-            stored = (
-                insert(Blob)
-                .values(
-                    digest=bindparam("blob"), size=bindparam("blob_size"), data=bindparam("blob_data"), created_at=now
-                )
-                .on_conflict_do_nothing()
-                .cte("stored")
-            )
-            built = self.finish_build.returning(Artifact.build_key).cte("built_now")
-            compiled = self.compiled.where(select(built.c.build_key).exists()).cte("compiled_now")
-            # The trials other compiles handed to this build (Store.hand_to_builder), when the caller sends their
-            # evaluations (``sweep``): compiled in the same statement, as a round trip more per build would cost
-            # a build worker a third of its rate on cheap trials.
-            handed_now = (
-                self.compile_handed.where(bindparam("sweep", type_=Boolean), select(built.c.build_key).exists())
-            ).cte("handed")
-            self.built_and_compiled = select(
-                select(func.count()).select_from(built).scalar_subquery().label("builds"),
-                select(func.array_agg(handed_now.c.id)).scalar_subquery().label("handed"),
-            ).add_cte(stored, compiled)
 
-            # A compile claim and its artifact's creation in one statement. The artifact's build-time
-            # knobs are fleet.canonical.build_part's, in SQL: those of the trial's configuration that the
-            # campaign's space has and does not mark ``build: false``.
-            trial_claimed = self.claim_compile.cte("claimed")
-            knob = (
-                func.jsonb_each(Campaign.space.op("->")(literal_column("'knobs'")))
-                .table_valued("key", "value")
-                .render_derived(name="knob")
-            )
-            value = trial_claimed.c.config.op("->")(knob.c.key)
-            build_flag = cast(knob.c.value.op("->>")(literal_column("'build'")), Boolean)
-            build_config = (
-                select(func.coalesce(func.jsonb_object_agg(knob.c.key, value), literal_column("'{}'::jsonb")))
-                .where(value.is_not(None), func.coalesce(build_flag, true()))
-                .scalar_subquery()
-            )
-            # The toolchain this worker found for the trial's campaign (``toolchains``: a JSON object by campaign
-            # id), or ``fallback``. A campaign it has not met yet gets no artifact here: the worker learns the
-            # toolchain from the claimed trial, and creates the artifact with claim_build.
-            known = cast(bindparam("toolchains", type_=Text), JSONB).op("->>")(cast(trial_claimed.c.campaign_id, Text))
-            toolchain = func.coalesce(known, cast(bindparam("fallback", None, type_=Text), Text))
-            created_artifact = (
-                insert(Artifact)
-                .from_select(
-                    [*created, "lease_expires_at", "attempts", "created_at"],
-                    select(
-                        trial_claimed.c.build_key,
-                        trial_claimed.c.problem_id,
-                        trial_claimed.c.target,
-                        build_config,
-                        toolchain,
-                        literal_column(f"'{ArtifactState.BUILDING}'"),
-                        cast(owner, Text),  # Cast: see record_measured.
-                        cast(expires, DateTime()),
-                        literal_column("1"),
-                        cast(now, DateTime()),
-                    )
-                    .join_from(trial_claimed, Campaign, Campaign.id == trial_claimed.c.campaign_id)
-                    .where(toolchain.is_not(None)),
+    def _built_and_compiled(self, insert: Callable[[type], Any], b: _Binds) -> None:
+        """``built_and_compiled`` (PostgreSQL only): a successful build's blob, artifact and trials in one statement."""
+        now = b.now
+        # The blob's parameters are not named after columns, which an UPDATE would set.
+        stored = (
+            insert(Blob)
+            .values(digest=bindparam("blob"), size=bindparam("blob_size"), data=bindparam("blob_data"), created_at=now)
+            .on_conflict_do_nothing()
+            .cte("stored")
+        )
+        built = self.finish_build.returning(Artifact.build_key).cte("built_now")
+        compiled = self.compiled.where(select(built.c.build_key).exists()).cte("compiled_now")
+        # The trials other compiles handed to this build (Store.hand_to_builder), when the caller sends their
+        # evaluations (``sweep``): compiled in the same statement, as a round trip more per build would cost
+        # a build worker a third of its rate on cheap trials.
+        handed_now = (
+            self.compile_handed.where(bindparam("sweep", type_=Boolean), select(built.c.build_key).exists())
+        ).cte("handed")
+        self.built_and_compiled = select(
+            select(func.count()).select_from(built).scalar_subquery().label("builds"),
+            select(func.array_agg(handed_now.c.id)).scalar_subquery().label("handed"),
+        ).add_cte(stored, compiled)
+
+    def _claim_and_create(self, insert: Callable[[type], Any], b: _Binds) -> None:
+        """``claim_and_create`` (PostgreSQL only): a compile claim and its artifact's creation in one statement."""
+        owner, now, expires = b.owner, b.now, b.expires
+        columns = Artifact.__table__.columns
+        # The artifact's build-time knobs are fleet.canonical.build_part's, in SQL: those of the trial's
+        # configuration that the campaign's space has and does not mark ``build: false``.
+        trial_claimed = self.claim_compile.cte("claimed")
+        knob = (
+            func.jsonb_each(Campaign.space.op("->")(literal_column("'knobs'")))
+            .table_valued("key", "value")
+            .render_derived(name="knob")
+        )
+        value = trial_claimed.c.config.op("->")(knob.c.key)
+        build_flag = cast(knob.c.value.op("->>")(literal_column("'build'")), Boolean)
+        build_config = (
+            select(func.coalesce(func.jsonb_object_agg(knob.c.key, value), literal_column("'{}'::jsonb")))
+            .where(value.is_not(None), func.coalesce(build_flag, true()))
+            .scalar_subquery()
+        )
+        # The toolchain this worker found for the trial's campaign (``toolchains``: a JSON object by campaign
+        # id), or ``fallback``. A campaign it has not met yet gets no artifact here: the worker learns the
+        # toolchain from the claimed trial, and creates the artifact with claim_build.
+        known = cast(bindparam("toolchains", type_=Text), JSONB).op("->>")(cast(trial_claimed.c.campaign_id, Text))
+        toolchain = func.coalesce(known, cast(bindparam("fallback", None, type_=Text), Text))
+        created_artifact = (
+            insert(Artifact)
+            .from_select(
+                [*_CREATED, "lease_expires_at", "attempts", "created_at"],
+                select(
+                    trial_claimed.c.build_key,
+                    trial_claimed.c.problem_id,
+                    trial_claimed.c.target,
+                    build_config,
+                    toolchain,
+                    literal_column(f"'{ArtifactState.BUILDING}'"),
+                    cast(owner, Text),  # Cast: see record_measured.
+                    cast(expires, DateTime()),
+                    literal_column("1"),
+                    cast(now, DateTime()),
                 )
-                .on_conflict_do_nothing()
-                .returning(*columns)
-                .cte("created")
+                .join_from(trial_claimed, Campaign, Campaign.id == trial_claimed.c.campaign_id)
+                .where(toolchain.is_not(None)),
             )
-            self.claim_and_create = select(
-                *trial_claimed.c, *(c.label(f"artifact_{c.key}") for c in created_artifact.c)
-            ).select_from(trial_claimed.outerjoin(created_artifact, true()))
+            .on_conflict_do_nothing()
+            .returning(*columns)
+            .cte("created")
+        )
+        self.claim_and_create = select(
+            *trial_claimed.c, *(c.label(f"artifact_{c.key}") for c in created_artifact.c)
+        ).select_from(trial_claimed.outerjoin(created_artifact, true()))
