@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from fleet.report.text import DOTS, esc, fmt
 from fleet.states import TrialState
@@ -164,7 +163,84 @@ def chart(
     log = lo > 0 and hi / lo >= 30
     lo, hi = log_range(lo, hi) if log else nice_range(lo, hi)
 
-    legend = [(_clip(line.label), line.color, line.dash, line.width, "line", line.opacity) for line in lines]
+    rows = _legend_rows(_legend(lines, reference, marks, best), width)
+    legend_height = 20 * len(rows) + 8
+
+    y_ticks = _y_ticks(lo, hi, log)
+    margin_left = max(52.0, max((_text_width(s, 11) for _, s in y_ticks), default=0) + 34)
+    top, bottom, right = 28 + legend_height, height - 46, width - 18
+    height_total = height + legend_height
+    bottom += legend_height
+    plot = _Plot(
+        Scale(x_min, x_max, margin_left, right, integer=x_integer),
+        Scale(lo, hi, bottom, top, log=log),
+        margin_left,
+        right,
+        top,
+        bottom,
+    )
+
+    out = [
+        f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height_total}" '
+        f'width="{width}" height="{height_total}" role="img" aria-label="{esc(title)}">',
+        f"<title>{esc(title)}</title>",
+        f'<text class="chart-title" x="{width / 2:.1f}" y="18" text-anchor="middle">{esc(title)}</text>',
+    ]
+    out += _legend_svg(rows)
+    y_title = f"{y_label}{', log scale' if log else ''}" + (f" ({y_note})" if y_note else "")
+    out += _y_axis_svg(plot, y_ticks, y_title)
+    out += _x_axis_svg(plot, x_label, height_total)
+    if reference is not None:
+        ry = plot.y(reference[1])
+        out.append(
+            f'<line class="baseline" x1="{margin_left:.1f}" y1="{ry:.1f}" x2="{right:.1f}" y2="{ry:.1f}" '
+            'stroke="#555" stroke-width="1.5" stroke-dasharray="6 4"/>'
+        )
+    out += _marks_svg(plot, marks)
+    out += _series_svg(plot, lines)
+    if best is not None:
+        out.append(
+            f'<circle class="best" cx="{plot.x(best[0]):.1f}" cy="{plot.y(best[1]):.1f}" r="6" fill="none" '
+            'stroke="#222" stroke-width="1.5"/>'
+        )
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _y_ticks(lo: float, hi: float, log: bool) -> list[tuple[float, str]]:
+    """The y axis's ticks, each with its label."""
+    probe = Scale(lo, hi, 0, 1, log=log)
+    ticks = probe.ticks(6)
+    step = None if log else probe.step(6)
+    return [(t, tick_label(t, step, log)) for t in ticks]
+
+
+# A legend item: its label, color, dash, line width, kind ("line", "tick" or "ring") and opacity.
+_Item = tuple[str, str, str, float, str, float]
+
+
+@dataclass(frozen=True)
+class _Plot:
+    """Where a chart's plot lies in its SVG: its two scales and its edges."""
+
+    x: Scale
+    y: Scale
+    left: float
+    right: float
+    top: float
+    bottom: float
+
+
+def _legend(
+    lines: Sequence[Line],
+    reference: tuple[str, float] | None,
+    marks: Sequence[tuple[float, str]],
+    best: tuple[float, float] | None,
+) -> list[_Item]:
+    """The legend's items: the lines, the reference, each state of the marks, the best found."""
+    legend: list[_Item] = [
+        (_clip(line.label), line.color, line.dash, line.width, "line", line.opacity) for line in lines
+    ]
     if reference is not None:
         legend.append((reference[0], "#555", "6 4", 1.5, "line", 1.0))
     states = sorted({state for _, state in marks})
@@ -172,9 +248,12 @@ def chart(
         legend.append((f"{state} trial", _MARK_COLOR.get(state, "#999"), "", 1.5, "tick", 1.0))
     if best is not None:
         legend.append(("best found", "#222", "", 1.5, "ring", 1.0))
+    return legend
 
-    # The legend wraps in rows above the plot, so it never covers a line.
-    rows: list[list[tuple[float, tuple[Any, ...]]]] = [[]]
+
+def _legend_rows(legend: Sequence[_Item], width: int) -> list[list[tuple[float, _Item]]]:
+    """The legend's items placed in rows above the plot (each with its x), so that it never covers a line."""
+    rows: list[list[tuple[float, _Item]]] = [[]]
     cursor, left_edge, right_edge = 0.0, 12.0, width - 12.0
     for item in legend:
         item_width = 30 + _text_width(item[0]) + 18
@@ -183,26 +262,11 @@ def chart(
             cursor = 0.0
         rows[-1].append((left_edge + cursor, item))
         cursor += item_width
-    legend_height = 20 * len(rows) + 8
+    return rows
 
-    y_scale_probe = Scale(lo, hi, 0, 1, log=log)
-    y_ticks = y_scale_probe.ticks(6)
-    y_step = None if log else y_scale_probe.step(6)
-    y_labels = [tick_label(t, y_step, log) for t in y_ticks]
-    margin_left = max(52.0, max((_text_width(s, 11) for s in y_labels), default=0) + 34)
-    top, bottom, right = 28 + legend_height, height - 46, width - 18
-    height_total = height + legend_height
-    bottom += legend_height
-    x_scale = Scale(x_min, x_max, margin_left, right, integer=x_integer)
-    y_scale = Scale(lo, hi, bottom, top, log=log)
 
-    out = [
-        f'<svg class="{esc(css_class)}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height_total}" '
-        f'width="{width}" height="{height_total}" role="img" aria-label="{esc(title)}">',
-        f"<title>{esc(title)}</title>",
-        f'<text class="chart-title" x="{width / 2:.1f}" y="18" text-anchor="middle">{esc(title)}</text>',
-    ]
-    # Legend.
+def _legend_svg(rows: Sequence[Sequence[tuple[float, _Item]]]) -> list[str]:
+    out = []
     for index, row in enumerate(rows):
         y = 28 + 20 * index + 10
         for x, (label, color, dash, line_width, kind, opacity) in row:
@@ -222,54 +286,66 @@ def chart(
                     f'<circle cx="{x + 12:.1f}" cy="{y}" r="5" fill="none" stroke="{color}" stroke-width="1.5"/>'
                 )
             out.append(f'<text class="legend" x="{x + 30:.1f}" y="{y + 4}">{esc(label)}</text>')
-    # Grid and y axis.
-    out.append('<g class="axis y-axis">')
-    for tick, label in zip(y_ticks, y_labels, strict=True):
-        ty = y_scale(tick)
-        out.append(f'<line class="grid" x1="{margin_left:.1f}" y1="{ty:.1f}" x2="{right:.1f}" y2="{ty:.1f}"/>')
-        out.append(f'<line x1="{margin_left - 5:.1f}" y1="{ty:.1f}" x2="{margin_left:.1f}" y2="{ty:.1f}"/>')
-        out.append(f'<text x="{margin_left - 8:.1f}" y="{ty + 4:.1f}" text-anchor="end">{esc(label)}</text>')
-    out.append(f'<line x1="{margin_left:.1f}" y1="{top}" x2="{margin_left:.1f}" y2="{bottom}"/>')
+    return out
+
+
+def _y_axis_svg(plot: _Plot, ticks: Sequence[tuple[float, str]], title: str) -> list[str]:
+    """The grid and the y axis, its ticks labelled, its title along it."""
+    left, right, top, bottom = plot.left, plot.right, plot.top, plot.bottom
+    out = ['<g class="axis y-axis">']
+    for tick, label in ticks:
+        ty = plot.y(tick)
+        out.append(f'<line class="grid" x1="{left:.1f}" y1="{ty:.1f}" x2="{right:.1f}" y2="{ty:.1f}"/>')
+        out.append(f'<line x1="{left - 5:.1f}" y1="{ty:.1f}" x2="{left:.1f}" y2="{ty:.1f}"/>')
+        out.append(f'<text x="{left - 8:.1f}" y="{ty + 4:.1f}" text-anchor="end">{esc(label)}</text>')
+    out.append(f'<line x1="{left:.1f}" y1="{top}" x2="{left:.1f}" y2="{bottom}"/>')
     middle = (top + bottom) / 2
-    y_title = f"{y_label}{', log scale' if log else ''}" + (f" ({y_note})" if y_note else "")
     out.append(
         f'<text class="axis-label" transform="translate(14 {middle:.1f}) rotate(-90)" '
-        f'text-anchor="middle">{esc(y_title)}</text>'
+        f'text-anchor="middle">{esc(title)}</text>'
     )
     out.append("</g>")
-    # X axis.
-    x_ticks = x_scale.ticks(7)
-    x_step = x_scale.step(7)
-    out.append('<g class="axis x-axis">')
-    out.append(f'<line x1="{margin_left:.1f}" y1="{bottom}" x2="{right:.1f}" y2="{bottom}"/>')
+    return out
+
+
+def _x_axis_svg(plot: _Plot, label: str, height_total: float) -> list[str]:
+    left, right, bottom = plot.left, plot.right, plot.bottom
+    x_ticks = plot.x.ticks(7)
+    x_step = plot.x.step(7)
+    out = ['<g class="axis x-axis">']
+    out.append(f'<line x1="{left:.1f}" y1="{bottom}" x2="{right:.1f}" y2="{bottom}"/>')
     for tick in x_ticks:
-        x = x_scale(tick)
+        x = plot.x(tick)
         out.append(f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 5}"/>')
         out.append(f'<text x="{x:.1f}" y="{bottom + 19}" text-anchor="middle">{esc(tick_label(tick, x_step))}</text>')
     out.append(
-        f'<text class="axis-label" x="{(margin_left + right) / 2:.1f}" y="{height_total - 8}" '
-        f'text-anchor="middle">{esc(x_label)}</text>'
+        f'<text class="axis-label" x="{(left + right) / 2:.1f}" y="{height_total - 8}" '
+        f'text-anchor="middle">{esc(label)}</text>'
     )
     out.append("</g>")
-    # Reference (baseline).
-    if reference is not None:
-        ry = y_scale(reference[1])
-        out.append(
-            f'<line class="baseline" x1="{margin_left:.1f}" y1="{ry:.1f}" x2="{right:.1f}" y2="{ry:.1f}" '
-            'stroke="#555" stroke-width="1.5" stroke-dasharray="6 4"/>'
-        )
-    # Failed trials: ticks on the x axis; past a few thousand, one per pixel and state (more look the same).
+    return out
+
+
+def _marks_svg(plot: _Plot, marks: Sequence[tuple[float, str]]) -> list[str]:
+    """Failed trials: ticks on the x axis; past a few thousand, one per pixel and state (more look the same)."""
+    out = []
     drawn: set[tuple[str, str]] = set()
     for x_value, state in marks:
-        at = f"{x_scale(x_value):.1f}"
+        at = f"{plot.x(x_value):.1f}"
         if len(marks) > DOTS and (at, state) in drawn:
             continue
         drawn.add((at, state))
         out.append(
-            f'<line class="mark mark-{esc(state)}" x1="{at}" y1="{bottom - 9}" x2="{at}" y2="{bottom - 1}" '
+            f'<line class="mark mark-{esc(state)}" x1="{at}" y1="{plot.bottom - 9}" x2="{at}" y2="{plot.bottom - 1}" '
             f'stroke="{_MARK_COLOR.get(state, "#999")}" stroke-width="2"/>'
         )
-    # Measurements, then the best-so-far lines on top.
+    return out
+
+
+def _series_svg(plot: _Plot, lines: Sequence[Line]) -> list[str]:
+    """The measurements as dots, then the best-so-far lines on top."""
+    x_scale, y_scale = plot.x, plot.y
+    out = []
     for line in lines:
         if not line.dots:
             continue
@@ -291,10 +367,4 @@ def chart(
             f'stroke="{line.color}" stroke-width="{line.width}" stroke-opacity="{line.opacity}" '
             f'stroke-linejoin="round"{dash_attr}/>'
         )
-    if best is not None:
-        out.append(
-            f'<circle class="best" cx="{x_scale(best[0]):.1f}" cy="{y_scale(best[1]):.1f}" r="6" fill="none" '
-            'stroke="#222" stroke-width="1.5"/>'
-        )
-    out.append("</svg>")
-    return "\n".join(out)
+    return out
