@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, select, true
+from sqlalchemy import ColumnElement, Select, and_, func, select, true
 
 from fleet.store._base import StoreBase, patient
 from fleet.store._models import (
@@ -109,69 +109,12 @@ class HistoryStore(StoreBase):
         campaigns:
             Only what these campaigns' trials measured (those its asker trusts: fleet.trust); None, every campaign's.
         """
-        sources = (
-            select(CampaignProblem.problem_id, Campaign.target)
-            .join(Campaign, Campaign.id == CampaignProblem.campaign_id)
-            .join(Problem, Problem.id == CampaignProblem.problem_id)
-            .where(Problem.kind == kind)
-            .distinct()
-        )
-        if targets is not None:
-            sources = sources.where(Campaign.target.in_(list(targets)))
-        if tags is not None:
-            tagged = select(ProblemTag.problem_id).where(ProblemTag.tag.in_(list(tags)))
-            sources = sources.where(CampaignProblem.problem_id.in_(tagged))
-        chosen: list[ColumnElement[bool]] = [
-            Measurement.valid.is_(True),
-            Measurement.objective.is_not(None),
-            Measurement.maximize.is_(maximize),
-        ]
-        if exclude_campaign is not None:
-            chosen.append(Trial.campaign_id != exclude_campaign)
-        if campaigns is not None:
-            sources = sources.where(CampaignProblem.campaign_id.in_(list(campaigns)))
-            chosen.append(Trial.campaign_id.in_(list(campaigns)))
+        sources, chosen = _related(kind, maximize, exclude_campaign, targets, tags, campaigns)
         order = Measurement.objective.desc() if maximize else Measurement.objective.asc()
-        columns = (Measurement.objective, Measurement.toolchain, Measurement.device_kind, Trial.config)
         if self.dialect == "postgresql" and not by_device:
-            wanted = sources.subquery("sources")
-            best = (
-                select(*columns)
-                .join(Trial, Trial.id == Measurement.trial_id)
-                .where(Measurement.problem_id == wanted.c.problem_id, Measurement.target == wanted.c.target, *chosen)
-                .order_by(order)
-                .limit(per_source)
-                .lateral("best")
-            )
-            query = select(wanted.c.problem_id, wanted.c.target, best).select_from(wanted).join(best, true())
+            query = _best_lateral(sources, chosen, order, per_source)
         else:
-            # SQLite has no lateral join, and no index leads with the device: number each source's rows instead
-            # (an embedded store is small).
-            wanted = sources.subquery("sources")
-            partition = (Measurement.problem_id, Measurement.target, *([Measurement.device_kind] if by_device else []))
-            numbered = (
-                select(
-                    Measurement.problem_id,
-                    Measurement.target,
-                    *columns,
-                    func.row_number().over(partition_by=partition, order_by=order).label("rank"),
-                )
-                .join(Trial, Trial.id == Measurement.trial_id)
-                .join(
-                    wanted,
-                    and_(wanted.c.problem_id == Measurement.problem_id, wanted.c.target == Measurement.target),
-                )
-                .where(*chosen)
-                .subquery("numbered")
-            )
-            query = select(
-                numbered.c.problem_id,
-                numbered.c.target,
-                numbered.c.objective,
-                numbered.c.toolchain,
-                numbered.c.device_kind,
-                numbered.c.config,
-            ).where(numbered.c.rank <= per_source)
+            query = _best_numbered(sources, chosen, order, per_source, by_device)
         with self.transaction() as connection:
             rows = connection.execute(query).all()
             problems = {
@@ -182,21 +125,7 @@ class HistoryStore(StoreBase):
                     )
                 )
             }
-        found: dict[tuple[int, str, str], HistorySource] = {}
-        for row in rows:
-            problem = problems[row.problem_id]
-            device = (row.device_kind or "") if by_device else ""
-            source = found.get((row.problem_id, row.target, device))
-            if source is None:
-                source = found[row.problem_id, row.target, device] = HistorySource(
-                    row.problem_id, problem.kind, dict(problem.params), row.target, device
-                )
-            if row.toolchain not in source.toolchains:
-                source.toolchains.append(row.toolchain or "")
-            source.runs.append((dict(row.config), float(row.objective)))
-        for source in found.values():
-            source.runs.sort(key=lambda run: -run[1] if maximize else run[1])
-        return sorted(found.values(), key=lambda s: (s.problem_id, s.target, s.device))
+        return _grouped(rows, problems, maximize, by_device)
 
     @patient
     def history_trials(self, campaign_id: int) -> list[tuple[int, int, dict[str, Any], float | None]]:
@@ -208,3 +137,110 @@ class HistoryStore(StoreBase):
         )
         with self.transaction() as connection:
             return [(row[0], row[1], dict(row[2]), row[3]) for row in connection.execute(query)]
+
+
+# What each source's best rows carry, besides the source.
+_BEST = (Measurement.objective, Measurement.toolchain, Measurement.device_kind, Trial.config)
+
+
+def _related(
+    kind: str,
+    maximize: bool,
+    exclude_campaign: int | None,
+    targets: Sequence[str] | None,
+    tags: Sequence[str] | None,
+    campaigns: Sequence[int] | None,
+) -> tuple[Select[int, str], list[ColumnElement[bool]]]:
+    """The sources (problem and target) of ``kind`` that :meth:`HistoryStore.history` reads, and the conditions
+    on their measurements."""
+    sources = (
+        select(CampaignProblem.problem_id, Campaign.target)
+        .join(Campaign, Campaign.id == CampaignProblem.campaign_id)
+        .join(Problem, Problem.id == CampaignProblem.problem_id)
+        .where(Problem.kind == kind)
+        .distinct()
+    )
+    if targets is not None:
+        sources = sources.where(Campaign.target.in_(list(targets)))
+    if tags is not None:
+        tagged = select(ProblemTag.problem_id).where(ProblemTag.tag.in_(list(tags)))
+        sources = sources.where(CampaignProblem.problem_id.in_(tagged))
+    chosen: list[ColumnElement[bool]] = [
+        Measurement.valid.is_(True),
+        Measurement.objective.is_not(None),
+        Measurement.maximize.is_(maximize),
+    ]
+    if exclude_campaign is not None:
+        chosen.append(Trial.campaign_id != exclude_campaign)
+    if campaigns is not None:
+        sources = sources.where(CampaignProblem.campaign_id.in_(list(campaigns)))
+        chosen.append(Trial.campaign_id.in_(list(campaigns)))
+    return sources, chosen
+
+
+def _best_lateral(
+    sources: Select[int, str], chosen: Sequence[ColumnElement[bool]], order: Any, per_source: int
+) -> Select[Any]:
+    """Each source's best rows by a lateral join: the first rows of the source in the objective's index."""
+    wanted = sources.subquery("sources")
+    best = (
+        select(*_BEST)
+        .join(Trial, Trial.id == Measurement.trial_id)
+        .where(Measurement.problem_id == wanted.c.problem_id, Measurement.target == wanted.c.target, *chosen)
+        .order_by(order)
+        .limit(per_source)
+        .lateral("best")
+    )
+    return select(wanted.c.problem_id, wanted.c.target, best).select_from(wanted).join(best, true())
+
+
+def _best_numbered(
+    sources: Select[int, str], chosen: Sequence[ColumnElement[bool]], order: Any, per_source: int, by_device: bool
+) -> Select[Any]:
+    """Each source's best rows by numbering every row of each source (and device, with ``by_device``)."""
+    # SQLite has no lateral join, and no index leads with the device: number each source's rows instead
+    # (an embedded store is small).
+    wanted = sources.subquery("sources")
+    partition = (Measurement.problem_id, Measurement.target, *([Measurement.device_kind] if by_device else []))
+    numbered = (
+        select(
+            Measurement.problem_id,
+            Measurement.target,
+            *_BEST,
+            func.row_number().over(partition_by=partition, order_by=order).label("rank"),
+        )
+        .join(Trial, Trial.id == Measurement.trial_id)
+        .join(
+            wanted,
+            and_(wanted.c.problem_id == Measurement.problem_id, wanted.c.target == Measurement.target),
+        )
+        .where(*chosen)
+        .subquery("numbered")
+    )
+    return select(
+        numbered.c.problem_id,
+        numbered.c.target,
+        numbered.c.objective,
+        numbered.c.toolchain,
+        numbered.c.device_kind,
+        numbered.c.config,
+    ).where(numbered.c.rank <= per_source)
+
+
+def _grouped(rows: Sequence[Any], problems: dict[int, Any], maximize: bool, by_device: bool) -> list[HistorySource]:
+    """The rows as sources, each's runs best first, the sources in order of problem, target and device."""
+    found: dict[tuple[int, str, str], HistorySource] = {}
+    for row in rows:
+        problem = problems[row.problem_id]
+        device = (row.device_kind or "") if by_device else ""
+        source = found.get((row.problem_id, row.target, device))
+        if source is None:
+            source = found[row.problem_id, row.target, device] = HistorySource(
+                row.problem_id, problem.kind, dict(problem.params), row.target, device
+            )
+        if row.toolchain not in source.toolchains:
+            source.toolchains.append(row.toolchain or "")
+        source.runs.append((dict(row.config), float(row.objective)))
+    for source in found.values():
+        source.runs.sort(key=lambda run: -run[1] if maximize else run[1])
+    return sorted(found.values(), key=lambda s: (s.problem_id, s.target, s.device))
