@@ -346,77 +346,8 @@ def status(campaign: str | None, as_json: bool) -> None:
     # One look at the leases for both views: a campaign's "driven by" and a driver's "drives" agree.
     driven = live_drivers(store)
     holders = {c.id: name for name, held in driven.items() for c in held}
-    report = []
-    for c in campaigns:
-        counts = store.trial_counts(c.id)
-        waiting = sum(counts.get(s, 0) for s in UNFINISHED)
-        listening = [w.name for w in live if w.target == c.target]
-        entry: dict[str, Any] = {
-            "id": c.id,
-            "name": c.name,
-            "target": c.target,
-            "status": c.status,
-            "strategy": c.strategy,
-            "trials": counts,
-            "workers": listening,
-            "priority": c.priority,
-            "submitted": c.submitted,
-            "driver": holders.get(c.id),
-        }
-        if c.reason:
-            entry["reason"] = c.reason
-        if c.status == CampaignStatus.DONE:
-            failed = _failed(store, c)
-            if failed is not None:
-                entry["status"], entry["reason"] = CampaignStatus.FAILED, failed
-        if waiting and not any(w.role == "eval" for w in live if w.target == c.target):
-            entry["warning"] = f"no worker is listening on eval.{c.target}: {waiting} trials wait"
-        chains = store.chains(c.id)
-        # A problem is named by its kind and parameters (the id says nothing to the user who wrote them).
-        labels = {p.id: problem_label(p) for p in store.campaign_problems(c.id)} if campaign or chains else {}
-        if campaign:
-            from fleet.campaign import summarize  # the driver's modules: only for one campaign's bests
-
-            entry["best"] = [
-                {
-                    "problem": s.problem_id,
-                    "label": labels.get(s.problem_id),
-                    "config": s.best.config,
-                    "objective": s.best.objective,
-                }
-                for s in summarize(store, c)
-                if s.best is not None
-            ]
-            reasons = failure_reasons(store, c.id)
-            entry["errors"] = {r.reason: r.count for r in reasons}
-            entry["examples"] = {r.reason: r.trial_id for r in reasons}
-        if chains:
-            entry["chains"] = [
-                {
-                    "problem": ch.problem_id,
-                    "label": labels.get(ch.problem_id),
-                    "chain": ch.index,
-                    "step": ch.step,
-                    "steps": ch.steps,
-                    "state": ch.state,
-                    "best": ch.best_objective,
-                }
-                for ch in chains
-            ]
-        report.append(entry)
-    workers = [
-        {
-            "name": w.name,
-            "role": w.role,
-            "target": w.target,
-            "gpu": w.gpu,
-            "heartbeat": w.heartbeat_at.isoformat(timespec="seconds"),
-            **({"drives": [c.name for c in driven.get(w.name, [])]} if w.role == "driver" else {}),
-            # An unhealthy node (a full disk, an unwritable cache, no sandbox) hands its work back until it heals.
-            **({"fault": w.fault, "fault_since": w.fault_at.isoformat(timespec="seconds")} if w.fault else {}),
-        }
-        for w in live
-    ]
+    report = [_status_entry(store, c, live, holders, bool(campaign)) for c in campaigns]
+    workers = [_worker_entry(w, driven) for w in live]
     from fleet.ops.queues import format_queues, queue_health
 
     try:
@@ -432,24 +363,117 @@ def status(campaign: str | None, as_json: bool) -> None:
     if not report:
         click.echo("no campaigns")
     for entry in report:
-        counts = "  ".join(f"{state} {n}" for state, n in sorted(entry["trials"].items())) or "no trials"
-        click.echo(f"{entry['id']:>4}  {entry['name']:<24} {entry['target']:<14} {entry['status']:<9} {counts}")
-        if entry["driver"]:
-            click.echo(f"      driven by {entry['driver']}, priority {entry['priority']:g}")
-        if "reason" in entry:
-            click.echo(f"      {entry['status']}: {entry['reason']}")
-        if "warning" in entry:
-            click.echo(f"      warning: {entry['warning']}")
-        for best in entry.get("best", []):
-            click.echo(f"      best of {best['label']}: {best['objective']:.4g}  {format_config(best['config'])}")
-        for reason, n in list(entry.get("errors", {}).items())[:10]:
-            click.echo(f"      failed x{n}: {reason}  (fleet trial {entry['examples'][reason]})")
-        for ch in entry.get("chains", []):
-            best = "-" if ch["best"] is None else f"{ch['best']:.4g}"
-            click.echo(
-                f"      chain {ch['chain']} of {ch['label']}: step {ch['step']}/{ch['steps']}, "
-                f"{ch['state']}, best {best}"
-            )
+        _print_status_entry(entry)
+    _print_workers(workers)
+    click.echo("")
+    for line in queue_lines:
+        click.echo(line)
+
+
+def _status_entry(store: Any, c: Any, live: list[Any], holders: dict[int, str], detailed: bool) -> dict[str, Any]:
+    """What ``fleet status`` says of campaign ``c``: its trials, workers and driver, why it failed, what waits; with
+    ``detailed`` (one campaign asked for), its bests and errors too."""
+    counts = store.trial_counts(c.id)
+    waiting = sum(counts.get(s, 0) for s in UNFINISHED)
+    listening = [w.name for w in live if w.target == c.target]
+    entry: dict[str, Any] = {
+        "id": c.id,
+        "name": c.name,
+        "target": c.target,
+        "status": c.status,
+        "strategy": c.strategy,
+        "trials": counts,
+        "workers": listening,
+        "priority": c.priority,
+        "submitted": c.submitted,
+        "driver": holders.get(c.id),
+    }
+    if c.reason:
+        entry["reason"] = c.reason
+    if c.status == CampaignStatus.DONE:
+        failed = _failed(store, c)
+        if failed is not None:
+            entry["status"], entry["reason"] = CampaignStatus.FAILED, failed
+    if waiting and not any(w.role == "eval" for w in live if w.target == c.target):
+        entry["warning"] = f"no worker is listening on eval.{c.target}: {waiting} trials wait"
+    chains = store.chains(c.id)
+    # A problem is named by its kind and parameters (the id says nothing to the user who wrote them).
+    labels = {p.id: problem_label(p) for p in store.campaign_problems(c.id)} if detailed or chains else {}
+    if detailed:
+        entry.update(_bests_and_errors(store, c, labels))
+    if chains:
+        entry["chains"] = [
+            {
+                "problem": ch.problem_id,
+                "label": labels.get(ch.problem_id),
+                "chain": ch.index,
+                "step": ch.step,
+                "steps": ch.steps,
+                "state": ch.state,
+                "best": ch.best_objective,
+            }
+            for ch in chains
+        ]
+    return entry
+
+
+def _bests_and_errors(store: Any, c: Any, labels: dict[int, str]) -> dict[str, Any]:
+    """One campaign's status in detail: each problem's best, and the reasons its trials failed for."""
+    from fleet.campaign import summarize  # the driver's modules: only for one campaign's bests
+
+    best = [
+        {
+            "problem": s.problem_id,
+            "label": labels.get(s.problem_id),
+            "config": s.best.config,
+            "objective": s.best.objective,
+        }
+        for s in summarize(store, c)
+        if s.best is not None
+    ]
+    reasons = failure_reasons(store, c.id)
+    return {
+        "best": best,
+        "errors": {r.reason: r.count for r in reasons},
+        "examples": {r.reason: r.trial_id for r in reasons},
+    }
+
+
+def _worker_entry(w: Any, driven: dict[str, list[Any]]) -> dict[str, Any]:
+    """What ``fleet status`` says of a live worker (or driver)."""
+    return {
+        "name": w.name,
+        "role": w.role,
+        "target": w.target,
+        "gpu": w.gpu,
+        "heartbeat": w.heartbeat_at.isoformat(timespec="seconds"),
+        **({"drives": [c.name for c in driven.get(w.name, [])]} if w.role == "driver" else {}),
+        # An unhealthy node (a full disk, an unwritable cache, no sandbox) hands its work back until it heals.
+        **({"fault": w.fault, "fault_since": w.fault_at.isoformat(timespec="seconds")} if w.fault else {}),
+    }
+
+
+def _print_status_entry(entry: dict[str, Any]) -> None:
+    counts = "  ".join(f"{state} {n}" for state, n in sorted(entry["trials"].items())) or "no trials"
+    click.echo(f"{entry['id']:>4}  {entry['name']:<24} {entry['target']:<14} {entry['status']:<9} {counts}")
+    if entry["driver"]:
+        click.echo(f"      driven by {entry['driver']}, priority {entry['priority']:g}")
+    if "reason" in entry:
+        click.echo(f"      {entry['status']}: {entry['reason']}")
+    if "warning" in entry:
+        click.echo(f"      warning: {entry['warning']}")
+    for best in entry.get("best", []):
+        click.echo(f"      best of {best['label']}: {best['objective']:.4g}  {format_config(best['config'])}")
+    for reason, n in list(entry.get("errors", {}).items())[:10]:
+        click.echo(f"      failed x{n}: {reason}  (fleet trial {entry['examples'][reason]})")
+    for ch in entry.get("chains", []):
+        best = "-" if ch["best"] is None else f"{ch['best']:.4g}"
+        click.echo(
+            f"      chain {ch['chain']} of {ch['label']}: step {ch['step']}/{ch['steps']}, {ch['state']}, best {best}"
+        )
+
+
+def _print_workers(workers: list[dict[str, Any]]) -> None:
     # A driver is beside the workers in the list, not one of them: it takes campaigns, no trial.
     drivers = sum(1 for w in workers if w["role"] == "driver")
     counted = f"\nworkers listening: {len(workers) - drivers}"
@@ -459,9 +483,6 @@ def status(campaign: str | None, as_json: bool) -> None:
         click.echo(f"  {w['name']:<36} {w['role']:<6} {w['target']:<14} {w['gpu'] or drives}".rstrip())
         if "fault" in w:
             click.echo(f"    unhealthy since {w['fault_since']}: {w['fault']} (its work goes to other workers)")
-    click.echo("")
-    for line in queue_lines:
-        click.echo(line)
 
 
 @click.command()
@@ -516,17 +537,10 @@ def best(
     from fleet.trust import best as trusted_best
     from fleet.trust import parse_from, resolve
 
-    if sum(given is not None for given in (campaign, kind, problem_id)) != 1:
-        raise click.UsageError("give a CAMPAIGN, or a problem with --kind KIND or --problem ID")
-    if campaign is None and (prefer is not None or within != WITHIN):
-        raise click.UsageError("--prefer and --within choose a point of a CAMPAIGN's front")
+    _refuse_best_options(campaign, kind, problem_id, target, params, limit, prefer, within, drawn_from)
     if campaign is not None:
-        if params or target or limit != 1 or drawn_from is not None:
-            raise click.UsageError("--param, --target, --from and -n go with --kind or --problem, not with a CAMPAIGN")
         _best_of_campaign(campaign, as_json, None if prefer is None else Preference(prefer, within))
         return
-    if params and kind is None:
-        raise click.UsageError("--param goes with --kind")
     problem = str(problem_id) if kind is None else kind
     if target is not None:
         check_target(target)
@@ -541,27 +555,7 @@ def best(
         # Which campaigns this answer may draw on is fleet.trust's rule: a hostile campaign's numbers stay its own.
         what = f"problem {found.id} ({found.kind}) on {target}"
         rows = trusted_best(store, found.id, target, trusted, limit, what=what)
-    out = [
-        {
-            "problem": found.id,
-            "kind": found.kind,
-            "params": found.params,
-            "target": target,
-            "source": "fleet",
-            "campaign": campaign,
-            "config": config,
-            m.objective_name: m.objective,
-            "metrics": m.metrics,
-            "samples": m.samples,
-            "trial": m.trial_id,
-            "node": m.node,
-            "gpu": m.gpu,
-            "worker": m.worker,
-            "toolchain": m.toolchain,
-            "measured_at": m.created_at.isoformat(timespec="seconds"),
-        }
-        for m, config, campaign in rows
-    ]
+    out = [_fleet_best(found, target, m, config, campaign) for m, config, campaign in rows]
     if tvm is not None:
         # A TVM operator's MetaSchedule records (fleet tvm tune-ms, import-ms) are among its bests, in GFLOPS too.
         from fleet.tvm.best import metaschedule_rows
@@ -583,6 +577,50 @@ def best(
         name = rows[0][0].objective_name  # a fleet row: there are rows of Fleet's measurements
         click.echo(f"{name} {row[name]:.4g}  {format_config(row['config'])}")
         click.echo(f"  trial {row['trial']} of campaign {row['campaign']} {_measured_where(row)}")
+
+
+def _refuse_best_options(
+    campaign: str | None,
+    kind: str | None,
+    problem_id: int | None,
+    target: str | None,
+    params: tuple[str, ...],
+    limit: int,
+    prefer: str | None,
+    within: float,
+    drawn_from: str | None,
+) -> None:
+    """Refuse the options of ``fleet best`` that do not go together: a campaign's, or a problem's."""
+    if sum(given is not None for given in (campaign, kind, problem_id)) != 1:
+        raise click.UsageError("give a CAMPAIGN, or a problem with --kind KIND or --problem ID")
+    if campaign is None and (prefer is not None or within != WITHIN):
+        raise click.UsageError("--prefer and --within choose a point of a CAMPAIGN's front")
+    if campaign is not None and (params or target or limit != 1 or drawn_from is not None):
+        raise click.UsageError("--param, --target, --from and -n go with --kind or --problem, not with a CAMPAIGN")
+    if params and kind is None:
+        raise click.UsageError("--param goes with --kind")
+
+
+def _fleet_best(problem: Any, target: str, m: Any, config: dict[str, Any], campaign: str) -> dict[str, Any]:
+    """One of a problem's bests that Fleet measured (``m``, in ``campaign``), as ``fleet best`` shows it."""
+    return {
+        "problem": problem.id,
+        "kind": problem.kind,
+        "params": problem.params,
+        "target": target,
+        "source": "fleet",
+        "campaign": campaign,
+        "config": config,
+        m.objective_name: m.objective,
+        "metrics": m.metrics,
+        "samples": m.samples,
+        "trial": m.trial_id,
+        "node": m.node,
+        "gpu": m.gpu,
+        "worker": m.worker,
+        "toolchain": m.toolchain,
+        "measured_at": m.created_at.isoformat(timespec="seconds"),
+    }
 
 
 def _measured_where(row: dict[str, Any]) -> str:
