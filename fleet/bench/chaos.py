@@ -600,10 +600,7 @@ def run(
     wall = time.monotonic()
     result: dict[str, Any] = {}
     try:
-        chaos.start_servers()
-        chaos.start_node()
-        workers = EVAL_PROCS + 1  # one Celery worker per evaluation process, one for the builds
-        _wait(lambda: len(chaos.store.workers(target=chaos.target, within=30)) >= workers, 120, "the Celery workers")
+        _start_fleet(chaos)
         planned = planned_configs(chaos.spec_path, trials)
         say(
             f"{trials} trials on {BUILD_PROCS} build and {EVAL_PROCS} evaluation processes, "
@@ -611,78 +608,121 @@ def run(
         )
         chaos.started = time.monotonic()
         chaos.start_driver("tune", str(chaos.spec_path))
-        deadline = chaos.started + timeout
-        last_line = 0.0
-        pending = schedule(faults)
-        last_fault = 0.0
-
-        def driving() -> bool:
-            assert chaos.driver is not None
-            return chaos.driver.poll() is None and time.monotonic() < deadline
-
-        while driving():
-            chaos.poll()
-            now = time.monotonic()
-            if now - last_line >= 5:
-                last_line = now
-                say(chaos.progress_line())
-            # One fault at a time, a second apart at least, each once its share of the trials has finished.
-            if pending and chaos.finished >= pending[0][0] * trials and now - last_fault >= 1:
-                _, kind = pending.pop(0)
-                try:
-                    done = chaos.inject(kind, rng)
-                except Exception as error:  # a fault that could not be injected: reported, and the run fails
-                    done = f"{kind} failed: {error}"
-                last_fault = time.monotonic()
-                line = f"{last_fault - chaos.started:5.0f} s  fault {chaos.injected.total}/{faults.total}: {done}"
-                chaos.injected.log.append(line.strip())
-                say(line)
-            time.sleep(0.2)
+        _drive_with_faults(chaos, faults, trials, chaos.started + timeout, rng, say)
         campaign_s = time.monotonic() - chaos.started
-        assert chaos.driver is not None
-        driver_status = chaos.driver.poll()
-        if driver_status is None:  # out of time: what is unfinished now is stuck
-            _kill(chaos.driver.pid, group=True)
-            chaos.driver.wait()
+        driver_status = _end_driver(chaos)
         chaos.poll()
         say(chaos.progress_line())
-        counts = tally(chaos.store, chaos.campaign_id, planned, ended=driver_status is not None)
-        stale: dict[str, Any] = {"left_unacknowledged": _unacknowledged(chaos.redis.url)}
-        if driver_status is not None:  # with trials still running, a change would prove nothing
-            counts, stale = deliver_stale(chaos, planned, counts)
-        missing = {
-            kind: count - getattr(chaos.injected, kind)
-            for kind, count in asdict(faults).items()
-            if getattr(chaos.injected, kind) < count
-        }
+        counts, stale = _outcome(chaos, planned, driver_status)
         del counts["snapshot"]
         result = counts | {
             "faults": {k: v for k, v in asdict(chaos.injected).items() if k != "log"},
-            "faults_not_injected": missing,
+            "faults_not_injected": _not_injected(faults, chaos.injected),
             "stale_messages": stale,
             "driver_exit_status": driver_status,
-            "settings": SETTINGS
-            | {
-                "build_procs": BUILD_PROCS,
-                "eval_procs": EVAL_PROCS,
-                "window": window,
-                "measure_s": seconds,
-                "runs_per_build": RUNS_PER_BUILD,
-                "timeout_s": timeout,
-                "seed": seed,
-            },
+            "settings": _settings(window, seconds, timeout, seed),
             "campaign_s": round(campaign_s, 1),
         }
     finally:
         chaos.stop()
         result["wall_s"] = round(time.monotonic() - wall, 1)
-    failed = [k for k in ("lost", "duplicated", "stuck", "wrong_valued") if result.get(k)]
-    failed += ["faults_not_injected"] if result.get("faults_not_injected") else []
-    failed += ["stale_messages"] if result.get("stale_messages", {}).get("trials_changed_by_their_delivery") else []
-    result["ok"] = not failed and result.get("driver_exit_status") == 0
+    result["ok"] = _passed(result)
     result["fault_log"] = chaos.injected.log
     if keep or not result["ok"]:
         result["work_directory"] = str(workdir)
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def _start_fleet(chaos: Chaos) -> None:
+    """The servers, then the node, and wait for its Celery workers."""
+    chaos.start_servers()
+    chaos.start_node()
+    workers = EVAL_PROCS + 1  # one Celery worker per evaluation process, one for the builds
+    _wait(lambda: len(chaos.store.workers(target=chaos.target, within=30)) >= workers, 120, "the Celery workers")
+
+
+def _outcome(
+    chaos: Chaos, planned: list[dict[str, Any]], driver_status: int | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The campaign's tally, and what its stale messages did: left unacknowledged, and once delivered."""
+    counts = tally(chaos.store, chaos.campaign_id, planned, ended=driver_status is not None)
+    stale: dict[str, Any] = {"left_unacknowledged": _unacknowledged(chaos.redis.url)}
+    if driver_status is not None:  # with trials still running, a change would prove nothing
+        counts, stale = deliver_stale(chaos, planned, counts)
+    return counts, stale
+
+
+def _not_injected(faults: Faults, injected: Injected) -> dict[str, int]:
+    """How many faults of each kind short of ``faults`` were injected, of the kinds that fell short."""
+    return {
+        kind: count - getattr(injected, kind)
+        for kind, count in asdict(faults).items()
+        if getattr(injected, kind) < count
+    }
+
+
+def _settings(window: int, seconds: float, timeout: float, seed: int) -> dict[str, Any]:
+    """The settings of the run, as its result reports them."""
+    return SETTINGS | {
+        "build_procs": BUILD_PROCS,
+        "eval_procs": EVAL_PROCS,
+        "window": window,
+        "measure_s": seconds,
+        "runs_per_build": RUNS_PER_BUILD,
+        "timeout_s": timeout,
+        "seed": seed,
+    }
+
+
+def _drive_with_faults(
+    chaos: Chaos, faults: Faults, trials: int, deadline: float, rng: random.Random, say: Callable[[str], None]
+) -> None:
+    """Watch the campaign until its driver exits or ``deadline`` (on the monotonic clock) passes: a progress line
+    every 5 s, and the faults injected one at a time, each once its share of the trials has finished."""
+    last_line = 0.0
+    pending = schedule(faults)
+    last_fault = 0.0
+
+    def driving() -> bool:
+        assert chaos.driver is not None
+        return chaos.driver.poll() is None and time.monotonic() < deadline
+
+    while driving():
+        chaos.poll()
+        now = time.monotonic()
+        if now - last_line >= 5:
+            last_line = now
+            say(chaos.progress_line())
+        # One fault at a time, a second apart at least, each once its share of the trials has finished.
+        if pending and chaos.finished >= pending[0][0] * trials and now - last_fault >= 1:
+            _, kind = pending.pop(0)
+            try:
+                done = chaos.inject(kind, rng)
+            except Exception as error:  # a fault that could not be injected: reported, and the run fails
+                done = f"{kind} failed: {error}"
+            last_fault = time.monotonic()
+            line = f"{last_fault - chaos.started:5.0f} s  fault {chaos.injected.total}/{faults.total}: {done}"
+            chaos.injected.log.append(line.strip())
+            say(line)
+        time.sleep(0.2)
+
+
+def _end_driver(chaos: Chaos) -> int | None:
+    """The driver's exit status; None when it ran out of time, and was killed: what is unfinished now is stuck."""
+    assert chaos.driver is not None
+    driver_status = chaos.driver.poll()
+    if driver_status is None:
+        _kill(chaos.driver.pid, group=True)
+        chaos.driver.wait()
+    return driver_status
+
+
+def _passed(result: dict[str, Any]) -> bool:
+    """Whether the run passed: nothing lost, duplicated, stuck or wrong, every fault injected, no stale message
+    that changed a trial, and the driver's exit clean."""
+    failed = [k for k in ("lost", "duplicated", "stuck", "wrong_valued") if result.get(k)]
+    failed += ["faults_not_injected"] if result.get("faults_not_injected") else []
+    failed += ["stale_messages"] if result.get("stale_messages", {}).get("trials_changed_by_their_delivery") else []
+    return not failed and result.get("driver_exit_status") == 0
