@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, cast, func, select
+from sqlalchemy import Select, Text, cast, func, select
 
 from fleet.report.text import TOP, value_text
 from fleet.states import FAILED, FINISHED, ArtifactState, TrialState
@@ -130,9 +130,40 @@ def _json_list(texts: Sequence[str | None]) -> list[Any]:
 
 def collect(store: Store, campaign: Campaign) -> Data:
     """Everything the page shows, read from the store in a few queries."""
+    starts = select(func.coalesce(func.min(Trial.started_at), func.min(Trial.created_at))).where(
+        Trial.campaign_id == campaign.id
+    )
+    with store.transaction() as connection:
+        found = connection.execute(_trials_query(campaign.id)).all()
+        t0 = connection.execute(starts).scalar()
+    problems = store.campaign_problems(campaign.id)
+    objective_name, maximize = _objective(campaign, found)
+    strategy = str((campaign.strategy or {}).get("name", "strategy"))
+    # Annealing chains on the fleet keep their steps apart from the trials: a trial is in its first visitor's series.
+    chain_of: dict[int, int] = {}
+    for chain, step in store.chain_steps(campaign.id):
+        chain_of.setdefault(step.trial_id, chain.index)
+    rows = _rows(found, chain_of, strategy, t0)
+    # Finishing order: the first trial to reach the best value is the one the search found it with.
+    rows.sort(key=lambda r: (r.t is None, r.t or 0.0, r.trial_id))
+    data = Data(
+        campaign=campaign,
+        problems=problems,
+        rows=rows,
+        objective_name=objective_name,
+        maximize=maximize,
+        knobs=_knobs(campaign.space or {}, rows),
+        t0=t0,
+    )
+    data.details = _details(store, _shown(data))
+    return data
+
+
+def _trials_query(campaign_id: int) -> Select[*tuple[Any, ...]]:
+    """The campaign's trials, each with what the page shows of its measurement, in trial order."""
     # Columns, not ORM objects, and only those the page uses for every trial: of a measurement's JSON only
     # the chain (a series), its samples and other metrics are read for the trials the tables show (see _details).
-    query = (
+    return (
         select(
             Trial.id,
             Trial.problem_id,
@@ -154,22 +185,13 @@ def collect(store: Store, campaign: Campaign) -> Data:
             Measurement.maximize,
         )
         .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
-        .where(Trial.campaign_id == campaign.id)
+        .where(Trial.campaign_id == campaign_id)
         .order_by(Trial.id)
     )
-    starts = select(func.coalesce(func.min(Trial.started_at), func.min(Trial.created_at))).where(
-        Trial.campaign_id == campaign.id
-    )
-    with store.transaction() as connection:
-        found = connection.execute(query).all()
-        t0 = connection.execute(starts).scalar()
-    problems = store.campaign_problems(campaign.id)
-    objective_name, maximize = _objective(campaign, found)
-    strategy = str((campaign.strategy or {}).get("name", "strategy"))
-    # Annealing chains on the fleet keep their steps apart from the trials: a trial is in its first visitor's series.
-    chain_of: dict[int, int] = {}
-    for chain, step in store.chain_steps(campaign.id):
-        chain_of.setdefault(step.trial_id, chain.index)
+
+
+def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str, t0: datetime | None) -> list[Row]:
+    """The rows of :func:`_trials_query`, as the page's rows, in the same order."""
     # Tuples indexed and unpacked in the query's order: looking up 18 columns by name in each of 100,000 rows
     # costs a second.
     configs = _json_list([t[2] for t in found])
@@ -221,19 +243,7 @@ def collect(store: Store, campaign: Campaign) -> Data:
                 t,
             )
         )
-    # Finishing order: the first trial to reach the best value is the one the search found it with.
-    rows.sort(key=lambda r: (r.t is None, r.t or 0.0, r.trial_id))
-    data = Data(
-        campaign=campaign,
-        problems=problems,
-        rows=rows,
-        objective_name=objective_name,
-        maximize=maximize,
-        knobs=_knobs(campaign.space or {}, rows),
-        t0=t0,
-    )
-    data.details = _details(store, _shown(data))
-    return data
+    return rows
 
 
 def _ranked(data: Data, rows: Sequence[Row]) -> list[Row]:
