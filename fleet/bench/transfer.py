@@ -34,8 +34,10 @@ def family(recorded: RecordedSpace) -> str:
 
 def source_of(recorded: RecordedSpace) -> Source:
     """A recorded space as a history source: every valid configuration with its time."""
-    runs = tuple((recorded.config(key), record.time_ms) for key, record in recorded.records.items() if record.valid)
-    return Source(recorded.name, runs)  # type: ignore[arg-type]  # runs as the recorded source keeps them
+    runs = tuple(
+        (recorded.config(key), record.time_ms) for key, record in recorded.records.items() if record.time_ms is not None
+    )
+    return Source(recorded.name, runs)
 
 
 def related(recorded: RecordedSpace, others: Sequence[RecordedSpace]) -> list[RecordedSpace]:

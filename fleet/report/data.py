@@ -78,7 +78,7 @@ class Data:
         if not measured:
             return None
         pick = max if self.maximize else min
-        return pick(measured, key=lambda row: row.objective)  # type: ignore[arg-type,return-value]  # measured rows have an objective
+        return pick(measured, key=_measured_objective)
 
     def detail(self, row: Row) -> Detail:
         return self.details.get(row.trial_id) or Detail()

@@ -17,7 +17,7 @@ from typing import Any
 from fleet.fronts import Front, Preference, campaign_fronts, objective_values
 from fleet.labels import short_labels
 from fleet.report.charts import Line, Scale, _clip, chart, log_range, nice_range, tick_label
-from fleet.report.data import Data, Row, _error_groups, _identity, _ranked, collect
+from fleet.report.data import Data, Row, _error_groups, _identity, _measured_objective, _ranked, collect
 from fleet.report.text import DASH, DOTS, KNOB_VALUES, PALETTE, TIMES, TOP, config_text, esc, fmt, value_text
 from fleet.search.pareto import Objective
 from fleet.spec.workloads import load_workload_spec
@@ -123,7 +123,7 @@ def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
         for number, t, row in members:
             if not row.measured:
                 continue
-            value = float(row.objective)  # type: ignore[arg-type]  # measured rows have an objective
+            value = float(_measured_objective(row))
             if not everything:
                 line_n.dots.append((number, value))
                 line_t.dots.append((t, value))
@@ -148,7 +148,7 @@ def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
             "improved its series' best so far and the worst; the lines and the axes take every trial.</p>"
         )
     found = next((number, t) for number, t, row in numbered if row is best_row)
-    best_value = float(best_row.objective)  # type: ignore[arg-type]  # the best row is a measured one
+    best_value = float(_measured_objective(best_row))
     baseline = _baseline_for(data, rows, best_row.config)
     reference = None
     if baseline is not None and baseline.objective is not None:
@@ -224,7 +224,7 @@ def knob_effects(data: Data, rows: Sequence[Row]) -> list[KnobEffect]:
     """Per knob, per value: count, median and best over valid measurements; ordered by spread of medians."""
     searched = [r for r in rows if not r.baseline]
     valid = [r for r in searched if r.measured]
-    valid_objectives = [float(r.objective) for r in valid]  # type: ignore[arg-type]  # valid rows have an objective
+    valid_objectives = [float(_measured_objective(r)) for r in valid]
     overall = statistics.median(valid_objectives) if valid else 0.0
     pick = max if data.maximize else min
     effects = []
@@ -349,8 +349,8 @@ def knob_rows(values: Sequence[KnobValue], maximize: bool) -> tuple[list[KnobVal
     measured values by median, best first, and how many values lie between (unmeasured ones too)."""
     if len(values) <= KNOB_VALUES:
         return list(values), [], 0
-    measured = [v for v in values if v[2] is not None]
-    ranked = sorted(measured, key=lambda v: v[2], reverse=maximize)  # type: ignore[arg-type,return-value]  # only the measured values are ranked
+    measured = [(median, v) for v in values if (median := v[2]) is not None]
+    ranked = [v for _, v in sorted(measured, key=lambda m: m[0], reverse=maximize)]
     head, tail = ranked[:TOP], ranked[max(TOP, len(ranked) - TOP) :]
     return head, tail, len(values) - len(head) - len(tail)
 
