@@ -104,57 +104,11 @@ def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
     numbered = [(number, (row.t or 0.0) / scale, row) for number, row in enumerate(searched, start=1)]
     marks_n = [(n, row.state) for n, _, row in numbered if row.state in FAILED]
     marks_t = [(t, row.state) for _, t, row in numbered if row.state in FAILED]
-    labels = sorted({r.series for r in searched if r.measured}, key=_series_order)
-    several = len(labels) > 1
-    groups = [(label, [x for x in numbered if x[2].series == label]) for label in labels]
-    every = "best of all chains" if all(label.startswith("chain ") for label in labels) else "best of all series"
-    if several:
-        groups.append((every, numbered))
-    by_trial: list[Line] = []
-    by_time: list[Line] = []
-    for index, (label, members) in enumerate(groups):
-        everything = several and index == len(groups) - 1
-        color = "#1f2328" if everything else PALETTE[index % len(PALETTE)]
-        dash = "" if everything or index < len(PALETTE) else "5 3"
-        width, opacity = (7.0, 0.18) if everything else (2.0, 1.0)
-        line_n = Line(label, color, [], members[-1][0], width=width, dash=dash, opacity=opacity)
-        line_t = Line(label, color, [], members[-1][1], width=width, dash=dash, opacity=opacity)
-        current: float | None = None
-        for number, t, row in members:
-            if not row.measured:
-                continue
-            value = float(_measured_objective(row))
-            if not everything:
-                line_n.dots.append((number, value))
-                line_t.dots.append((t, value))
-            if current is None or data.better(value, current):
-                current = value
-                line_n.steps.append((number, value))
-                line_t.steps.append((t, value))
-        by_trial.append(line_n)
-        by_time.append(line_t)
-    # Past a few thousand, more dots only blot the chart and swell the page (11 MB for 100,000 trials).
-    measurements = sum(len(line.dots) for line in by_trial)
-    caption = ""
-    if measurements > DOTS:
-        for line_n, line_t in zip(by_trial, by_time, strict=True):
-            share = max(2, DOTS * len(line_n.dots) // measurements)
-            keep = dots_shown([y for _, y in line_n.dots], share, data.better)
-            line_n.dots = [line_n.dots[i] for i in keep]
-            line_t.dots = [line_t.dots[i] for i in keep]
-        drawn = sum(len(line.dots) for line in by_trial)
-        caption = (
-            f'<p class="hint dots">{drawn:,} of {measurements:,} trials drawn as dots: evenly spaced ones, each that '
-            "improved its series' best so far and the worst; the lines and the axes take every trial.</p>"
-        )
+    by_trial, by_time = _convergence_lines(data, numbered)
+    caption = _thin_dots(data, by_trial, by_time)
     found = next((number, t) for number, t, row in numbered if row is best_row)
     best_value = float(_measured_objective(best_row))
-    baseline = _baseline_for(data, rows, best_row.config)
-    reference = None
-    if baseline is not None and baseline.objective is not None:
-        run_knobs = [n for n, k in data.knobs.items() if not k["build"]]
-        shown = ", ".join(f"{n}={value_text(baseline.config.get(n))}" for n in run_knobs)
-        reference = ("baseline" + (f" ({shown})" if shown else ""), float(baseline.objective))
+    reference = _reference(data, rows, best_row)
     direction = "higher is better" if data.maximize else "lower is better"
     y_label = f"best {data.objective_name} so far"
     n_trials = len(searched)
@@ -187,6 +141,71 @@ def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
         css_class="chart chart-time",
     )
     return f'<div class="charts" id="convergence-{esc(problem_key)}">{trials_chart}\n{time_chart}</div>{caption}'
+
+
+def _convergence_lines(data: Data, numbered: Sequence[tuple[int, float, Row]]) -> tuple[list[Line], list[Line]]:
+    """A line per series of the (trial number, time, row)s, by trial and by time, with its measurements as dots;
+    with several series, a wide pale line of the best of them all last."""
+    labels = sorted({row.series for _, _, row in numbered if row.measured}, key=_series_order)
+    several = len(labels) > 1
+    groups = [(label, [x for x in numbered if x[2].series == label]) for label in labels]
+    every = "best of all chains" if all(label.startswith("chain ") for label in labels) else "best of all series"
+    if several:
+        groups.append((every, list(numbered)))
+    by_trial: list[Line] = []
+    by_time: list[Line] = []
+    for index, (label, members) in enumerate(groups):
+        everything = several and index == len(groups) - 1
+        color = "#1f2328" if everything else PALETTE[index % len(PALETTE)]
+        dash = "" if everything or index < len(PALETTE) else "5 3"
+        width, opacity = (7.0, 0.18) if everything else (2.0, 1.0)
+        line_n = Line(label, color, [], members[-1][0], width=width, dash=dash, opacity=opacity)
+        line_t = Line(label, color, [], members[-1][1], width=width, dash=dash, opacity=opacity)
+        current: float | None = None
+        for number, t, row in members:
+            if not row.measured:
+                continue
+            value = float(_measured_objective(row))
+            if not everything:
+                line_n.dots.append((number, value))
+                line_t.dots.append((t, value))
+            if current is None or data.better(value, current):
+                current = value
+                line_n.steps.append((number, value))
+                line_t.steps.append((t, value))
+        by_trial.append(line_n)
+        by_time.append(line_t)
+    return by_trial, by_time
+
+
+def _thin_dots(data: Data, by_trial: Sequence[Line], by_time: Sequence[Line]) -> str:
+    """Past ``DOTS`` measurements, keep some of each line's dots (the same on both charts); the caption that says
+    so, or ""."""
+    # Past a few thousand, more dots only blot the chart and swell the page (11 MB for 100,000 trials).
+    measurements = sum(len(line.dots) for line in by_trial)
+    if measurements <= DOTS:
+        return ""
+    for line_n, line_t in zip(by_trial, by_time, strict=True):
+        share = max(2, DOTS * len(line_n.dots) // measurements)
+        keep = dots_shown([y for _, y in line_n.dots], share, data.better)
+        line_n.dots = [line_n.dots[i] for i in keep]
+        line_t.dots = [line_t.dots[i] for i in keep]
+    drawn = sum(len(line.dots) for line in by_trial)
+    return (
+        f'<p class="hint dots">{drawn:,} of {measurements:,} trials drawn as dots: evenly spaced ones, each that '
+        "improved its series' best so far and the worst; the lines and the axes take every trial.</p>"
+    )
+
+
+def _reference(data: Data, rows: Sequence[Row], best_row: Row) -> tuple[str, float] | None:
+    """The baseline's line on the charts, (label, objective): that of the best's run-time knob values (see
+    :func:`_baseline_for`); None without a measured baseline."""
+    baseline = _baseline_for(data, rows, best_row.config)
+    if baseline is None or baseline.objective is None:
+        return None
+    run_knobs = [n for n, k in data.knobs.items() if not k["build"]]
+    shown = ", ".join(f"{n}={value_text(baseline.config.get(n))}" for n in run_knobs)
+    return ("baseline" + (f" ({shown})" if shown else ""), float(baseline.objective))
 
 
 def dots_shown(values: Sequence[float], keep: int, better: Callable[[float, float], bool]) -> list[int]:
