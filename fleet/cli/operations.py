@@ -18,6 +18,7 @@ from fleet.errors import ConfigurationError, FleetError, NotFound, SpecError
 from fleet.extras import require
 from fleet.ops.call import (
     KINDS,
+    Kind,
     add_chain,
     adhoc_campaign,
     adhoc_from_spec,
@@ -134,33 +135,13 @@ def call_command(
 
     if campaign and spec:
         raise click.UsageError("give --campaign or --spec, not both")
-    try:
-        config = json.loads(config_json)
-    except json.JSONDecodeError as error:
-        raise SpecError(f"--config is not valid JSON: {error.msg}") from None
-    if not isinstance(config, dict):
-        raise SpecError("--config must be a JSON object: '{\"knob\": value}'")
+    config = _config_of(config_json)
     if target:
         check_target(target)
     how = KINDS[kind]
     store = open_store()
     # Everything is checked before anything is written.
-    if spec is not None:
-        from fleet.campaign import load_spec
-
-        loaded = load_spec(spec, target=target)
-        loaded.space.check(config)
-        if len([p for p in loaded.problems if p.kind == problem]) != 1:
-            raise NotFound(f"{spec} has no problem, or several problems, of kind {problem!r}")
-        adhoc = adhoc_from_spec(store, loaded)
-        problem_id = next(p.id for p in store.campaign_problems(adhoc.id) if p.kind == problem)
-    else:
-        from fleet.space import Space
-
-        problem_id = find_problem(store, problem, target).id
-        source = source_campaign(store, problem_id, target, campaign)
-        Space.from_dict(source.space).check(config)
-        adhoc = adhoc_campaign(store, source)
+    adhoc, problem_id = _adhoc_and_problem(store, problem, target, campaign, spec, config)
     target = adhoc.target
     if how.takes == "chain":
         if no_send:
@@ -183,27 +164,73 @@ def call_command(
     if how.takes == "trial" and state in FINISHED:
         print_result(describe(store, subject), as_json)  # already recorded: nothing to send
         return
+    _warn_without_worker(store, target, task)
+    task_id = send(task, kwargs)
+    if no_wait:
+        _print_sent(task_id, task, kwargs, as_json)
+        return
+    result = _call_result(store, how, subject, timeout)
+    print_result(result, as_json)
+    if result["state"] == TrialState.ERRORED:
+        raise click.exceptions.Exit(1)
+
+
+def _config_of(config_json: str) -> dict[str, Any]:
+    """The configuration ``--config`` gives, which must be a JSON object."""
+    try:
+        config = json.loads(config_json)
+    except json.JSONDecodeError as error:
+        raise SpecError(f"--config is not valid JSON: {error.msg}") from None
+    if not isinstance(config, dict):
+        raise SpecError("--config must be a JSON object: '{\"knob\": value}'")
+    return config
+
+
+def _adhoc_and_problem(
+    store: Any, problem: str, target: str | None, campaign: str | None, spec: Path | None, config: dict[str, Any]
+) -> tuple[Any, int]:
+    """The ad-hoc campaign a call's trial goes to, and its problem's id, from ``spec`` or from the problem's
+    campaign (``campaign``, or its newest); ``config`` checked against the space."""
+    if spec is not None:
+        from fleet.campaign import load_spec
+
+        loaded = load_spec(spec, target=target)
+        loaded.space.check(config)
+        if len([p for p in loaded.problems if p.kind == problem]) != 1:
+            raise NotFound(f"{spec} has no problem, or several problems, of kind {problem!r}")
+        adhoc = adhoc_from_spec(store, loaded)
+        return adhoc, next(p.id for p in store.campaign_problems(adhoc.id) if p.kind == problem)
+    from fleet.space import Space
+
+    problem_id = find_problem(store, problem, target).id
+    source = source_campaign(store, problem_id, target, campaign)
+    Space.from_dict(source.space).check(config)
+    return adhoc_campaign(store, source), problem_id
+
+
+def _warn_without_worker(store: Any, target: str, task: str) -> None:
+    """Warn when no live worker of ``target`` takes ``task`` (a build, or an evaluation): it waits in its queue."""
     live = [w for w in store.workers(target=target, within=get_settings().liveness_seconds)]
     if not any(w.role == ("build" if task == "fleet.compile" else "eval") for w in live):
         click.echo(f"fleet: warning: no worker of target {target} is listening; the task waits in its queue", err=True)
-    task_id = send(task, kwargs)
-    if no_wait:
-        if as_json:
-            click.echo(json.dumps({"task_id": task_id, "task": task, "kwargs": kwargs}))
-        else:
-            click.echo(task_id)
-            click.echo(f"sent {task} {json.dumps(kwargs)}", err=True)
-        return
+
+
+def _print_sent(task_id: str, task: str, kwargs: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"task_id": task_id, "task": task, "kwargs": kwargs}))
+    else:
+        click.echo(task_id)
+        click.echo(f"sent {task} {json.dumps(kwargs)}", err=True)
+
+
+def _call_result(store: Any, how: Kind, subject: int, timeout: float) -> dict[str, Any]:
+    """What a call's task recorded, once it has: its trial's, and for a chain its first step's too."""
     done = wait(store, how.until, subject, timeout=timeout)
     if how.takes == "chain":
         if done is None:
             raise FleetError(f"chain {subject} stopped before its first step was recorded")
-        result = describe(store, done.trial_id) | {"chain": subject, "step": done.step, "accepted": done.accepted}
-    else:
-        result = describe(store, subject)
-    print_result(result, as_json)
-    if result["state"] == TrialState.ERRORED:
-        raise click.exceptions.Exit(1)
+        return describe(store, done.trial_id) | {"chain": subject, "step": done.step, "accepted": done.accepted}
+    return describe(store, subject)
 
 
 @click.command("logs")
