@@ -349,6 +349,24 @@ class Driver:
         # A TVM trial is built and measured on the evaluation worker in one task (see fleet.tasks.tvm).
         self.first_task = "tvm_measure" if campaign.workload.get("kind") == "tvm" else "compile"
         self.problems = [p.id for p in store.campaign_problems(campaign.id)]
+        self._start_searchers(store, factory)
+        self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
+        # Trials that ended, those of earlier drivers too, so that a resumed campaign counts on from where it was
+        # (its total is the campaign's); keeping their results would grow with the campaign.
+        self.finished = sum(n for state, n in store.trial_counts(campaign.id).items() if state in TERMINAL)
+        self.counted: set[int] = set()  # trials in flight again (to feed their searcher) that ended before
+        self.best: dict[int, TrialResult] = {}
+        self.latest: int | None = None  # the problem of the latest result, whose best the progress shows
+        self.seq = 0
+        self.unsent: list[Requeue] = []
+        self.broker_warned = -1e9
+        self.pace = Pace()
+        self.unheard: float | None = None  # since when no evaluation worker of the target has been seen
+        self._count_budget(store)
+
+    def _start_searchers(self, store: Store, factory: Callable[[Space], Searcher] | None) -> None:
+        """A searcher per problem, each with its feed, and the campaign's baselines."""
+        campaign = self.campaign
         # A baseline that is also a configuration of the space is a trial the searcher may propose: it is measured
         # already, so it is no trial of the budget (the driver does not count it), and the searcher may propose
         # one more for each such baseline (a grid whose first configuration is the baseline spent its budget one
@@ -373,18 +391,10 @@ class Driver:
         if self.written:
             for feed in self.feeds:
                 feed.done = True
-        self.in_flight: dict[int, tuple[int, int]] = {}  # trial id -> (problem index, times the searcher asked)
-        # Trials that ended, those of earlier drivers too, so that a resumed campaign counts on from where it was
-        # (its total is the campaign's); keeping their results would grow with the campaign.
-        self.finished = sum(n for state, n in store.trial_counts(campaign.id).items() if state in TERMINAL)
-        self.counted: set[int] = set()  # trials in flight again (to feed their searcher) that ended before
-        self.best: dict[int, TrialResult] = {}
-        self.latest: int | None = None  # the problem of the latest result, whose best the progress shows
-        self.seq = 0
-        self.unsent: list[Requeue] = []
-        self.broker_warned = -1e9
-        self.pace = Pace()
-        self.unheard: float | None = None  # since when no evaluation worker of the target has been seen
+
+    def _count_budget(self, store: Store) -> None:
+        """The budget, and per problem the configurations tried and the searcher's trials counted against it."""
+        campaign = self.campaign
         # The budget counts the campaign's trials, not this driver's proposals: a driver that takes a campaign
         # over (a failover, ``fleet resume``) has a searcher that may propose other configurations than the
         # first one's did, and each new one would be a trial past the budget (40 became 44).
