@@ -162,10 +162,7 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
     import tvm
     from tvm.s_tir.meta_schedule.runner import LocalRunner
 
-    from fleet.local import LocalFleet
-    from fleet.settings import Settings
-    from fleet.store import Store
-    from fleet.tvm.metaschedule import FleetRunner, tvm_target
+    from fleet.tvm.metaschedule import tvm_target
     from fleet.tvm.operators import DENSE, check_problem, define, flops
     from fleet.workers.gpus import cpu_target
 
@@ -179,6 +176,55 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
     # MetaSchedule's search is not the same from one tuning to the next, seed or not (its sampling runs on threads),
     # and one slow candidate drawn more weighs seconds: both runners also measure the same candidates, LocalRunner's.
     inputs, folders = _candidates(rows[0]["records"], target)
+    same, crossed, more = _on_a_fleet(fleet_target, local_runner, rows, inputs, (mod, target, trials, per_iter), log)
+    folders += more
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    pairs = [(a, b) for a, b in zip(same[0].pop("means"), same[1].pop("means"), strict=True) if a and b]
+    total = flops(DENSE, p)
+    for row in rows:
+        log(f"{row['runner']}: measuring its best schedule again here ...")
+        row.pop("records")
+        schedule = row.pop("schedule")
+        row["best_gflops"] = total / row["best_seconds"] / 1e9 if row["best_seconds"] else None
+        row["best_gflops_here"] = total / _remeasure(schedule, target, (size,) * 3) / 1e9 if schedule else None
+    local, fleet = rows
+    return {
+        "task": f"matmul {size}^3 float32, ms.tune_tir, {trials} trials, {per_iter} a batch, cost model random",
+        "target": fleet_target,
+        "measuring_processes": 1,
+        "local": local,
+        "fleet": fleet,
+        "fleet_over_local_candidates_per_second": (
+            fleet["candidates_per_second"] / local["candidates_per_second"] if local["candidates_per_second"] else None
+        ),
+        "same_candidates": _same_candidates(same, pairs, total),
+        "failed_candidates": crossed,
+        "machine": {"cores": os.cpu_count(), "load_average": os.getloadavg()[0]},
+    }
+
+
+def _on_a_fleet(
+    fleet_target: str,
+    local_runner: Any,
+    rows: list[dict[str, Any]],
+    inputs: list[Any],
+    tuning: tuple[Any, Any, int, int],
+    log: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    """FleetRunner's side, on an embedded fleet of its own: its tuning (appended to ``rows``), both runners'
+    replays of LocalRunner's candidates, and each runner's failed candidates measured by the other.
+
+    ``tuning`` is (module, TVM target, trials, per batch), as :func:`_tune_with` takes them. Returns the two
+    replays, the crossed measurements, and the folders the failed candidates were written to.
+    """
+    from fleet.local import LocalFleet
+    from fleet.settings import Settings
+    from fleet.store import Store
+    from fleet.tvm.metaschedule import FleetRunner
+
+    mod, target, trials, per_iter = tuning
+    folders: list[str] = []
     with tempfile.TemporaryDirectory(prefix="fleet-bench-ms-") as home:
         # An embedded fleet of its own: SQLite and a private broker under a scratch home, one evaluation worker.
         os.environ["FLEET_HOME"] = home
@@ -207,43 +253,25 @@ def run(size: int, trials: int, per_iter: int, log: Callable[[str], None]) -> di
                     crossed[f"failed_by_{failed_in}_measured_by_{other_name}"] = _replay(other_name, other, failed, log)
             runner.close()
         store.close()
-    for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)
-    pairs = [(a, b) for a, b in zip(same[0].pop("means"), same[1].pop("means"), strict=True) if a and b]
-    total = flops(DENSE, p)
-    for row in rows:
-        log(f"{row['runner']}: measuring its best schedule again here ...")
-        row.pop("records")
-        schedule = row.pop("schedule")
-        row["best_gflops"] = total / row["best_seconds"] / 1e9 if row["best_seconds"] else None
-        row["best_gflops_here"] = total / _remeasure(schedule, target, (size,) * 3) / 1e9 if schedule else None
-    local, fleet = rows
+    return same, crossed, folders
+
+
+def _same_candidates(same: list[dict[str, Any]], pairs: list[tuple[float, float]], total: float) -> dict[str, Any]:
+    """The figures of both runners' replays of the same candidates (``pairs``: each one's seconds, both finite)."""
     return {
-        "task": f"matmul {size}^3 float32, ms.tune_tir, {trials} trials, {per_iter} a batch, cost model random",
-        "target": fleet_target,
-        "measuring_processes": 1,
-        "local": local,
-        "fleet": fleet,
+        "local": same[0],
+        "fleet": same[1],
         "fleet_over_local_candidates_per_second": (
-            fleet["candidates_per_second"] / local["candidates_per_second"] if local["candidates_per_second"] else None
+            same[1]["candidates_per_second"] / same[0]["candidates_per_second"]
+            if same[0]["candidates_per_second"]
+            else None
         ),
-        "same_candidates": {
-            "local": same[0],
-            "fleet": same[1],
-            "fleet_over_local_candidates_per_second": (
-                same[1]["candidates_per_second"] / same[0]["candidates_per_second"]
-                if same[0]["candidates_per_second"]
-                else None
-            ),
-            # Each candidate as the two measured it: the median of Fleet's seconds over LocalRunner's, and the best.
-            "median_fleet_over_local_seconds": statistics.median(b / a for a, b in pairs) if pairs else None,
-            "best_gflops": {
-                "local": total / min(a for a, _ in pairs) / 1e9 if pairs else None,
-                "fleet": total / min(b for _, b in pairs) / 1e9 if pairs else None,
-            },
+        # Each candidate as the two measured it: the median of Fleet's seconds over LocalRunner's, and the best.
+        "median_fleet_over_local_seconds": statistics.median(b / a for a, b in pairs) if pairs else None,
+        "best_gflops": {
+            "local": total / min(a for a, _ in pairs) / 1e9 if pairs else None,
+            "fleet": total / min(b for _, b in pairs) / 1e9 if pairs else None,
         },
-        "failed_candidates": crossed,
-        "machine": {"cores": os.cpu_count(), "load_average": os.getloadavg()[0]},
     }
 
 
