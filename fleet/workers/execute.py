@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from fleet.errors import NodeFault, SpecError, StoreUnavailable
 from fleet.settings import Settings, node_name
@@ -30,7 +31,7 @@ from fleet.workers.cache import ArtifactCache
 from fleet.workers.gpus import Device, describe_device
 from fleet.workers.observers import observed
 from fleet.workers.runner import sandbox_env
-from fleet.workers.workloads import Built, Job, Workload, load_workload
+from fleet.workers.workloads import Built, Job, Measured, Workload, load_workload
 
 log = logging.getLogger("fleet.worker")
 BUILD_POLL_SECONDS = 0.2
@@ -323,41 +324,7 @@ def compile_trial(ctx: WorkerContext, trial_id: int, handed: list[int] | None = 
             return "lost"
         if artifact is None:  # the first trial of its campaign here: the claim could not name the toolchain
             artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts, toolchain)
-        last_tick = time.monotonic()
-        while True:
-            if artifact.state == ArtifactState.FAILED:
-                reason = f"build failed: {artifact.reason}"
-                ctx.store.record(
-                    trial_id, ctx.owner, state=TrialState.ERRORED, reason=reason, stderr_tail=artifact.log_tail
-                )
-                return TrialState.ERRORED
-            if artifact.state == ArtifactState.BUILT:
-                compiled = ctx.store.mark_compiled(trial_id, ctx.owner, toolchain, seconds=ctx.lap())
-                return TrialState.COMPILED if compiled else "lost"
-            if artifact.worker == ctx.owner:
-                if _build(ctx, work, toolchain, handed):
-                    return TrialState.COMPILED
-            elif handed is not None:
-                # Another worker is building the same key right now: its build ends this compile too, and this
-                # build slot goes on to the next build instead of waiting (refused: that build has just ended).
-                builder = artifact.worker
-                if ctx.store.hand_to_builder(trial_id, ctx.owner, work.build_key, toolchain, builder, s.lease_seconds):
-                    # Still building: its end will find the trial. Ended already: it may have looked before
-                    # the trial was handed, so the trial is taken back, unless that build has ended it.
-                    artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts, toolchain)
-                    if artifact.state == ArtifactState.BUILDING and artifact.worker == builder:
-                        return "handed"
-                    if not ctx.store.take_back(trial_id, ctx.owner, builder, s.lease_seconds):
-                        return "handed"
-                    continue
-            else:
-                # Wait for it, keeping our own claim.
-                time.sleep(BUILD_POLL_SECONDS)
-                if time.monotonic() - last_tick > ctx.tick_seconds:
-                    if not tick():
-                        return "lost"
-                    last_tick = time.monotonic()
-            artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts, toolchain)
+        return _until_built(ctx, trial_id, work, artifact, toolchain, tick, handed)
     except StoreUnavailable:
         raise  # not the trial's fault: its lease gives it back once the database answers again
     except NodeFault as fault:
@@ -375,6 +342,55 @@ def compile_trial(ctx: WorkerContext, trial_id: int, handed: list[int] | None = 
     except Exception as error:
         ctx.store.record(trial_id, ctx.owner, state=TrialState.ERRORED, reason=f"compile failed: {error!r}")
         raise
+
+
+def _until_built(
+    ctx: WorkerContext,
+    trial_id: int,
+    work: TrialWork,
+    artifact: Any,
+    toolchain: str,
+    tick: Callable[[], bool],
+    handed: list[int] | None,
+) -> str:
+    """Build the trial's artifact, or wait for (or hand the trial to) the worker building it, until it is built or
+    failed; the outcome, as :func:`compile_trial` returns it."""
+    s = ctx.settings
+    last_tick = time.monotonic()
+    while True:
+        if artifact.state == ArtifactState.FAILED:
+            reason = f"build failed: {artifact.reason}"
+            ctx.store.record(
+                trial_id, ctx.owner, state=TrialState.ERRORED, reason=reason, stderr_tail=artifact.log_tail
+            )
+            return TrialState.ERRORED
+        if artifact.state == ArtifactState.BUILT:
+            compiled = ctx.store.mark_compiled(trial_id, ctx.owner, toolchain, seconds=ctx.lap())
+            return TrialState.COMPILED if compiled else "lost"
+        if artifact.worker == ctx.owner:
+            if _build(ctx, work, toolchain, handed):
+                return TrialState.COMPILED
+        elif handed is not None:
+            # Another worker is building the same key right now: its build ends this compile too, and this
+            # build slot goes on to the next build instead of waiting (refused: that build has just ended).
+            builder = artifact.worker
+            if ctx.store.hand_to_builder(trial_id, ctx.owner, work.build_key, toolchain, builder, s.lease_seconds):
+                # Still building: its end will find the trial. Ended already: it may have looked before
+                # the trial was handed, so the trial is taken back, unless that build has ended it.
+                artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts, toolchain)
+                if artifact.state == ArtifactState.BUILDING and artifact.worker == builder:
+                    return "handed"
+                if not ctx.store.take_back(trial_id, ctx.owner, builder, s.lease_seconds):
+                    return "handed"
+                continue
+        else:
+            # Wait for it, keeping our own claim.
+            time.sleep(BUILD_POLL_SECONDS)
+            if time.monotonic() - last_tick > ctx.tick_seconds:
+                if not tick():
+                    return "lost"
+                last_tick = time.monotonic()
+        artifact = ctx.store.claim_build(work, ctx.owner, s.lease_seconds, s.max_attempts, toolchain)
 
 
 def _build(ctx: WorkerContext, work: TrialWork, toolchain: str, handed: list[int] | None) -> bool:
@@ -451,27 +467,7 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
         data = work.artifact_data
         if data is None:
             data = ctx.cache.get(work.artifact_digest, ctx.store.get_blob)
-        with ctx.scratch() as scratch:
-            job = Job(
-                config=work.config,
-                problem=work.problem_params,
-                scratch=scratch,
-                fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
-                tick=ctx.ticker(trial_id),
-                campaign=work.campaign_id,
-                tick_seconds=ctx.tick_seconds,
-                env=ctx.env,
-            )
-            # The GPU's clocks, power and energy while it ran become metrics (fleet.workers.observers).
-            definition = workload.definition
-            measured = observed(
-                ctx.gpu,
-                lambda: workload.evaluate(job, data),
-                definition.get("objective"),
-                clocks=definition.get("clocks"),
-                values={**work.problem_params, **work.config},
-            )
-            measured = workload.with_observed(measured)  # several objectives: those the observer read
+        measured = _measured(ctx, work, workload, data)
     except StoreUnavailable:
         raise  # as in compile_trial
     except NodeFault as fault:
@@ -488,31 +484,62 @@ def evaluate_trial(ctx: WorkerContext, trial_id: int) -> str:
             trial_id, ctx.owner, state=TrialState.ERRORED, reason=f"evaluate failed: {error!r}", seconds=ctx.lap()
         )
         raise
-    measurement = None
-    if measured.state in MEASURED:  # an invalid run keeps its samples and metrics too
-        measurement = {
-            "objective_name": workload.objective_name,
-            "maximize": workload.maximize,
-            "objective": measured.objective,
-            "valid": measured.state == TrialState.EVALUATED,
-            "samples": measured.samples,
-            "metrics": measured.metrics,
-            "objectives": measured.objectives or None,
-            "toolchain": work.toolchain,
-            "node": ctx.node,
-            "gpu": ctx.gpu,
-            "device_kind": device.kind,
-            "device": device.description,
-            "worker": ctx.name,
-        }
     recorded = ctx.store.record(
         trial_id,
         ctx.owner,
         state=measured.state,
         reason=measured.reason,
-        measurement=measurement,
+        measurement=_measurement(ctx, work, workload, measured),
         stdout_tail=measured.stdout_tail,
         stderr_tail=measured.stderr_tail,
         seconds=ctx.lap(),
     )
     return measured.state if recorded else "lost"
+
+
+def _measured(ctx: WorkerContext, work: TrialWork, workload: Workload, data: bytes) -> Measured:
+    """Run the workload's evaluation of ``work`` with its artifact's ``data``, in a scratch directory of its own,
+    under the GPU's observer."""
+    with ctx.scratch() as scratch:
+        job = Job(
+            config=work.config,
+            problem=work.problem_params,
+            scratch=scratch,
+            fetch=lambda key: ctx.cache.get(key, ctx.store.get_blob),
+            tick=ctx.ticker(work.trial_id),
+            campaign=work.campaign_id,
+            tick_seconds=ctx.tick_seconds,
+            env=ctx.env,
+        )
+        # The GPU's clocks, power and energy while it ran become metrics (fleet.workers.observers).
+        definition = workload.definition
+        measured = observed(
+            ctx.gpu,
+            lambda: workload.evaluate(job, data),
+            definition.get("objective"),
+            clocks=definition.get("clocks"),
+            values={**work.problem_params, **work.config},
+        )
+        return workload.with_observed(measured)  # several objectives: those the observer read
+
+
+def _measurement(ctx: WorkerContext, work: TrialWork, workload: Workload, measured: Measured) -> dict[str, Any] | None:
+    """The measurement a run records, as :meth:`Store.record` takes it; None for a run that measured nothing."""
+    if measured.state not in MEASURED:  # an invalid run keeps its samples and metrics too
+        return None
+    device = ctx.device
+    return {
+        "objective_name": workload.objective_name,
+        "maximize": workload.maximize,
+        "objective": measured.objective,
+        "valid": measured.state == TrialState.EVALUATED,
+        "samples": measured.samples,
+        "metrics": measured.metrics,
+        "objectives": measured.objectives or None,
+        "toolchain": work.toolchain,
+        "node": ctx.node,
+        "gpu": ctx.gpu,
+        "device_kind": device.kind,
+        "device": device.description,
+        "worker": ctx.name,
+    }
