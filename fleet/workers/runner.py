@@ -207,36 +207,16 @@ def _run(
             return Completed(argv, 127, "", f"cannot run {argv[0]}: {error.strerror}", 0.0)
         if boxed:
             writer.close()  # the child holds it: the pipe ends when bubblewrap does
-        timed_out = False
         scratch = _ScratchWatch(_scratch(cwd), sandbox.Limits.from_env(os.environ))
-        overgrown = False
         limit = output_limit()
-        printed_too_much = False
-        next_tick = start + tick_seconds
         try:
-            with _Exit(proc) as exited:
-                while True:
-                    now = time.monotonic()
-                    left = timeout - (now - start)
-                    if left <= 0:
-                        timed_out = True
-                        break
-                    if exited.wait(max(0.0, min(left, next_tick - now, OUTPUT_WATCH_SECONDS))):
-                        break
-                    if _size(out) + _size(err) > limit:
-                        printed_too_much = True
-                        break
-                    if scratch.overgrown():
-                        overgrown = True
-                        break
-                    if time.monotonic() >= next_tick:
-                        next_tick += tick_seconds
-                        if tick is not None and not tick():
-                            break
+            stopped = _watch(proc, out, err, scratch, limit, start, timeout, tick, tick_seconds)
         finally:
             # Always, however the wait ended (a lease lost, the database gone, the task stopped): nothing
             # the command started may outlive it, run beside the retry and disturb its measurement.
             _kill_group(proc)
+        timed_out, overgrown = stopped == "timed out", stopped == "overgrown"
+        printed_too_much = stopped == "printed too much"
         seconds = time.monotonic() - start
         out.seek(0)
         err.seek(0)
@@ -255,6 +235,39 @@ def _run(
             scratch.limit if overgrown else None,
             limit if printed_too_much else None,
         )
+
+
+def _watch(
+    proc: subprocess.Popen[bytes],
+    out: IO[bytes],
+    err: IO[bytes],
+    scratch: _ScratchWatch,
+    limit: int,
+    start: float,
+    timeout: float,
+    tick: Callable[[], bool] | None,
+    tick_seconds: float,
+) -> str | None:
+    """Wait for the command to exit, ticking every ``tick_seconds``; why it was stopped: "timed out" (``timeout``
+    seconds after ``start``), "printed too much" (past ``limit`` bytes), "overgrown" (its scratch), or None (it
+    exited, or ``tick`` said the work is no longer this worker's)."""
+    next_tick = start + tick_seconds
+    with _Exit(proc) as exited:
+        while True:
+            now = time.monotonic()
+            left = timeout - (now - start)
+            if left <= 0:
+                return "timed out"
+            if exited.wait(max(0.0, min(left, next_tick - now, OUTPUT_WATCH_SECONDS))):
+                return None
+            if _size(out) + _size(err) > limit:
+                return "printed too much"
+            if scratch.overgrown():
+                return "overgrown"
+            if time.monotonic() >= next_tick:
+                next_tick += tick_seconds
+                if tick is not None and not tick():
+                    return None
 
 
 def output_limit() -> int:
