@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -48,6 +48,9 @@ from fleet.bench.chaos import campaign_spec, planned_configs
 from fleet.bench.partition import Cut, LeaseWatch, check, now, wait_done
 from fleet.ops.nodes import DATABASE_ADDRESS, POSTGRES_PORT, REDIS_PORT, Bed, BedError, Node, check_host
 from fleet.states import CampaignStatus
+
+if TYPE_CHECKING:
+    from fleet.store import Campaign
 
 KINDS = ("cut-postgres", "cut-redis", "cut-both", "cut-head", "split", "slow", "crash")
 # Short leases, so that an event costs seconds; the mechanisms are the production ones.
@@ -220,12 +223,15 @@ class Nemesis:
             )
             return session.scalar(first)
 
+    def campaign(self) -> Campaign:
+        """The campaign's row as it is now."""
+        assert self.campaign_id is not None, "start() submits the campaign"
+        return self.store.campaign(self.campaign_id)
+
     def ended(self) -> bool:
         from fleet.states import ENDED
-        from fleet.store import Campaign
 
-        with self.store.session() as session:
-            return str(session.get(Campaign, self.campaign_id).status) in ENDED
+        return self.campaign().status in ENDED
 
     def registered(self, node: str, since: datetime) -> bool:
         """Whether a worker or driver of ``node`` started after ``since`` beats its heart."""
@@ -236,10 +242,7 @@ class Nemesis:
 
     def holder(self) -> str:
         """The head node whose driver holds the campaign now ("" when none does)."""
-        from fleet.store import Campaign
-
-        with self.store.session() as session:
-            driver = str(session.get(Campaign, self.campaign_id).driver or "")
+        driver = self.campaign().driver or ""
         node = driver.partition("@")[2].partition(":")[0]
         return node if node in self.heads else ""
 
@@ -370,22 +373,7 @@ def run(
         watch = LeaseWatch(nemesis.store, nemesis.campaign_id).start()
         began = time.monotonic()
         _wait(lambda: fleet.measured() > 0, 120, "the first measurement")
-        for event in schedule:
-            share = LAST_EVENT_AT * (event.index - 1) / max(1, len(schedule) - 1)
-            while nemesis.measured() < share * trials and not nemesis.ended():
-                time.sleep(0.2)
-            if nemesis.ended():
-                say(f"the campaign ended before event {event.index}")
-                break
-            nemesis.run_event(event, began)
-            resumed = f"resumed {event.resumed_s} s after the heal"
-            if event.resumed_s is None:
-                resumed = "the campaign ended first" if event.ended_first else "not resumed"
-            say(
-                f"{event.started:6.1f} s  event {event.index}/{len(schedule)}: {event.kind} {event.target} "
-                f"{event.detail} healed at {event.healed:.1f} s, {resumed}; {nemesis.measured()}/{trials} measured"
-            )
-            time.sleep(event.gap)
+        _strike_all(nemesis, schedule, trials, began, say)
         status = wait_done(nemesis.store, nemesis.campaign_id, timeout - (time.monotonic() - began))
         campaign_s = time.monotonic() - began
         watch.stop()
@@ -412,6 +400,26 @@ def run(
 
         shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def _strike_all(nemesis: Nemesis, schedule: list[Event], trials: int, began: float, say: Callable[[str], None]) -> None:
+    """Each event of the schedule in turn, once its share of the ``trials`` is measured; none once it has ended."""
+    for event in schedule:
+        share = LAST_EVENT_AT * (event.index - 1) / max(1, len(schedule) - 1)
+        while nemesis.measured() < share * trials and not nemesis.ended():
+            time.sleep(0.2)
+        if nemesis.ended():
+            say(f"the campaign ended before event {event.index}")
+            return
+        nemesis.run_event(event, began)
+        resumed = f"resumed {event.resumed_s} s after the heal"
+        if event.resumed_s is None:
+            resumed = "the campaign ended first" if event.ended_first else "not resumed"
+        say(
+            f"{event.started:6.1f} s  event {event.index}/{len(schedule)}: {event.kind} {event.target} "
+            f"{event.detail} healed at {event.healed:.1f} s, {resumed}; {nemesis.measured()}/{trials} measured"
+        )
+        time.sleep(event.gap)
 
 
 def _result(counts: dict[str, Any], schedule: list[Event], status: str, campaign_s: float) -> dict[str, Any]:
