@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from fleet.campaign import CampaignBusy, CampaignSpec, Driver, Steering, Summary, chains_on_fleet, parse_spec, summarize
+from fleet.campaign import CampaignBusy, CampaignSpec, Summary, parse_spec, summarize
 from fleet.campaign import submit as _submit
-from fleet.chains import ChainDriver
+from fleet.drivers import driver
 from fleet.errors import FleetError, SpecError
-from fleet.pace import SLOT_DEPTH
 from fleet.settings import get_settings
 from fleet.spec import load_spec
 from fleet.spec.campaign import check_priority
@@ -133,100 +130,6 @@ def _campaign(store: Store, ref: Any) -> Campaign:
     if isinstance(ref, int) or (isinstance(ref, str) and not ref.endswith(".json")):
         return store.campaign(ref)
     return _submit(store, _spec(ref))
-
-
-def driver_name() -> str:
-    """A name for this process as a campaign's driver: host, process and a random part."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-STATIC_WINDOW = 1024
-"""Trials a static strategy keeps in flight: it needs no results back, so only the broker's memory bounds it."""
-
-
-def driver(
-    store: Store,
-    campaign: Campaign,
-    *,
-    window: int | None = None,
-    on_progress: Callable[[int, int | None, TrialResult | None], None] | None = None,
-    on_warning: Callable[[str], None] | None = None,
-    owner: str | None = None,
-    force: bool | None = None,
-    user_code: bool = False,
-) -> Driver | ChainDriver:
-    """A driver for ``campaign`` with the environment's settings and a window that fits the fleet.
-
-    Parameters
-    ----------
-    owner:
-        The name the driver holds the campaign's lease under (default: this process's).
-    user_code:
-        True in the submitting user's own process only: a Python space file's searcher may then run.
-    force:
-        Take the lease from a live driver; by default only for campaigns not submitted to the fleet's
-        drivers, which their user drives (``fleet tune``, ``fleet resume``), the latest one winning.
-    """
-    from fleet.tasks import send, send_steps
-
-    settings = get_settings()
-    # A driven campaign waits out a database restart instead of ending (the store's calls retry).
-    store.patience = max(store.patience, settings.outage_seconds)
-    store.sync_clock()  # the campaign's and its trials' leases are on the database's clock
-    steering = Steering(
-        store,
-        campaign.id,
-        owner or driver_name(),
-        lease_seconds=settings.driver_lease_seconds,
-        force=not campaign.submitted if force is None else force,
-    )
-    if chains_on_fleet(campaign.strategy):
-        return ChainDriver(
-            store,
-            campaign,
-            send_steps,
-            send,
-            on_progress=on_progress,
-            on_warning=on_warning,
-            requeue_seconds=settings.requeue_seconds,
-            steering=steering,
-        )
-    result = Driver(
-        store,
-        campaign,
-        send,
-        on_progress=on_progress,
-        on_warning=on_warning,
-        max_attempts=settings.max_attempts,
-        heartbeat_seconds=settings.heartbeat_seconds,
-        liveness_seconds=settings.liveness_seconds,
-        requeue_seconds=settings.requeue_seconds,
-        steering=steering,
-        user_code=user_code,
-    )
-    within = settings.liveness_seconds
-    if window is not None:
-        result.window = window
-    elif campaign.submitted:
-        result.window_for = lambda depth: shared_window(store, campaign, within, depth)
-        result.window = result.window_for(SLOT_DEPTH)
-    elif result.dynamic:
-        # Two per evaluation slot: one running, one waiting, so no slot idles while the driver thinks.
-        result.window = max(2, 2 * store.eval_slots(campaign.target, within))
-    else:
-        result.window = STATIC_WINDOW
-    return result
-
-
-def shared_window(store: Store, campaign: Campaign, within: float, depth: float = SLOT_DEPTH) -> int:
-    """The window of a submitted campaign, in messages: its priority's share of ``depth`` per evaluation slot.
-
-    Redis has no message priorities, so the drivers admit work instead: each keeps in flight its share of
-    what the target's slots can take, and the slots' FIFO queue then serves the campaigns in that
-    proportion. It needs no broker feature, and a new weight counts at the driver's next look (a second).
-    """
-    slots = max(1, store.eval_slots(campaign.target, within))
-    return max(1, round(depth * slots * store.share(campaign.id, campaign.target)))
 
 
 def status(campaign: CampaignHandle | Campaign | str | int, store: Store | None = None) -> dict[str, int]:

@@ -174,7 +174,7 @@ def _drive(
 ) -> None:
     from contextlib import nullcontext
 
-    from fleet.api import driver
+    from fleet.drivers import driver
     from fleet.local import LocalFleet
 
     settings = get_settings()

@@ -50,8 +50,9 @@ def tune_model_command(
     operator is tuned already draws on the campaigns --from names."""
     from contextlib import nullcontext
 
-    from fleet.api import connect, driver
+    from fleet.api import connect
     from fleet.cli._common import ProgressBar, check_broker
+    from fleet.drivers import driver
     from fleet.local import LocalFleet
     from fleet.settings import get_settings
     from fleet.tvm.available import check_tvm
