@@ -19,7 +19,7 @@ from celery.exceptions import Retry
 
 from fleet.celery_app import app
 from fleet.errors import StoreUnavailable
-from fleet.pace import CHEAP_SECONDS, SPLIT_SECONDS
+from fleet.messages import CHEAP_SECONDS, SPLIT_SECONDS
 from fleet.settings import get_settings
 from fleet.states import TrialState
 from fleet.store import Requeue

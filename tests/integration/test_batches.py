@@ -8,7 +8,8 @@ import sys
 from collections.abc import Callable
 
 from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
-from fleet.pace import CHEAP_SECONDS, MAX_BATCH
+from fleet.messages import CHEAP_SECONDS
+from fleet.pace import MAX_BATCH
 from fleet.settings import Settings
 from fleet.space import Knob, Space
 from fleet.spec import load_spec

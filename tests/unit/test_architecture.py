@@ -136,12 +136,10 @@ LAYERS = [
 WRONG_WAY = {
     ("fleet.interop", "fleet.campaign"),
     ("fleet.ops", "fleet.campaign"),
-    ("fleet.ops", "fleet.pace"),
     ("fleet.spec", "fleet.interop"),
     ("fleet.spec", "fleet.tvm"),
     ("fleet.tuna", "fleet.campaign"),
     ("fleet.tvm", "fleet.campaign"),
-    ("fleet.tvm", "fleet.pace"),
 }
 
 
