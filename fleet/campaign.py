@@ -9,9 +9,6 @@ resumed by running it again: trials are found instead of created, and finished o
 from __future__ import annotations
 
 import itertools
-import platform
-import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +19,9 @@ from typing import Any
 from fleet.canonical import digest
 from fleet.errors import FleetError, SpecError
 from fleet.history import campaign_history
+from fleet.keys import trial_keys
 from fleet.pace import MAX_BATCH, SLOT_DEPTH, Pace
+from fleet.provenance import provenance
 from fleet.search import Run, Searcher
 from fleet.search.feed import Feed
 from fleet.settings import liveness_window
@@ -37,7 +36,6 @@ from fleet.spec import (  # noqa: F401 - the spec's names, re-exported for calle
     new_searcher,
     parse_spec,
 )
-from fleet.spec.keys import trial_keys
 from fleet.spec.workloads import load_workload_spec
 from fleet.states import DRIVEN, TERMINAL, WAITING, CampaignStatus, TrialState
 from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
@@ -85,27 +83,6 @@ def _no_user_searcher(name: str) -> Callable[[Space], Searcher]:
         )
 
     return refuse
-
-
-def provenance(toolchain: str = "") -> dict[str, Any]:
-    """Where and with what a campaign was submitted.
-
-    ``toolchain`` names where an imported campaign's results came from. A submitted campaign has none: its
-    builds' toolchains are taken by the build workers, on their machines, and recorded with each artifact.
-    """
-    import celery
-
-    from fleet._version import __version__
-
-    return {
-        **({"toolchain": toolchain} if toolchain else {}),
-        "fleet": __version__,
-        "python": platform.python_version(),
-        "celery": celery.__version__,
-        "host": socket.gethostname(),
-        "platform": platform.platform(),
-        "argv": sys.argv[1:],
-    }
 
 
 def submit(store: Store, spec: CampaignSpec) -> Campaign:

@@ -650,7 +650,7 @@ def _find_problem_or_tvm(
 def _target_of(store: Any, problem: Any, tvm: bool) -> str:
     """The target ``fleet best`` answers for when none is given: the one the problem has results on; for a TVM
     operator with none of Fleet's, this machine's CPU (its MetaSchedule records may be there)."""
-    from fleet.spec.targets import cpu_target
+    from fleet.targets import cpu_target
 
     try:
         if problem is None:

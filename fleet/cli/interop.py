@@ -85,7 +85,7 @@ def import_kt_command(files: tuple[Path, ...], target: str | None, kernel: str |
     from fleet.interop.kerneltuner import target_of_device
     from fleet.interop.records import import_kt
     from fleet.interop.t4 import read_results
-    from fleet.spec.targets import check_target
+    from fleet.targets import check_target
 
     if target:
         check_target(target)

@@ -26,9 +26,9 @@ from fleet.canonical import digest
 from fleet.errors import SpecError
 from fleet.interop.kerneltuner import FAILURES, KTRecord, KTResults, problem_size_value, target_of_device
 from fleet.interop.t1 import t1_document
-from fleet.spec.targets import check_target
 from fleet.states import FINISHED, CampaignStatus, TrialState
 from fleet.store import Campaign, Measurement, Problem, Store, Trial, trials_with_measurements, utcnow
+from fleet.targets import check_target
 
 KIND = "kernel"
 """The kind of the problems that Kernel Tuner's files bring: ``{"kernel_name", "problem_size"}``."""
@@ -136,7 +136,7 @@ def _kt_campaign(
     results: KTResults, name: str, target: str, sha: str, source: dict[str, Any], toolchain: str, now: datetime
 ) -> dict[str, Any]:
     """The imported campaign's row: a grid over the file's tuning parameters, done when it is imported."""
-    from fleet.campaign import provenance
+    from fleet.provenance import provenance
 
     objective_name, maximize = objective_of(results.objective)
     header = {

@@ -166,7 +166,7 @@ def kernel_file(path: Path, spec: Mapping[str, Any]) -> tuple[str, bytes]:
     inside that folder, reached through no link, so that a T1 file cannot pack ``/proc/self/environ`` or
     ``../../secret`` into the sources it stores."""
     from fleet.bundle import Refused, read_inside
-    from fleet.spec.limits import SOURCES_BYTES
+    from fleet.limits import SOURCES_BYTES
 
     name = spec["KernelFile"]
     for folder in (path.parent, path.parent.parent):
@@ -629,7 +629,7 @@ def _t1_space(space_data: Mapping[str, Any]) -> tuple[dict[str, list[Any]], Spac
 def _t1_target(spec: Mapping[str, Any]) -> str:
     """The target a T1 kernel runs on: this machine's CPU for a C kernel, its Device.Name's for a GPU's."""
     from fleet.interop.kerneltuner import target_of_device
-    from fleet.spec.targets import cpu_target
+    from fleet.targets import cpu_target
 
     language = spec["Language"]
     device = (spec.get("Device") or {}).get("Name")

@@ -117,7 +117,7 @@ def adhoc_campaign(store: Any, source: Any) -> Any:
 
 def adhoc_from_spec(store: Any, spec: Any) -> Any:
     """The ad-hoc campaign of a loaded spec (its problems, workload and space), created if new."""
-    from fleet.campaign import provenance
+    from fleet.provenance import provenance
 
     problem_ids = [store.add_problem(p.kind, p.params, p.tags) for p in spec.problems]
     for data in spec.files.values():
@@ -138,7 +138,7 @@ def adhoc_from_spec(store: Any, spec: Any) -> Any:
 
 def new_trial(campaign: Any, problem_id: int, config: dict[str, Any]) -> Any:
     """``config`` (checked against the campaign's knobs) as a trial of ``campaign``, with its keys."""
-    from fleet.campaign import trial_keys
+    from fleet.keys import trial_keys
     from fleet.space import Space
     from fleet.store import NewTrial
 

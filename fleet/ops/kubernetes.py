@@ -233,7 +233,7 @@ def scaled_object(deployment_name: str, queue: str, per_pod: int, max_replicas: 
 
 def target_objects(target: str, gpus: int = 1, max_pods: int = 4, stop_timeout: int = DEFAULT_STOP_TIMEOUT) -> list:
     """Everything ``target`` needs: its workers and the ScaledObjects scaling them."""
-    from fleet.campaign import check_target
+    from fleet.targets import check_target
 
     check_target(target)
     if gpus < 1 or max_pods < 1 or stop_timeout < 1:

@@ -143,7 +143,7 @@ class SlurmJob:
 
     def check(self) -> None:
         """One clear line for each value sbatch would refuse, or that has no place in an #SBATCH line."""
-        from fleet.spec.targets import check_target
+        from fleet.targets import check_target
 
         check_target(self.target)
         self.drain_seconds()

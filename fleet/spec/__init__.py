@@ -13,8 +13,8 @@ from fleet.spec.campaign import (
     new_searcher,
     parse_spec,
 )
-from fleet.spec.targets import TARGET, check_target, cpu_target
 from fleet.spec.workloads import WorkloadSpec, load_workload_spec
+from fleet.targets import TARGET, check_target, cpu_target
 
 __all__ = [
     "TARGET",

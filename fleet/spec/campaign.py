@@ -16,12 +16,7 @@ from typing import Any
 
 from fleet.bundle import Refused, pack, read_files, read_inside
 from fleet.errors import SpecError, did_you_mean, shown
-from fleet.search import Searcher, make_searcher
-from fleet.search.history import check_history
-from fleet.search.pareto import Objective
-from fleet.space import Config, Space, check_text, check_value
-from fleet.space_files import load_space_file, verdicts
-from fleet.spec.limits import (
+from fleet.limits import (
     KIND_LENGTH,
     NAME_LENGTH,
     PATH_LENGTH,
@@ -31,8 +26,13 @@ from fleet.spec.limits import (
     check_json,
     check_label,
 )
-from fleet.spec.targets import check_target, cpu_target
+from fleet.search import Searcher, make_searcher
+from fleet.search.history import check_history
+from fleet.search.pareto import Objective
+from fleet.space import Config, Space, check_text, check_value
+from fleet.space_files import load_space_file, verdicts
 from fleet.spec.workloads import load_workload_spec
+from fleet.targets import check_target, cpu_target
 
 # "$schema" lets an editor find fleet/spec/schema.json; the loader ignores it.
 _SPEC_KEYS = {

@@ -29,13 +29,14 @@ from typing import Any
 
 from sqlalchemy import select
 
-from fleet.campaign import check_target, provenance
 from fleet.canonical import digest
 from fleet.errors import FleetError, NotFound, SpecError
 from fleet.files import plain_copy
+from fleet.provenance import provenance
 from fleet.states import ArtifactState, CampaignStatus, TrialState
 from fleet.store import Artifact, Campaign, Measurement, Store, Trial, utcnow
 from fleet.store._models import GoldenEntry, GoldenVersion
+from fleet.targets import check_target
 from fleet.trust import Trusted, choose, resolve
 from fleet.tuna import KINDS, RAW
 from fleet.tuna.problems import chunks, db_key_of, ensure_problems, select_problems

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, select
 
-from fleet.campaign import check_target, provenance
 from fleet.errors import SpecError
+from fleet.provenance import provenance
 from fleet.store import Store, utcnow
 from fleet.store._models import GoldenEntry, GoldenVersion
+from fleet.targets import check_target
 from fleet.tuna.databases import campaign_results, golden_results
 from fleet.tuna.jobs import find_campaign
 

@@ -16,13 +16,15 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, select, update
 
-from fleet.campaign import check_target, provenance, trial_keys
 from fleet.canonical import digest
 from fleet.errors import NotFound, SpecError
+from fleet.keys import trial_keys
+from fleet.provenance import provenance
 from fleet.space import Config, Space
 from fleet.states import CampaignStatus, TrialState
 from fleet.store import Campaign, Requeue, Store, Trial, utcnow
 from fleet.store._models import CampaignProblem
+from fleet.targets import check_target
 from fleet.tuna.problems import chunks
 
 STEPS = ("perf", "find")

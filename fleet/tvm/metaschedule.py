@@ -175,7 +175,7 @@ class _Session:
         return self._store
 
     def start(self) -> None:
-        from fleet.campaign import provenance
+        from fleet.provenance import provenance
 
         if self.campaign is not None:
             return
@@ -194,8 +194,8 @@ class _Session:
 
     def submit(self, candidates: list[bytes]) -> _Batch:
         """Store each packed candidate as a trial's artifact and send its evaluation; return the batch."""
+        from fleet.keys import trial_keys
         from fleet.space import Space
-        from fleet.spec.keys import trial_keys
         from fleet.store import NewTrial, Requeue
         from fleet.tasks import send
 
@@ -397,7 +397,7 @@ def _runner_class(future: type) -> type:
             poll_seconds: float = 0.05,
             log: Callable[[str], None] = lambda _: None,
         ) -> None:
-            from fleet.spec.targets import cpu_target
+            from fleet.targets import cpu_target
 
             super().__init__()
             config = EvaluatorConfig._normalized(evaluator_config)

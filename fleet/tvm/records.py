@@ -124,7 +124,7 @@ def parse_records(lines: Iterable[str], where: str = "records") -> list[dict[str
 
 
 def _check(record: Any) -> dict[str, Any]:
-    from fleet.campaign import check_target
+    from fleet.targets import check_target
 
     if not isinstance(record, dict):
         raise ValueError("a record is a JSON object")
@@ -154,8 +154,8 @@ def _check(record: Any) -> dict[str, Any]:
 
 def import_records(store: Any, parsed: list[dict[str, Any]], source: str = "records") -> tuple[int, int]:
     """Record parsed records (see :func:`parse_records`) in the store; return (added, already there)."""
-    from fleet.campaign import provenance as submit_provenance
-    from fleet.campaign import trial_keys
+    from fleet.keys import trial_keys
+    from fleet.provenance import provenance as submit_provenance
     from fleet.store import NewTrial
 
     # A record this database already holds (exported from it, or imported before) is not added again.

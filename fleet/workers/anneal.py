@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 import time
 
+from fleet.keys import trial_keys
 from fleet.search.anneal import COOLING, accept, neighbour
 from fleet.space import Space
-from fleet.spec.keys import trial_keys
 from fleet.states import CampaignStatus, ChainState, TrialState
 from fleet.store import NewTrial, TrialResult
 from fleet.workers.execute import WorkerContext, compile_trial, evaluate_trial

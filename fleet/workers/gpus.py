@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.errors import FleetError
-from fleet.spec.targets import cpu_target
+from fleet.targets import cpu_target
 
 __all__ = [
     "KFD_TOPOLOGY",

@@ -8,12 +8,12 @@ import sys
 from collections.abc import Callable
 
 from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
+from fleet.keys import trial_keys
 from fleet.messages import CHEAP_SECONDS
 from fleet.pace import MAX_BATCH
 from fleet.settings import Settings
 from fleet.space import Knob, Space
 from fleet.spec import load_spec
-from fleet.spec.keys import trial_keys
 from fleet.store import Campaign, NewTrial, Requeue, Trial
 from fleet.tasks import app, configure, send
 from tests.conftest import Fleet, write_spec

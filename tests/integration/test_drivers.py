@@ -272,9 +272,9 @@ def test_a_driver_that_takes_over_never_runs_the_campaign_past_its_budget(fleet:
     """The first driver's searcher sent 3 configurations that the next one's would not propose (as Optuna's
     TPE, fed its runs in another order, does not): the campaign still ends with its budget of 6 trials."""
     from fleet.campaign import submit
+    from fleet.keys import trial_keys
     from fleet.search import make_searcher
     from fleet.spec import load_spec
-    from fleet.spec.keys import trial_keys
     from fleet.store import NewTrial
 
     fleet.start_worker()

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 import fleet
-from fleet.spec.limits import KIND_LENGTH, NAME_LENGTH, TAG_LENGTH
-from fleet.spec.targets import TARGET_LENGTH
+from fleet.limits import KIND_LENGTH, NAME_LENGTH, TAG_LENGTH
 from fleet.store import Store
 from fleet.store._models import ProblemTag
+from fleet.targets import TARGET_LENGTH
 from tests.conftest import ROOT
 from tests.unit.test_spec_hostile import CASES, SPEC, changed, hostile_specs
 

@@ -8,10 +8,10 @@ import signal
 
 from fleet.bench.pipeline import Case, pipeline_spec
 from fleet.campaign import submit
+from fleet.keys import trial_keys
 from fleet.settings import Settings
 from fleet.space import Space
 from fleet.spec import load_spec
-from fleet.spec.keys import trial_keys
 from fleet.store import NewTrial, Requeue
 from fleet.store._models import Artifact
 from fleet.tasks import app, configure, send

@@ -1,6 +1,6 @@
 """Hostile specs (issue 13): whatever a spec holds, loading it ends in a spec or in one SpecError line, quickly,
 and what it accepts can be stored. Constraints are held to a cost bound (fleet/expr.py), names and kinds to
-the store's column sizes (fleet/spec/limits.py), settings' URLs to what parses (fleet/settings.py).
+the store's column sizes (fleet/limits.py), settings' URLs to what parses (fleet/settings.py).
 
 tests/integration/test_hostile_specs.py runs the same inputs through the real `fleet` command."""
 
@@ -22,14 +22,14 @@ from sqlalchemy import func, select
 import fleet
 from fleet.errors import ConfigurationError, FleetError, SpecError, shown
 from fleet.expr import MAX_BITS, MAX_DEPTH, MAX_LENGTH, Expression, TooCostly, Undefined
+from fleet.limits import KIND_LENGTH, NAME_LENGTH, TAG_LENGTH, check_json
 from fleet.settings import Settings, redact
 from fleet.space import Space, canonical_json, digest
 from fleet.spec import CampaignSpec, ProblemSpec, load_spec, parse_spec
-from fleet.spec.limits import KIND_LENGTH, NAME_LENGTH, TAG_LENGTH, check_json
-from fleet.spec.targets import TARGET, TARGET_LENGTH
 from fleet.store import Store
 from fleet.store import _models as models
 from fleet.store._models import Blob, Campaign, Problem
+from fleet.targets import TARGET, TARGET_LENGTH
 
 SPEC: dict[str, Any] = {
     "name": "hostile",

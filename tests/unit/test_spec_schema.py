@@ -16,8 +16,8 @@ from fleet.campaign import load_spec
 from fleet.errors import SpecError
 from fleet.search import STRATEGIES
 from fleet.space_files import load_space_file
-from fleet.spec.targets import TARGET
 from fleet.spec.workloads import SPECS
+from fleet.targets import TARGET
 from fleet.tvm.operators import KIND_OF_OP
 from tests.unit.test_spec import SPEC, make
 

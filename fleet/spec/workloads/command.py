@@ -34,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fleet.errors import SpecError, did_you_mean
+from fleet.limits import TIMEOUT_SECONDS
 from fleet.search.pareto import Objective
-from fleet.spec.limits import TIMEOUT_SECONDS
 from fleet.spec.workloads.base import WorkloadSpec
 from fleet.spec.workloads.objectives import check_objectives, objective_of
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from fleet.bundle import Refused, pack, read_inside, size_text, unpack
 from fleet.errors import SpecError, did_you_mean, shown
+from fleet.limits import TIMEOUT_SECONDS
 from fleet.settings import positive_number
-from fleet.spec.limits import TIMEOUT_SECONDS
 from fleet.spec.workloads.command import CommandSpec, fill, names_in
 from fleet.spec.workloads.objectives import objective_of
 from fleet.states import TrialState

@@ -9,9 +9,9 @@ import os
 
 from fleet.canonical import canonical_json
 from fleet.errors import FleetError
-from fleet.spec.targets import cpu_target
 from fleet.spec.workloads.tvm import TvmSpec
 from fleet.states import TrialState
+from fleet.targets import cpu_target
 from fleet.workers.workloads.base import Built, Job, Measured, Workload
 
 
