@@ -8,6 +8,7 @@ built, and :func:`require_tvm` turns its absence into one clear error.
 - :mod:`fleet.tvm.spaces`: the knob space of a problem, derived from its shape, with constraints;
 - :mod:`fleet.tvm.schedule`: applies knob values to a TE definition with ``tvm.s_tir``;
 - :mod:`fleet.tvm.measure`: builds for a target, times, and checks against NumPy;
+- :mod:`fleet.tvm.intrinsics`: TVM's tensor intrinsics, defined one target's kind at a time;
 - :mod:`fleet.tvm.models`: named models, as lists of operator problems;
 - :mod:`fleet.tvm.records`: JSON-lines export and import of measured configurations;
 - :mod:`fleet.tvm.best`: the best known configuration of a problem on a target, and :func:`build_best`.

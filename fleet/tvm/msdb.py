@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import socket
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,12 @@ from sqlalchemy import func, select
 
 from fleet.errors import NotFound, SpecError
 from fleet.tvm.available import require_tvm
+
+MEASURED: dict[tuple[float, ...], dict[str, Any]] = {}
+"""Where each candidate this process's runners (:class:`~fleet.tvm.metaschedule.FleetRunner`) measured ran, by its
+run_secs: the provenance the database records with it."""
+_MEASURED_LOCK = threading.Lock()
+
 
 WORKLOADS = "database_workload.json"
 RECORDS = "database_tuning_record.json"
@@ -252,8 +259,8 @@ def best_records(store: Any, kind: str, params: Mapping[str, Any], target: str, 
         ).scalars()
         found = [(r.id, r.record, r.mean_seconds, dict(r.provenance or {}), r.created_at) for r in rows]
     if found:
+        from fleet.tvm.intrinsics import load_intrinsics
         from fleet.tvm.measure import tvm_target
-        from fleet.tvm.metaschedule import load_intrinsics
 
         load_intrinsics(tvm_target(target))  # a trace that tensorizes names its intrinsic
     out = []
@@ -379,8 +386,6 @@ def _database_class() -> type:
             return workload
 
         def commit_tuning_record(self, record: Any) -> None:
-            from fleet.tvm.metaschedule import _MEASURED_LOCK, MEASURED
-
             workload_id = self.known.id_of(record.workload)
             text = dumps(record.as_json())
             secs = tuple(float(s) for s in record.run_secs or [])

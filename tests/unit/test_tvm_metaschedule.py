@@ -113,7 +113,7 @@ def test_the_peak_is_measured_by_an_fma_loop_on_every_core_and_says_the_clock_it
 
 INTRINSICS = """
 import sys
-from fleet.tvm.metaschedule import load_intrinsics
+from fleet.tvm.intrinsics import load_intrinsics
 name = "tvm.s_tir.tensor_intrin"
 load_intrinsics({"kind": "llvm"})
 print(getattr(sys.modules[name], "fleet_partial", False), f"{name}.x86" in sys.modules, f"{name}.cuda" in sys.modules)
