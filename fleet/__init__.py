@@ -2,8 +2,7 @@
 
 The Python API is re-exported here: :func:`load_spec`, :class:`CampaignSpec`, :func:`submit` (which returns a
 :class:`CampaignHandle`), :func:`run`, :func:`campaign`, :func:`campaigns`, :func:`status`, :func:`best`; see
-:mod:`fleet.api`. ``fleet.campaign`` is the function: the module of that name is imported as
-``from fleet.campaign import ...``, which still works.
+:mod:`fleet.api`. ``fleet.campaign`` is that function: the driver's module is :mod:`fleet.driving.campaign`.
 
 The names are imported when first used, not with the package: every ``fleet`` command imports this package, and
 the API's modules (the driver, the store, SQLAlchemy) cost a command that needs none of them half a second.
@@ -12,8 +11,6 @@ the API's modules (the driver, the store, SQLAlchemy) cost a command that needs 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 from fleet._version import __version__
@@ -57,20 +54,3 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(_HOME[name]), name)
     globals()[name] = value
     return value
-
-
-class _Package(types.ModuleType):
-    """The package, whose ``campaign`` stays the API's function: importing the submodule ``fleet.campaign`` sets
-    the package's attribute of that name to the module, which the eager import of the API used to overwrite."""
-
-    @property
-    def campaign(self) -> Any:
-        return self.__dict__.get("campaign") or __getattr__("campaign")
-
-    @campaign.setter
-    def campaign(self, value: Any) -> None:
-        if not isinstance(value, types.ModuleType):
-            self.__dict__["campaign"] = value
-
-
-sys.modules[__name__].__class__ = _Package

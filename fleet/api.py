@@ -21,9 +21,9 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from fleet.campaign import CampaignBusy, CampaignSpec, Summary, parse_spec, summarize
-from fleet.campaign import submit as _submit
-from fleet.drivers import driver
+from fleet.driving.campaign import CampaignBusy, CampaignSpec, Summary, parse_spec, summarize
+from fleet.driving.campaign import submit as _submit
+from fleet.driving.drivers import driver
 from fleet.errors import FleetError, SpecError
 from fleet.settings import get_settings
 from fleet.spec import load_spec

@@ -79,7 +79,8 @@ def describe(reasons: Sequence[ReasonCount], shown: int = SHOWN_REASONS) -> list
 def no_valid_measurement(store: Any, campaign: Any, summaries: Sequence[Any]) -> NoValidMeasurement | None:
     """The error for a campaign some of whose problems ended with no valid measurement, else None.
 
-    ``summaries`` are :class:`fleet.campaign.Summary` objects (a problem id and its best, None when nothing valid).
+    ``summaries`` are :class:`fleet.driving.campaign.Summary` objects (a problem id and its best, None when nothing
+    valid).
     """
     lines: list[str] = []
     problems: list[dict[str, Any]] = []

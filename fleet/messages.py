@@ -1,4 +1,4 @@
-"""How trials share a Celery message: the rule the driver's pace (:mod:`fleet.pace`) sends them by and the
+"""How trials share a Celery message: the rule the driver's pace (:mod:`fleet.driving.pace`) sends them by and the
 worker holding a message (:mod:`fleet.tasks.trials`) splits them by, below both."""
 
 CHEAP_SECONDS = 0.05

@@ -559,7 +559,7 @@ def tally(store: Any, campaign_id: int | None, planned: list[dict[str, Any]], en
 
 def planned_configs(spec_path: Path, trials: int) -> list[dict[str, Any]]:
     """The configurations the campaign's grid proposes, in order."""
-    from fleet.campaign import load_spec
+    from fleet.driving.campaign import load_spec
 
     return [dict(c) for c in itertools.islice(iter(load_spec(spec_path).space), trials)]
 

@@ -122,7 +122,7 @@ def celery_chain(trials: int, env: dict[str, str], workdir: Path) -> float:
 
 def fleet_campaign(trials: int, env: dict[str, str], workdir: Path) -> tuple[float, float]:
     """Trials per second of a noop campaign through the whole fleet, and the trials per message its driver sent."""
-    from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
+    from fleet.driving.campaign import CampaignSpec, Driver, ProblemSpec, submit
     from fleet.settings import reset_settings
     from fleet.space import Knob, Space
     from fleet.store import Store

@@ -3,9 +3,10 @@
 The database is filled with SQL (``generate_series``), not through workers: ``--sources`` problem-and-target
 pairs of the queried kind and as many of another kind, ``--measurements`` in all, each pair a campaign of its
 own. Timed: :meth:`fleet.store.Store.history` (one query; on PostgreSQL a lateral join over the index of
-problem, target and objective), and the whole start of a campaign's history (:func:`fleet.history.campaign_history`:
-the query and the ranking). The baseline beside it, in the same run and database, is the same answer by a window
-function over every measurement of the kind (what a query that does not read the index's first rows costs).
+problem, target and objective), and the whole start of a campaign's history
+(:func:`fleet.driving.history.campaign_history`: the query and the ranking). The baseline beside it, in the same
+run and database, is the same answer by a window function over every measurement of the kind (what a query that
+does not read the index's first rows costs).
 Uses ``FLEET_DATABASE_URL`` when it names PostgreSQL, else a private PostgreSQL started for the run.
 """
 
@@ -95,7 +96,7 @@ def run(measurements: int, sources: int, rounds: int) -> dict[str, Any]:
     from sqlalchemy import text
 
     from fleet.bench.servers import postgres_url
-    from fleet.history import campaign_history
+    from fleet.driving.history import campaign_history
     from fleet.space import Space
     from fleet.states import CampaignStatus, TrialState
     from fleet.store import Store

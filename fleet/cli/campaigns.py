@@ -83,7 +83,7 @@ def tune(
     budget: int | None,
 ) -> None:
     """Run the tuning campaign described by the JSON file SPEC and print the best configuration."""
-    from fleet.campaign import load_spec, submit
+    from fleet.driving.campaign import load_spec, submit
 
     campaign_spec = load_spec(spec, name=name, target=target, budget=budget)
     if remeasure:
@@ -174,7 +174,7 @@ def _drive(
 ) -> None:
     from contextlib import nullcontext
 
-    from fleet.drivers import driver
+    from fleet.driving.drivers import driver
     from fleet.local import LocalFleet
 
     settings = get_settings()
@@ -419,7 +419,7 @@ def _status_entry(store: Any, c: Any, live: list[Any], holders: dict[int, str], 
 
 def _bests_and_errors(store: Any, c: Any, labels: dict[int, str]) -> dict[str, Any]:
     """One campaign's status in detail: each problem's best, and the reasons its trials failed for."""
-    from fleet.campaign import summarize  # the driver's modules: only for one campaign's bests
+    from fleet.driving.campaign import summarize  # the driver's modules: only for one campaign's bests
 
     best = [
         {
@@ -533,7 +533,7 @@ def best(
     """The best configuration CAMPAIGN found, one line per problem (for several objectives, the Pareto front and
     the point a preference chooses); --kind or --problem: the best known of a problem among the campaigns --from
     names (for a TVM operator, its MetaSchedule records too), and which campaigns it drew on."""
-    from fleet.campaign import check_target
+    from fleet.targets import check_target
     from fleet.trust import best as trusted_best
     from fleet.trust import parse_from, resolve
 
@@ -693,7 +693,7 @@ def _only_target(store: Any, problem: Any) -> str:
 def _best_of_campaign(name: str, as_json: bool, preference: Preference | None) -> None:
     """One line per problem of campaign ``name``: its best run (the one its searcher accepts), or why none; for a
     campaign of several objectives, its front (:func:`_front_of_campaign`)."""
-    from fleet.campaign import summarize
+    from fleet.driving.campaign import summarize
     from fleet.spec.workloads import load_workload_spec
 
     store = open_store(read_only=True)
@@ -879,7 +879,7 @@ def validate(spec: Path, target: str | None) -> None:
 
     Nothing is written and no database is opened; an invalid spec is one line on stderr and exit 1.
     """
-    from fleet.campaign import load_spec
+    from fleet.driving.campaign import load_spec
     from fleet.spec.workloads import load_workload_spec
 
     campaign = load_spec(spec, target=target)

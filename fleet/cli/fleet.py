@@ -66,7 +66,7 @@ def worker(
     check: bool,
 ) -> None:
     """Start this node's workers: one evaluation process per GPU, plus build processes."""
-    from fleet.campaign import check_target
+    from fleet.targets import check_target
     from fleet.workers.launch import Launcher, command, node_gpus, plan
 
     if target:

@@ -21,7 +21,7 @@ def _store() -> Any:
 
 
 def _target(value: str) -> str:
-    from fleet.campaign import check_target
+    from fleet.targets import check_target
 
     return check_target(value)
 

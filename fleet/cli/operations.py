@@ -131,7 +131,7 @@ def call_command(
     The trial is written to the ad-hoc campaign `<campaign>.adhoc`, so it is kept like any other: `fleet
     best`, `fleet logs --trial N` and Flower see it.
     """
-    from fleet.campaign import check_target
+    from fleet.targets import check_target
 
     if campaign and spec:
         raise click.UsageError("give --campaign or --spec, not both")
@@ -192,7 +192,7 @@ def _adhoc_and_problem(
     """The ad-hoc campaign a call's trial goes to, and its problem's id, from ``spec`` or from the problem's
     campaign (``campaign``, or its newest); ``config`` checked against the space."""
     if spec is not None:
-        from fleet.campaign import load_spec
+        from fleet.driving.campaign import load_spec
 
         loaded = load_spec(spec, target=target)
         loaded.space.check(config)

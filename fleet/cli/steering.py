@@ -29,7 +29,7 @@ def submit(
 ) -> None:
     """Hand the campaign of SPEC to the fleet's drivers and return at once; `fleet driver` processes run it."""
     from fleet import api
-    from fleet.campaign import load_spec
+    from fleet.driving.campaign import load_spec
 
     campaign_spec = load_spec(spec, name=name, target=target, budget=budget)
     if remeasure:
@@ -80,7 +80,7 @@ def pause(campaign: str) -> None:
 )
 def driver(name: str | None, max_campaigns: int) -> None:
     """Drive submitted campaigns until stopped (SIGTERM or Ctrl-C lets them go for another driver to take)."""
-    from fleet.drivers import DriverService
+    from fleet.driving.drivers import DriverService
 
     store = open_store()
     service = DriverService(store, get_settings(), name=name, max_campaigns=max_campaigns, echo=click.echo)

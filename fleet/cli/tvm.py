@@ -15,7 +15,7 @@ from fleet.errors import FleetError
 
 
 def _target(target: str | None) -> str:
-    from fleet.campaign import check_target
+    from fleet.targets import check_target
     from fleet.workers.gpus import cpu_target
 
     return check_target(target or cpu_target())
@@ -52,7 +52,7 @@ def tune_model_command(
 
     from fleet.api import connect
     from fleet.cli._common import ProgressBar, check_broker
-    from fleet.drivers import driver
+    from fleet.driving.drivers import driver
     from fleet.local import LocalFleet
     from fleet.settings import get_settings
     from fleet.tvm.available import check_tvm

@@ -1,7 +1,7 @@
 """Specs: what a campaign is (problems, target, space, strategy, workload), validated on the user's side.
 
 Nothing here writes to the database, sends a message or runs a workload: the driver
-(:mod:`fleet.campaign`) and the workers (:mod:`fleet.workers`) both build on it.
+(:mod:`fleet.driving.campaign`) and the workers (:mod:`fleet.workers`) both build on it.
 """
 
 from fleet.spec.campaign import (

@@ -106,7 +106,7 @@ class CampaignSpec:
             raise SpecError(f"strategy 'options' must be an object, not {shown(self.strategy['options'])}")
         if not isinstance(self.options, Mapping):
             raise SpecError(f"'options' must be an object, not {shown(self.options)}")
-        if "history" in self.options:  # the spec's "history" field (see fleet.history)
+        if "history" in self.options:  # the spec's "history" field (see fleet.driving.history)
             self.options["history"] = check_history(self.options["history"])
         check_json("the spec", self._stored())
         _check_own_files(self.workload, self.files)
@@ -156,7 +156,7 @@ class CampaignSpec:
 
 
 def chains_on_fleet(strategy: Mapping[str, Any]) -> bool:
-    """Whether a strategy runs as annealing chains on the fleet (see :mod:`fleet.chains`)."""
+    """Whether a strategy runs as annealing chains on the fleet (see :mod:`fleet.driving.chains`)."""
     options = strategy.get("options")
     return strategy.get("name") == "anneal" and isinstance(options, Mapping) and bool(options.get("on_fleet"))
 

@@ -197,7 +197,8 @@ class Trial(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     # Seconds a build slot and an evaluation slot spent on it (fleet.workers.execute.WorkerContext.lap): what a
-    # trial costs, whoever else shares the queue. Its driver batches and sizes its window from them (fleet.pace).
+    # trial costs, whoever else shares the queue. Its driver batches and sizes its window from them
+    # (fleet.driving.pace).
     # No compile time for a trial handed to another's build: that build's trial has it.
     compile_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     eval_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -1,7 +1,7 @@
 """The ``compile`` and ``evaluate`` tasks: messages carry trial ids and a target, nothing else.
 
 A message carries several trials when the driver has seen that trials are cheap (see
-``fleet.pace``): one message then pays for many, and each trial is still claimed,
+``fleet.driving.pace``): one message then pays for many, and each trial is still claimed,
 leased and recorded on its own, so a dead worker gives each back on its own.
 """
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.campaign import CampaignSpec, ProblemSpec, submit
 from fleet.canonical import digest
+from fleet.driving.campaign import CampaignSpec, ProblemSpec, submit
 from fleet.trust import FROM, Trusted
 from fleet.tvm.best import best as known_best
 from fleet.tvm.models import Layer

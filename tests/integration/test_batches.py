@@ -7,10 +7,10 @@ import re
 import sys
 from collections.abc import Callable
 
-from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
+from fleet.driving.campaign import CampaignSpec, Driver, ProblemSpec, submit
+from fleet.driving.pace import MAX_BATCH
 from fleet.keys import trial_keys
 from fleet.messages import CHEAP_SECONDS
-from fleet.pace import MAX_BATCH
 from fleet.settings import Settings
 from fleet.space import Knob, Space
 from fleet.spec import load_spec

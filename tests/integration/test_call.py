@@ -150,7 +150,7 @@ def test_celery_call_routes_fleet_tasks_by_target(fleet: Fleet) -> None:
 
 
 def test_call_tvm_measure_times_one_schedule(fleet: Fleet) -> None:
-    from fleet.campaign import submit
+    from fleet.driving.campaign import submit
     from fleet.tvm.models import tiny_cnn
     from fleet.tvm.tune import campaign_spec
 

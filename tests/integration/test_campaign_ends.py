@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.campaign import summarize
 from fleet.diagnose import no_valid_measurement
+from fleet.driving.campaign import summarize
 from fleet.store import Store
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
+from fleet.driving.campaign import CampaignSpec, Driver, ProblemSpec, submit
 from fleet.space import Knob, Space
 from fleet.store import Requeue, Store
 

@@ -271,7 +271,7 @@ def test_the_python_handle_steers_and_refuses_what_cannot_be_done(fleet: Fleet, 
 def test_a_driver_that_takes_over_never_runs_the_campaign_past_its_budget(fleet: Fleet) -> None:
     """The first driver's searcher sent 3 configurations that the next one's would not propose (as Optuna's
     TPE, fed its runs in another order, does not): the campaign still ends with its budget of 6 trials."""
-    from fleet.campaign import submit
+    from fleet.driving.campaign import submit
     from fleet.keys import trial_keys
     from fleet.search import make_searcher
     from fleet.spec import load_spec

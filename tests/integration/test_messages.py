@@ -22,7 +22,7 @@ def test_the_app_speaks_json_only() -> None:
 def test_a_pickled_message_is_refused_by_the_worker(fleet: Fleet) -> None:
     configure(app, Settings.from_env(fleet.env))
     problem = fleet.store.add_problem("noop", {})
-    from fleet.campaign import CampaignSpec, ProblemSpec, submit
+    from fleet.driving.campaign import CampaignSpec, ProblemSpec, submit
     from fleet.space import Knob, Space
 
     spec = CampaignSpec(

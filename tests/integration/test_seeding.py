@@ -3,7 +3,7 @@ names as its history (fleet.trust; see also test_history.py)."""
 
 from __future__ import annotations
 
-from fleet.campaign import CampaignSpec, Driver, ProblemSpec, submit
+from fleet.driving.campaign import CampaignSpec, Driver, ProblemSpec, submit
 from fleet.space import Knob, Space
 from fleet.store import NewTrial, Store
 from tests.integration.test_history import record_run
@@ -36,7 +36,7 @@ def test_auto_is_seeded_with_the_best_of_other_problems_of_the_kind(store: Store
 
     driver = Driver(store, second, lambda work, batch: 0)
 
-    # It comes as history (fleet.history): the first proposal, and said to be from there.
+    # It comes as history (fleet.driving.history): the first proposal, and said to be from there.
     assert driver.searchers[0].history[0].config == good  # type: ignore[attr-defined]
     assert next(driver.searchers[0].generate()) == good
     assert driver.searchers[0].origin(good)["rank"] == 1  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ import os
 import signal
 
 from fleet.bench.pipeline import Case, pipeline_spec
-from fleet.campaign import submit
+from fleet.driving.campaign import submit
 from fleet.keys import trial_keys
 from fleet.settings import Settings
 from fleet.space import Space

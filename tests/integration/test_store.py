@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import event, func, select, text, update
 from sqlalchemy.engine import Engine
 
-from fleet.campaign import Summary, summarize
+from fleet.driving.campaign import Summary, summarize
 from fleet.errors import NotFound, StoreError
 from fleet.space import Space, digest
 from fleet.spec.workloads import load_workload_spec
@@ -1331,7 +1331,7 @@ def test_results_returns_only_terminal_trials_with_their_measurements(store: Sto
 
 
 def test_results_carry_the_seconds_each_trial_held_a_build_slot_and_an_evaluation_slot(store: Store) -> None:
-    # What the drivers batch and size their windows from (fleet.pace): the workers' time, not the turnaround.
+    # What the drivers batch and size their windows from (fleet.driving.pace): the workers' time, not the turnaround.
     campaign = make_campaign(store)
     built, reused, errored, unbuilt = add(store, campaign, *({"tile": t} for t in range(4)))
     start = store.start_compile(built, "b", LEASE, MAX)

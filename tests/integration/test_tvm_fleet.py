@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import select
 
-from fleet.campaign import submit, trial_keys
+from fleet.driving.campaign import submit, trial_keys
 from fleet.settings import Settings
 from fleet.space import Space
 from fleet.store import Artifact, Measurement, NewTrial, Requeue, Store, Trial

@@ -16,7 +16,14 @@ import grimp
 import pytest
 
 GRAPH = grimp.build_graph("fleet", include_external_packages=True)
-DRIVER_SIDE = ["fleet.campaign", "fleet.chains", "fleet.spec", "fleet.search", "fleet.replay", "fleet.store"]
+DRIVER_SIDE = [
+    "fleet.driving.campaign",
+    "fleet.driving.chains",
+    "fleet.spec",
+    "fleet.search",
+    "fleet.replay",
+    "fleet.store",
+]
 # Who may import worker code at all: the tasks that run it, the embedded fleet and `fleet worker` that start
 # worker processes, and benchmarks that time it.
 WORKER_IMPORTERS = ("fleet.workers", "fleet.tasks", "fleet.local", "fleet.cli", "fleet.bench")
@@ -98,7 +105,9 @@ def test_only_tasks_launchers_and_benchmarks_import_worker_code() -> None:
     assert sorted(m for m in importers if not m.startswith(WORKER_IMPORTERS)) == []
 
 
-@pytest.mark.parametrize("imported", ["fleet.campaign", "fleet.chains", "fleet.api", "fleet.cli", "fleet.local"])
+@pytest.mark.parametrize(
+    "imported", ["fleet.driving.campaign", "fleet.driving.chains", "fleet.api", "fleet.cli", "fleet.local"]
+)
 def test_workers_never_import_the_driver(imported: str) -> None:
     assert _chain("fleet.workers", imported) is None
 
@@ -108,14 +117,23 @@ def test_search_imports_neither_celery_nor_the_store(imported: str) -> None:
     assert _chain("fleet.search", imported) is None
 
 
-@pytest.mark.parametrize("imported", ["celery", "kombu", "fleet.tasks", "fleet.campaign", "fleet.cli", "fleet.api"])
+@pytest.mark.parametrize(
+    "imported", ["celery", "kombu", "fleet.tasks", "fleet.driving.campaign", "fleet.cli", "fleet.api"]
+)
 def test_the_store_knows_no_celery_and_no_driver(imported: str) -> None:
     assert _chain("fleet.store", imported) is None
 
 
 @pytest.mark.parametrize("imported", ["fleet.cli", "fleet.api"])
 def test_nothing_below_the_cli_and_api_imports_them(imported: str) -> None:
-    for module in ("fleet.campaign", "fleet.chains", "fleet.store", "fleet.search", "fleet.tasks", "fleet.workers"):
+    for module in (
+        "fleet.driving.campaign",
+        "fleet.driving.chains",
+        "fleet.store",
+        "fleet.search",
+        "fleet.tasks",
+        "fleet.workers",
+    ):
         assert _chain(module, imported) is None, module
 
 
@@ -142,7 +160,7 @@ LAYERS = [
     ("fleet.api",),
     ("fleet.report", "fleet.export", "fleet.diagnose"),
     APPLICATIONS,
-    ("fleet.campaign", "fleet.chains", "fleet.pace", "fleet.drivers", "fleet.history"),
+    ("fleet.driving",),
     ("fleet.tasks", "fleet.local"),
     ("fleet.workers",),
     ("fleet.spec",),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleet.campaign import build_order
+from fleet.driving.campaign import build_order
 from fleet.store import Requeue
 
 KEYS = ["a", "a", "a", "b", "b", "b", "c", "c", "c"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.campaign import load_spec
+from fleet.driving.campaign import load_spec
 from fleet.space import Space
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "matmul-cuda"

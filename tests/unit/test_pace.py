@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.pace import HORIZON_SECONDS, MAX_BATCH, MAX_DEPTH, PROBE_SECONDS, QUIET_SECONDS, SLOT_DEPTH, Pace
+from fleet.driving.pace import HORIZON_SECONDS, MAX_BATCH, MAX_DEPTH, PROBE_SECONDS, QUIET_SECONDS, SLOT_DEPTH, Pace
 
 
 def test_nothing_is_batched_before_the_first_trials_come_back() -> None:

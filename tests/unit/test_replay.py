@@ -356,7 +356,7 @@ def test_a_replay_workload_that_names_no_known_space_is_one_clear_error() -> Non
 
 
 def test_a_campaign_spec_can_replay_a_recorded_space(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet.campaign import parse_spec
+    from fleet.driving.campaign import parse_spec
     from fleet.workers.workloads import WORKLOADS
 
     monkeypatch.setitem(WORKLOADS, "replay", ReplayWorkload)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.campaign import parse_spec
+from fleet.driving.campaign import parse_spec
 from fleet.errors import SpecError
 from fleet.search import RandomSearch
 from fleet.space_files import load_space_file

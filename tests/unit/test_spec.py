@@ -1,4 +1,4 @@
-"""Campaign specs (fleet/campaign.py): parse_spec, load_spec, check_target, CampaignSpec, baseline_configs,
+"""Campaign specs (fleet/driving/campaign.py): parse_spec, load_spec, check_target, CampaignSpec, baseline_configs,
 trial_keys. Nothing here touches a database or a broker."""
 
 from __future__ import annotations
@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from fleet.bundle import unpack
-from fleet.campaign import CampaignSpec, ProblemSpec, baseline_configs, check_target, load_spec, parse_spec, trial_keys
+from fleet.driving.campaign import (
+    CampaignSpec,
+    ProblemSpec,
+    baseline_configs,
+    check_target,
+    load_spec,
+    parse_spec,
+    trial_keys,
+)
 from fleet.errors import SpecError
 from fleet.space import Space
 from fleet.store import Campaign

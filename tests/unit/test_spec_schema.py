@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from fleet.campaign import load_spec
+from fleet.driving.campaign import load_spec
 from fleet.errors import SpecError
 from fleet.search import STRATEGIES
 from fleet.space_files import load_space_file

@@ -20,10 +20,10 @@ import time
 import uuid
 from collections.abc import Callable
 
-from fleet.campaign import CampaignBusy, Driver, LeaseLost, Steering, chains_on_fleet
-from fleet.chains import ChainDriver
+from fleet.driving.campaign import CampaignBusy, Driver, LeaseLost, Steering, chains_on_fleet
+from fleet.driving.chains import ChainDriver
+from fleet.driving.pace import SLOT_DEPTH
 from fleet.errors import FleetError, StoreUnavailable
-from fleet.pace import SLOT_DEPTH
 from fleet.settings import Settings, get_settings, node_name
 from fleet.states import DRIVEN
 from fleet.store import Campaign, Store, TrialResult

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from fleet.canonical import digest
+from fleet.driving.history import campaign_history
+from fleet.driving.pace import MAX_BATCH, SLOT_DEPTH, Pace
 from fleet.errors import FleetError, SpecError
-from fleet.history import campaign_history
 from fleet.keys import trial_keys
-from fleet.pace import MAX_BATCH, SLOT_DEPTH, Pace
 from fleet.provenance import provenance
 from fleet.search import Run, Searcher
 from fleet.search.feed import Feed
@@ -388,7 +388,7 @@ class Driver:
                     self.searched[position[problem_id]] += not baseline
 
     def _strategy(self, store: Store, problem: Any) -> dict[str, Any]:
-        """The campaign's strategy; ``auto`` starts from what related problems found best (fleet.history)."""
+        """The campaign's strategy; ``auto`` starts from what related problems found best (fleet.driving.history)."""
         strategy = self.campaign.strategy
         options = dict(strategy.get("options") or {})
         # History is of the best by one objective: a search of several objectives' front starts without it.

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from fleet.campaign import Steering, Summary, baseline_configs, campaign_space, summarize, trial_keys
+from fleet.driving.campaign import Steering, Summary, baseline_configs, campaign_space, summarize, trial_keys
 from fleet.search import RandomSearch
 from fleet.search.anneal import TEMPERATURE
 from fleet.settings import get_settings
