@@ -272,10 +272,14 @@ def c_expression(text: Any, problem_size: Sequence[Any], knobs: Sequence[str]) -
             return f"({c(node.test)} ? {c(node.body)} : {c(node.orelse)})"
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _C_COMPARE:
             return f"({c(node.left)} {_C_COMPARE[type(node.ops[0])]} {c(node.comparators[0])})"
-        pair = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 2
-        if pair and node.func.id in ("max", "min"):  # type: ignore[attr-defined]
-            a, b = c(node.args[0]), c(node.args[1])  # type: ignore[attr-defined]
-            return f"(({a}) {'>' if node.func.id == 'max' else '<'} ({b}) ? ({a}) : ({b}))"  # type: ignore[attr-defined]
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("max", "min")
+            and len(node.args) == 2
+        ):
+            a, b = c(node.args[0]), c(node.args[1])
+            return f"(({a}) {'>' if node.func.id == 'max' else '<'} ({b}) ? ({a}) : ({b}))"
         raise SpecError(
             f"grid or block size {shown(str(text))}: {ast.unparse(node)} is not an integer, a tuning parameter or "
             "ProblemSize[i]"

@@ -18,12 +18,16 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleet.errors import ConfigurationError, FleetError
 from fleet.settings import SECRETS, Settings, child_env
+
+if TYPE_CHECKING:
+    from fleet.store import Store
 
 # Slurm's time formats: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]].
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
@@ -408,14 +412,14 @@ def cancel(state: SlurmJobState) -> None:
         _run(["scancel", "--signal=TERM", state.id])
 
 
-def demand(store: object, target: str, settings: Settings) -> tuple[int, bool]:
+def demand(store: Store, target: str, settings: Settings) -> tuple[int, bool]:
     """Messages in ``target``'s build and evaluation queues (waiting or taken), and whether a campaign on it runs."""
     from fleet.ops.queues import queue_health
     from fleet.states import CampaignStatus
 
     queues = queue_health(None, settings=settings, inspect_timeout=0.2)
     messages = sum(q.waiting + (q.unacked or 0) for q in queues if q.name in (f"build.{target}", f"eval.{target}"))
-    running = any(c.target == target and c.status == CampaignStatus.RUNNING for c in store.campaigns())  # type: ignore[attr-defined]
+    running = any(c.target == target and c.status == CampaignStatus.RUNNING for c in store.campaigns())
     return messages, running
 
 
@@ -444,7 +448,7 @@ class Scaler:
     high: int
     cooldown: float
     state_file: Path
-    submit_job: object = None  # a callable that submits one job and returns its id
+    submit_job: Callable[[], str]  # submits one job and returns its id
 
     def _state(self) -> dict[str, object]:
         try:
@@ -454,10 +458,8 @@ class Scaler:
         return state if isinstance(state, dict) else {}
 
     def _low_since(self) -> float | None:
-        try:
-            return float(self._state()["low_since"])  # type: ignore[arg-type]
-        except (KeyError, TypeError, ValueError):
-            return None
+        since = self._state().get("low_since")
+        return float(since) if isinstance(since, int | float) else None
 
     def _signalled(self) -> frozenset[str]:
         ids = self._state().get("signalled")
@@ -481,7 +483,7 @@ class Scaler:
         extra = max(0, len(live) - want)
         if want > len(live):
             self._save(None, signalled)
-            ids = [self.submit_job() for _ in range(want - len(live))]  # type: ignore[operator]
+            ids = [self.submit_job() for _ in range(want - len(live))]
             return f"{head}: submitted {', '.join(ids)}"
         if extra <= draining:
             self._save(None, signalled)
