@@ -60,8 +60,8 @@ class _Bounded(io.RawIOBase):
         try:
             count = self._inner.readinto(view)
         except (EOFError, zlib.error, OSError) as error:
-            if isinstance(error, OSError) and error.strerror:
-                raise
+            if isinstance(error, OSError) and error.strerror:  # the disk's error, not the file's contents
+                raise NotFound(f"{self._path}: {error.strerror}") from None
             raise SpecError(f"{self._path}: not a readable compressed file ({error})") from None
         self._read += count
         if self._read > self._limit:
