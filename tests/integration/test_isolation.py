@@ -67,7 +67,13 @@ class PeerServer:
                 return
             _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
             self.seen.append(uid)
-            conn.sendall(f"uid {uid}\n".encode())
+            # Read the caller's line first: answering and closing before it writes ends its write in EPIPE.
+            conn.settimeout(5)
+            try:
+                conn.recv(100)
+                conn.sendall(f"uid {uid}\n".encode())
+            except OSError:
+                pass
             conn.close()
 
     def close(self) -> None:
