@@ -31,10 +31,11 @@ run: $(BASE)
 
 ## Every test, against a private Redis and PostgreSQL started on loopback for the run; ends with its wall time and
 ## the slowest 25 tests. The test files run side by side in TEST_PROCESSES processes (pytest-xdist), each file
-## whole in one: most tests wait on workers and services, so more processes than cores pay. TEST_PROCESSES=0 runs
-## them one after the other in this process.
+## whole in one, the slowest files first (tests/durations.json; xdist's own order, most tests first, left the
+## longest files to the end): most tests wait on workers and services, so more processes than cores pay.
+## TEST_PROCESSES=0 runs them one after the other in this process.
 TEST_PROCESSES ?= 4
-PYTEST := $(BIN)/pytest -q -n $(TEST_PROCESSES) --dist loadfile
+PYTEST := $(BIN)/pytest -q -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
 test: $(STAMP) services lint
 	FLEET_REQUIRE_SERVICES=1 $(PYTEST) --durations=25
 

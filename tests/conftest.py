@@ -6,6 +6,7 @@ Integration tests never skip: when a server cannot start, they fail, and say why
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -276,15 +277,38 @@ def _left_running(home: Path, url: str, grace: float = 10) -> dict[int, str]:
 
 def write_spec(directory: Path, spec: dict, name: str = "spec.json") -> Path:
     """Write a spec (and nothing else) as JSON; return its path."""
-    import json
-
     path = directory / name
     path.write_text(json.dumps(spec, indent=2))
     return path
 
 
+DURATIONS = ROOT / "tests" / "durations.json"
+"""Seconds each test file took in a whole run; only their order counts. ``make test`` writes a fresh one to
+test-artifacts/durations.json: copy it here when files grow or are added."""
+
+_took: dict[str, float] = {}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest files first. ``make test`` runs each file whole in one process (``--dist loadfile``): a long file
+    started last would keep one process busy while the others stand idle at the end (longest first is the classic
+    rule for this). A file not listed yet counts as fast. Within a file, the order is the file's own."""
+    seconds = json.loads(DURATIONS.read_text())
+    items.sort(key=lambda item: -seconds.get(item.nodeid.partition("::")[0], 0.0))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    file = report.nodeid.partition("::")[0]
+    _took[file] = _took.get(file, 0.0) + report.duration
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Under `make test` (and so in CI) a skipped test is a failure: every test must really run."""
+    """Under `make test` (and so in CI) a skipped test is a failure: every test must really run. The files'
+    durations are kept for the next ordering (see ``DURATIONS``)."""
+    if _took and not hasattr(session.config, "workerinput"):  # the controller, which hears every file
+        out = ROOT / "test-artifacts" / "durations.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps({f: round(s, 1) for f, s in sorted(_took.items())}, indent=0) + "\n")
     if not os.environ.get("FLEET_REQUIRE_SERVICES"):
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
