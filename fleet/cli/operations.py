@@ -41,23 +41,35 @@ from fleet.states import FINISHED, ChainState, TrialState
 @click.command("exec")
 @click.argument("command")
 @click.option("--hosts", help="Comma-separated SSH hosts (default: every machine in the machines table).")
+@click.option(
+    "--node",
+    "nodes",
+    multiple=True,
+    help="Only this machine of the machines table, by the name its workers registered (FLEET_NODE_NAME, else its "
+    "host name); repeat it or separate names with commas.",
+)
 @click.option("--available", is_flag=True, help="Only machines with a live worker.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds the command may run.")
 @click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True)
 def exec_command(
-    command: str, hosts: str | None, available: bool, timeout: float | None, connect_timeout: float
+    command: str,
+    hosts: str | None,
+    nodes: tuple[str, ...],
+    available: bool,
+    timeout: float | None,
+    connect_timeout: float,
 ) -> None:
     """Run COMMAND on every machine over SSH, in parallel, and print each host's output and exit status.
 
     COMMAND is one string run by the remote user's shell (quote it as you would for ssh). The exit status
     is 0 only when the command exited 0 everywhere; an unreachable host is reported, and the others go on.
     """
-    if hosts and available:
-        raise click.UsageError("give --hosts or --available, not both")
+    if sum(map(bool, (hosts, nodes, available))) > 1:
+        raise click.UsageError("give one of --hosts, --node and --available")
     require("fabric", "fleet exec")
     if not hosts:
         log_database()  # the machines table is read
-    names = [h.strip() for h in hosts.split(",") if h.strip()] if hosts else fleet_hosts(available=available)
+    names = _names([hosts]) if hosts else fleet_hosts(available=available, nodes=_names(nodes))
     if not names:
         raise FleetError(
             "no machines to run on: none registered"
@@ -72,6 +84,11 @@ def exec_command(
         summary = ", ".join(f"{r.host} ({r.error or f'exit {r.exit_status}'})" for r in failed)
         click.echo(f"fleet exec: failed on {len(failed)} of {len(results)} hosts: {summary}", err=True)
         raise click.exceptions.Exit(1)
+
+
+def _names(given: list[str] | tuple[str, ...]) -> list[str]:
+    """The names in comma-separated ``given`` texts, in order."""
+    return [name.strip() for text in given for name in text.split(",") if name.strip()]
 
 
 def print_result(result: dict[str, Any], as_json: bool) -> None:

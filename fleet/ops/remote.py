@@ -1,7 +1,8 @@
 """``fleet exec CMD``: one shell command on every machine of the fleet, in parallel, over SSH.
 
 The machines are the ``machines`` table (those whose workers registered), ``--available`` narrows them to
-those with a live worker, ``--hosts`` names them instead. Each host's output and exit status are printed
+those with a live worker, ``--node`` picks some by the name their workers registered (``FLEET_NODE_NAME``, else the
+host name), ``--hosts`` names any SSH hosts instead. Each host's output and exit status are printed
 in the order the hosts were given; a host that cannot be reached is reported and the others go on.
 
 CMD is one string because it is what a user types for a remote shell: it runs in the remote user's login
@@ -120,8 +121,15 @@ def run_everywhere(
         return list(pool.map(lambda h: run_on(h, command, timeout=timeout, connect_timeout=connect_timeout), hosts))
 
 
-def fleet_hosts(*, available: bool) -> list[str]:
-    """Host names from the machines table; with ``available``, only machines with a live worker."""
+def fleet_hosts(*, available: bool = False, nodes: list[str] | None = None) -> list[str]:
+    """Host names from the machines table; with ``available``, only machines with a live worker.
+
+    Parameters
+    ----------
+    nodes:
+        Only these machines, in this order: each as its workers registered it (``FLEET_NODE_NAME``, else its host
+        name). A name the table lacks raises :class:`~fleet.errors.NotFound` before any host is reached.
+    """
     from fleet.settings import get_settings
     from fleet.store import Store
 
@@ -129,6 +137,8 @@ def fleet_hosts(*, available: bool) -> list[str]:
     store = Store(settings.database_url)
     try:
         machines = store.machines()
+        if nodes:
+            machines = _named(machines, nodes)
         if available:
             # Not less than 30 s: a node between two beats of a short heartbeat is still there to run a command.
             within = max(30.0, settings.liveness_seconds)
@@ -137,6 +147,18 @@ def fleet_hosts(*, available: bool) -> list[str]:
     finally:
         store.close()
     return [m.hostname for m in machines]
+
+
+def _named(machines: list[Any], nodes: list[str]) -> list[Any]:
+    """The machines named ``nodes``, in their order; one line naming every unknown one and the known names."""
+    from fleet.errors import NotFound
+
+    by_name = {machine.hostname: machine for machine in machines}
+    unknown = [name for name in nodes if name not in by_name]
+    if unknown:
+        known = ", ".join(sorted(by_name)) or "none"
+        raise NotFound(f"no node {', '.join(map(repr, unknown))} in the machines table (its nodes: {known})")
+    return [by_name[name] for name in dict.fromkeys(nodes)]
 
 
 def format_result(result: HostResult) -> str:

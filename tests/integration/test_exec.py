@@ -107,3 +107,27 @@ def test_exec_timeout_is_reported_per_host(fleet: Fleet, ssh_hosts: SshHosts) ->
     found = blocks(done.stdout)
     assert found["fleetnode1"][0] == "timed out after 2 s"
     assert found["fleetnode2"] == ("exit 0", ["done"])
+
+
+def test_exec_node_picks_machines_by_their_registered_name(fleet: Fleet, ssh_hosts: SshHosts) -> None:  # noqa: F811
+    """--node NAME: the machine whose workers registered as NAME (FLEET_NODE_NAME, else the host name); an unknown
+    name is one line, before any host is reached."""
+    env = exec_env(ssh_hosts)
+    for host in ("fleetnode1", "fleetnode2", "fleetnode3"):
+        _register(fleet.store, host, f"eval-cpu0@{host}")
+    picked = fleet.cli("exec", "--node", "fleetnode3", "--node", "fleetnode1", "whoami", env=env)
+    assert picked.returncode == 0, picked.stderr
+    assert blocks(picked.stdout) == {"fleetnode3": ("exit 0", ["fleetnode3"]), "fleetnode1": ("exit 0", ["fleetnode1"])}
+    assert list(blocks(picked.stdout)) == ["fleetnode3", "fleetnode1"]  # the order they were given
+    assert blocks(fleet.cli("exec", "--node", "fleetnode2", "whoami", env=env).stdout) == {
+        "fleetnode2": ("exit 0", ["fleetnode2"])
+    }
+
+    unknown = fleet.cli("exec", "--node", "fleetnode2,gpu9", "whoami", env=env)
+    assert unknown.returncode == 1
+    assert unknown.stdout == ""
+    assert unknown.stderr.strip().splitlines()[-1] == (
+        "fleet: error: no node 'gpu9' in the machines table (its nodes: fleetnode1, fleetnode2, fleetnode3)"
+    )
+    both = fleet.cli("exec", "--node", "fleetnode1", "--hosts", "fleetnode1", "whoami", env=env)
+    assert both.returncode == 2 and "give one of --hosts, --node and --available" in both.stderr
