@@ -167,16 +167,17 @@ def build_wheelhouse(directory: Path | None = None, python: str | None = None) -
     if directory is None and os.environ.get("FLEET_WHEELHOUSE"):
         directory = Path(os.environ["FLEET_WHEELHOUSE"])
     directory = directory or ROOT / "dist" / f"wheelhouse-{_sources_digest()}-{tag}"
-    if any(directory.glob("fleet_tune-*.whl")):
-        return directory
-    directory.mkdir(parents=True, exist_ok=True)
+    if (directory / "python.txt").exists():
+        return directory  # built whole: python.txt is written last
     builder = ROOT / "dist" / f"build-venv-{tag}"
-    # pip builds in the checkout's own build/ folder: two deploys from one checkout take turns.
+    # pip builds in the checkout's own build/ folder: two deploys from one checkout take turns. A wheelhouse without
+    # python.txt is looked at only under the lock, so that deploys started together never take one half built.
     builder.parent.mkdir(exist_ok=True)
     with (builder.parent / ".build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (directory / "python.txt").exists():
-            return directory  # built while this one waited (python.txt is written last)
+        if (directory / "python.txt").exists() or any(directory.glob("fleet_tune-*.whl")):
+            return directory  # built while this one waited, or made by hand (no python.txt) and taken as it is
+        directory.mkdir(parents=True, exist_ok=True)
         if not (builder / "bin" / "python").exists():
             subprocess.run([python, "-m", "venv", str(builder)], check=True)
         # pip's cache makes a rebuild after a source change take seconds.

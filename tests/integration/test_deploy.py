@@ -6,6 +6,7 @@ install are checked with ``systemd-analyze verify``."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -375,6 +377,26 @@ def test_deploy_refuses_without_the_urls(deployment: Deployment) -> None:
     # Nothing half way: the node still has the broker it was deployed with.
     broker = deployment.hosts[NODES[1]].run("cat ~/fleet/broker-url").stdout
     assert broker == deployment.env["FLEET_BROKER_URL"] + "\n"
+
+
+def test_deploys_started_together_never_take_a_half_built_wheelhouse(tmp_path: Path) -> None:
+    """One fab per node side by side: while one builds the wheelhouse (under the build lock, python.txt not yet
+    written), another that finds Fleet's wheel there already waits for the build to end, not uploads what is there."""
+    fabfile = load_fabfile()
+    half = tmp_path / "wheelhouse"
+    half.mkdir()
+    (half / "fleet_tune-0.1.0-py3-none-any.whl").write_bytes(b"")
+    (ROOT / "dist").mkdir(exist_ok=True)
+    found: list[Path] = []
+    with (ROOT / "dist" / ".build.lock").open("w") as building:
+        fcntl.flock(building, fcntl.LOCK_EX)
+        other = threading.Thread(target=lambda: found.append(fabfile.build_wheelhouse(half, sys.executable)))
+        other.start()
+        other.join(3)
+        assert other.is_alive() and found == []
+        (half / "python.txt").write_text("3.11.2-x86_64\n")  # the build's last step
+    other.join(60)
+    assert found == [half]
 
 
 def test_systemd_units_verify(tmp_path: Path) -> None:
