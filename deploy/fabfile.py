@@ -182,7 +182,12 @@ def build_wheelhouse(directory: Path | None = None, python: str | None = None) -
             subprocess.run([python, "-m", "venv", str(builder)], check=True)
         # pip's cache makes a rebuild after a source change take seconds.
         argv = [str(builder / "bin" / "python"), "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(directory)]
-        subprocess.run([*argv, str(ROOT)], check=True)
+        if subprocess.run([*argv, str(ROOT)], check=False).returncode != 0:
+            # pip has said why above; what is left to say is what to do where this machine is as cut off as the nodes.
+            raise Exit(
+                f"pip could not build the wheelhouse for Python {tag} (above); where this machine cannot reach the "
+                "package index, build it where pip can and name it with --wheelhouse or FLEET_WHEELHOUSE"
+            )
         (directory / "python.txt").write_text(tag + "\n")
     return directory
 

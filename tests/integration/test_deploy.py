@@ -399,6 +399,19 @@ def test_deploys_started_together_never_take_a_half_built_wheelhouse(tmp_path: P
     assert found == [half]
 
 
+def test_a_wheelhouse_pip_cannot_build_is_one_line_that_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As from an operator's seat with no route to the package index (the bed's, in test_deploy_nodes.py)."""
+    fabfile = load_fabfile()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip finds no build backend to build Fleet's own wheel with
+    with pytest.raises(fabfile.Exit) as refused:
+        fabfile.build_wheelhouse(tmp_path / "wheelhouse", sys.executable)
+    assert str(refused.value.message).startswith("pip could not build the wheelhouse for Python 3.")
+    assert str(refused.value.message).endswith("name it with --wheelhouse or FLEET_WHEELHOUSE")
+    assert not (tmp_path / "wheelhouse" / "python.txt").exists()
+
+
 def test_systemd_units_verify(tmp_path: Path) -> None:
     fabfile = load_fabfile()
     node = fabfile.Node(True, str(tmp_path / "opt"), str(tmp_path / "node.env"), "root")
