@@ -123,10 +123,17 @@ def write_output(output: Path, fill: Callable[[IO[str]], T]) -> T:
     """Run ``fill`` on ``output`` (``-``: standard output) and return what it returns.
 
     A file is written whole or not at all: ``fill`` writes a temporary file beside it that replaces it at the end,
-    so a failure leaves no half-written file, and a reader never sees half of one.
+    so a failure leaves no half-written file, and a reader never sees half of one. What is there and no regular file
+    (``/dev/null``, a FIFO) is written in place: replaced, as root, ``/dev/null`` would become a file of the output.
     """
     if is_stdout(output):
         return fill(sys.stdout)
+    if output.exists() and not output.is_file():
+        try:
+            with output.open("w", encoding="utf-8", newline="") as out:
+                return fill(out)
+        except OSError as error:
+            raise FleetError(f"cannot write {output}: {error.strerror or error}") from None
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import stat
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -92,6 +95,21 @@ def test_write_output_is_whole_or_nothing(tmp_path: Path) -> None:
         write_output(target, fail)
     assert target.read_text() == "ok\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["steps.csv"]
+
+
+def test_write_output_writes_into_what_is_no_regular_file_and_never_replaces_it(tmp_path: Path) -> None:
+    """`-o /dev/null` run as root once replaced the machine's /dev/null with a file of the output; a FIFO stands in
+    for it here (a test that got this wrong with /dev/null itself would break the machine)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text()), daemon=True)
+    reader.start()
+    assert write_output(fifo, lambda out: out.write("a,b\n")) == 4
+    reader.join(10)
+    assert read == ["a,b\n"]
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
 
 
 def test_write_output_to_a_place_that_cannot_be_written(tmp_path: Path) -> None:
