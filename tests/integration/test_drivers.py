@@ -170,10 +170,10 @@ def test_a_campaign_of_cheap_trials_joining_a_running_one_gets_its_share(fleet: 
 
     fleet.start_worker()
     start_driver(fleet, "driver-a")
-    first = write_spec(fleet.home, cheap_spec("alone", fleet.target, 6000), "alone.json")
+    first = write_spec(fleet.home, cheap_spec("alone", fleet.target, 3000), "alone.json")
     fleet.cli("submit", str(first), check=True)
-    fleet.wait_for(lambda: counts(fleet, "alone").get("evaluated", 0) >= 1500, timeout=120, what="a quarter")
-    fleet.cli("submit", str(write_spec(fleet.home, cheap_spec("joining", fleet.target, 3000), "joining.json")))
+    fleet.wait_for(lambda: counts(fleet, "alone").get("evaluated", 0) >= 750, timeout=120, what="a quarter")
+    fleet.cli("submit", str(write_spec(fleet.home, cheap_spec("joining", fleet.target, 1500), "joining.json")))
     ids = campaign(fleet, "alone").id, campaign(fleet, "joining").id
 
     fleet.wait_for(lambda: all(fleet.store.campaign(i).status == "done" for i in ids), timeout=300, what="both")
