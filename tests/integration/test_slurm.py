@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from fleet.ops.slurm_cluster import SlurmCluster, missing, new_cluster, remove
 from fleet.store import Measurement, Trial
 from tests.conftest import Fleet, write_spec
-from tests.slurmcluster import SlurmCluster, missing, new_cluster, remove
 
 RUN = """import json, os, sys, time
 time.sleep(float(sys.argv[2]))

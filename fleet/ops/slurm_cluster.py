@@ -1,5 +1,7 @@
-"""A real Slurm cluster on this machine for the ``fleet slurm`` tests: Debian's ``munged``, ``slurmctld`` and one
-``slurmd`` per node (``slurmd -N``), started in the foreground without systemd, up in about a second.
+"""A real Slurm cluster on this machine, for the ``fleet slurm`` tests and benchmarks: Debian's ``munged``,
+``slurmctld`` and one ``slurmd`` per node (``slurmd -N``), started in the foreground without systemd, up in about a
+second. It needs root (the daemons run as root, and the fake GPUs are made with ``mknod``) and the daemons
+``scripts/install-services`` installs.
 
 Each node has fake GPUs: GRES entries whose ``File=`` are character devices made with ``mknod`` (NVIDIA's major
 number), which Slurm allocates and announces (``CUDA_VISIBLE_DEVICES``, ``SLURM_JOB_GPUS``) as it would real ones.
@@ -14,8 +16,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fleet.ops.slurm import SlurmError
 
 DAEMONS = (Path("/usr/sbin/munged"), Path("/usr/sbin/slurmctld"), Path("/usr/sbin/slurmd"))
 
@@ -45,9 +50,10 @@ class SlurmCluster:
         return {"SLURM_CONF": str(self.conf)}
 
     def run(self, *argv: str) -> str:
+        """The output of one of Slurm's commands run against this cluster; :class:`SlurmError` when it fails."""
         done = subprocess.run(argv, env={**os.environ, **self.env}, capture_output=True, text=True, timeout=30)
         if done.returncode != 0:
-            raise AssertionError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
+            raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
         return done.stdout
 
     def allocation(self, job: str) -> dict[str, set[int]]:
@@ -64,9 +70,11 @@ class SlurmCluster:
         return given
 
     def live_jobs(self) -> list[str]:
+        """The ids of the jobs squeue shows: pending, running or completing."""
         return self.run("squeue", "--noheader", "--format=%i").split()
 
     def start(self) -> SlurmCluster:
+        """Write the configuration, make the fake GPUs, start the daemons and wait for every node to be idle."""
         d = self.directory
         for name in ("state", "spool", "log", "dev", "munge"):
             (d / name).mkdir(parents=True, exist_ok=True)
@@ -138,7 +146,7 @@ class SlurmCluster:
     def _idle(self) -> bool:
         try:
             states = self.run("sinfo", "--noheader", "--Node", "--format=%T").split()
-        except AssertionError:
+        except SlurmError:
             return False
         return len(states) == len(self.nodes) and all(state == "idle" for state in states)
 
@@ -146,20 +154,21 @@ class SlurmCluster:
         log = (self.directory / "log" / f"{Path(argv[0]).name}.out").open("ab")
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}))
 
-    def _wait(self, condition: object, what: str, timeout: float = 30) -> None:
+    def _wait(self, condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if condition():  # type: ignore[operator]
+            if condition():
                 return
             for proc in self.procs:
                 if proc.poll() is not None:
-                    raise AssertionError(f"{proc.args[0]} exited {proc.returncode} (logs: {self.directory / 'log'})")
+                    name = str(proc.args[0]) if isinstance(proc.args, list | tuple) else repr(proc.args)
+                    raise SlurmError(f"{name} exited {proc.returncode} (logs: {self.directory / 'log'})")
             time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what} (logs: {self.directory / 'log'})")
+        raise SlurmError(f"timed out waiting for {what} (logs: {self.directory / 'log'})")
 
     def stop(self) -> None:
         """Cancel what runs, then stop the daemons, slurmd first: their own processes, by their ids."""
-        with contextlib.suppress(AssertionError):
+        with contextlib.suppress(SlurmError):
             jobs = self.live_jobs()
             if jobs:
                 self.run("scancel", "--full", "--signal=KILL", *jobs)
@@ -179,10 +188,12 @@ def missing() -> list[str]:
 
 
 def new_cluster(nodes: int = 2, gpus_per_node: int = 2) -> SlurmCluster:
+    """A cluster not yet started, in a new folder: ``nodes`` nodes (node1, node2, ...) of ``gpus_per_node`` GPUs."""
     directory = Path(tempfile.mkdtemp(prefix="fleet-slurm-"))
     return SlurmCluster(directory, [f"node{i + 1}" for i in range(nodes)], gpus_per_node)
 
 
 def remove(cluster: SlurmCluster) -> None:
+    """Stop ``cluster`` (see :meth:`SlurmCluster.stop`) and remove its folder."""
     cluster.stop()
     shutil.rmtree(cluster.directory, ignore_errors=True)
