@@ -66,6 +66,7 @@ bench: $(STAMP) services
 	$(BIN)/fleet bench pipeline
 	$(BIN)/fleet bench chaos
 	$(BIN)/fleet bench partition
+	$(BIN)/fleet bench slurm
 	$(BIN)/fleet bench tvm
 
 ## A tuned 1024^3 matmul and an AlexNet conv2d (TVM) against the default schedule and NumPy.

@@ -119,8 +119,11 @@ def expected(config: dict[str, Any]) -> float:
     return float(int(config["b"]) * 1000 + int(config["r"]))
 
 
-def campaign_spec(name: str, target: str, trials: int, seconds: float) -> dict[str, Any]:
-    """A grid of ``trials`` configurations whose builds and runs sleep ``seconds``; each run prints ``b * 1000 + r``."""
+def campaign_spec(
+    name: str, target: str, trials: int, seconds: float, build_seconds: float | None = None
+) -> dict[str, Any]:
+    """A grid of ``trials`` configurations whose runs sleep ``seconds`` and builds ``build_seconds`` (by default
+    ``seconds`` too); each run prints ``b * 1000 + r``."""
     # -I -S: no site packages to import, so a build or a run costs a few milliseconds of CPU.
     build = "import sys, time; time.sleep(float(sys.argv[2])); open('b.txt', 'w').write(sys.argv[1])"
     run = (
@@ -141,7 +144,7 @@ def campaign_spec(name: str, target: str, trials: int, seconds: float) -> dict[s
         "strategy": {"name": "grid", "budget": trials},
         "workload": {
             "kind": "command",
-            "build": [*python, build, "{b}", f"{seconds:g}"],
+            "build": [*python, build, "{b}", f"{seconds if build_seconds is None else build_seconds:g}"],
             "artifacts": ["b.txt"],
             "run": [*python, run, "{r}", f"{seconds:g}"],
             "objective": {"name": "score", "regex": r"score (\d+)"},

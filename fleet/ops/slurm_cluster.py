@@ -5,12 +5,15 @@ second. It needs root (the daemons run as root, and the fake GPUs are made with 
 
 Each node has fake GPUs: GRES entries whose ``File=`` are character devices made with ``mknod`` (NVIDIA's major
 number), which Slurm allocates and announces (``CUDA_VISIBLE_DEVICES``, ``SLURM_JOB_GPUS``) as it would real ones.
+There is no accounting database (no ``slurmdbd``, so no ``sacct``): each job that ends is written to a job completion
+log instead (``jobcomp/filetxt``), with its state (``COMPLETED``, ``TIMEOUT``, ...), which :meth:`ended_jobs` reads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -51,7 +54,10 @@ class SlurmCluster:
 
     def run(self, *argv: str) -> str:
         """The output of one of Slurm's commands run against this cluster; :class:`SlurmError` when it fails."""
-        done = subprocess.run(argv, env={**os.environ, **self.env}, capture_output=True, text=True, timeout=30)
+        try:
+            done = subprocess.run(argv, env={**os.environ, **self.env}, capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"{' '.join(argv)} did not answer within 30 s (logs: {self.directory / 'log'})") from None
         if done.returncode != 0:
             raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
         return done.stdout
@@ -68,6 +74,21 @@ class SlurmCluster:
                     low, _, high = part.partition("-")
                     given.setdefault(node, set()).update(range(int(low), int(high or low) + 1))
         return given
+
+    @property
+    def job_log(self) -> Path:
+        """Slurm's job completion log: a line per job that ended."""
+        return self.directory / "log" / "jobcomp.txt"
+
+    def ended_jobs(self) -> list[dict[str, str]]:
+        """The jobs that ended, in the order they ended: each line of the job completion log as its fields
+        (``JobId``, ``JobState``, ``StartTime``, ``EndTime``, ``NodeList``, ...)."""
+        try:
+            text = self.job_log.read_text()
+        except FileNotFoundError:
+            return []
+        # Whole lines only: the last may be half written as it is read.
+        return [dict(re.findall(r"(\w+)=(\S*)", line)) for line in text.split("\n")[:-1] if line.strip()]
 
     def live_jobs(self) -> list[str]:
         """The ids of the jobs squeue shows: pending, running or completing."""
@@ -122,6 +143,8 @@ class SlurmCluster:
                     "MpiDefault=none",
                     "AccountingStorageType=accounting_storage/none",
                     "JobAcctGatherType=jobacct_gather/none",
+                    "JobCompType=jobcomp/filetxt",
+                    f"JobCompLoc={self.job_log}",
                     "KillWait=5",
                     "MinJobAge=300",
                     *node_lines,
@@ -169,7 +192,7 @@ class SlurmCluster:
     def stop(self) -> None:
         """Cancel what runs, then stop the daemons, slurmd first: their own processes, by their ids."""
         with contextlib.suppress(SlurmError):
-            jobs = self.live_jobs()
+            jobs = self.live_jobs() if self.procs else []  # a cluster never started has no slurmctld to ask
             if jobs:
                 self.run("scancel", "--full", "--signal=KILL", *jobs)
         for proc in reversed(self.procs):
@@ -187,9 +210,19 @@ def missing() -> list[str]:
     return [str(path) for path in DAEMONS if not path.exists()]
 
 
-def new_cluster(nodes: int = 2, gpus_per_node: int = 2) -> SlurmCluster:
-    """A cluster not yet started, in a new folder: ``nodes`` nodes (node1, node2, ...) of ``gpus_per_node`` GPUs."""
-    directory = Path(tempfile.mkdtemp(prefix="fleet-slurm-"))
+def check_host() -> None:
+    """Refuse in one line (:class:`SlurmError`) a machine that cannot run a cluster: not root, or without the
+    daemons."""
+    if os.geteuid() != 0:
+        raise SlurmError("a Slurm cluster of this machine needs root (its daemons run as root; its GPUs are mknod's)")
+    if missing():
+        raise SlurmError(f"{', '.join(missing())} missing: run scripts/install-services")
+
+
+def new_cluster(nodes: int = 2, gpus_per_node: int = 2, directory: Path | None = None) -> SlurmCluster:
+    """A cluster not yet started, in ``directory`` (by default a new temporary folder): ``nodes`` nodes (node1,
+    node2, ...) of ``gpus_per_node`` GPUs."""
+    directory = directory or Path(tempfile.mkdtemp(prefix="fleet-slurm-"))
     return SlurmCluster(directory, [f"node{i + 1}" for i in range(nodes)], gpus_per_node)
 
 
