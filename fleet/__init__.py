@@ -10,11 +10,11 @@ the API's modules (the driver, the store, SQLAlchemy) cost a command that needs 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fleet._version import __version__
 from fleet.errors import FleetError
+from fleet.lazy import lazy_names
 
 if TYPE_CHECKING:
     from fleet.api import CampaignHandle, best, campaign, campaigns, connect, run, status, submit
@@ -26,7 +26,6 @@ _HOMES = {
     "fleet.space": ("Knob", "Space"),
     "fleet.spec": ("CampaignSpec", "ProblemSpec", "load_spec"),
 }
-_HOME = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "CampaignHandle",
@@ -46,11 +45,4 @@ __all__ = [
     "submit",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """A name of the API, imported from its module on first use and kept here."""
-    if name not in _HOME:
-        raise AttributeError(f"module 'fleet' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, globals(), _HOMES)

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import SpecError
+from fleet.objective import Objective
 from fleet.search.base import Run, Searcher
 from fleet.search.feed import Feed
-from fleet.search.pareto import Objective
 from fleet.space import Config, Knob, Space, Value, check_value
 
 OVERHEAD_S = 0.01

@@ -16,10 +16,10 @@ from typing import Any
 
 from fleet.fronts import Front, Preference, campaign_fronts, objective_values
 from fleet.labels import short_labels
+from fleet.objective import Objective
 from fleet.report.charts import Line, Scale, _clip, chart, log_range, nice_range, tick_label
 from fleet.report.data import Data, Row, _error_groups, _identity, _measured_objective, _ranked, collect
 from fleet.report.text import DASH, DOTS, KNOB_VALUES, PALETTE, TIMES, TOP, config_text, esc, fmt, value_text
-from fleet.search.pareto import Objective
 from fleet.spec.workloads import load_workload_spec
 from fleet.states import FAILED, TRIAL_STATES, TrialState
 from fleet.store import Campaign, Problem, Store, collector_paused, utcnow

@@ -10,26 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from fleet.objective import Objective as Objective  # its home: the searchers import it from here too
+
 Loss = tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class Objective:
-    """One objective of a campaign, as the searchers and the views of the front see it.
-
-    Parameters
-    ----------
-    name:
-        What the spec calls it (``time``, ``energy``); a run's ``objectives`` are keyed by it.
-    maximize:
-        True when a larger value is better (GFLOPS), False for times and energies.
-    """
-
-    name: str
-    maximize: bool = False
 
 
 def loss_vector(values: Mapping[str, Any], objectives: Sequence[Objective]) -> Loss:

@@ -185,6 +185,8 @@ LAYERS = [
         "fleet.bundle",
         "fleet.labels",
         "fleet.files",
+        "fleet.objective",
+        "fleet.lazy",
     ),
 ]
 

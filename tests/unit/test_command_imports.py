@@ -104,3 +104,11 @@ def test_the_package_still_gives_the_api_and_its_campaign_function() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split() == ["True", "fleet.api", "fleet.api", "fleet.driving.campaign"]
+
+
+def test_a_workloads_spec_imports_no_searcher_nor_the_campaigns_spec() -> None:
+    # What fleet best, status CAMPAIGN and report read a campaign's objective with.
+    script = "import json, sys, fleet.spec.workloads; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    modules = set(json.loads(done.stdout))
+    assert not {m for m in modules if m.startswith(("fleet.search", "fleet.replay", "fleet.spec.campaign"))}

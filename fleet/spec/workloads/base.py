@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from fleet.errors import SpecError, did_you_mean
-from fleet.search.pareto import Objective
+from fleet.objective import Objective
 
 
 class WorkloadSpec:

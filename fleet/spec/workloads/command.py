@@ -35,7 +35,7 @@ from typing import Any
 
 from fleet.errors import SpecError, did_you_mean
 from fleet.limits import TIMEOUT_SECONDS
-from fleet.search.pareto import Objective
+from fleet.objective import Objective
 from fleet.spec.workloads.base import WorkloadSpec
 from fleet.spec.workloads.objectives import check_objectives, objective_of
 

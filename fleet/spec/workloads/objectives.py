@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fleet.errors import SpecError, did_you_mean, shown
-from fleet.search.pareto import Objective
+from fleet.objective import Objective
 
 FIELDS = ("name", "json", "observer", "goal")
 

@@ -17,11 +17,13 @@ the evaluation would have cost, so that a campaign on the fleet's real workers c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.errors import SpecError
-from fleet.replay import RecordedSpace, load_recorded, resolve_space
 from fleet.spec.workloads.base import WorkloadSpec
+
+if TYPE_CHECKING:  # fleet.replay imports the searchers: only a replay workload needs it, not every workload's spec
+    from fleet.replay import RecordedSpace
 
 _KEYS = {"kind", "space"}
 
@@ -37,6 +39,8 @@ class ReplaySpec(WorkloadSpec):
         space = self.definition.get("space")
         if not isinstance(space, str) or not space:
             raise SpecError("replay workload needs 'space': a recorded tuning space's file name or path")
+        from fleet.replay import resolve_space
+
         # Checked here, so that a spec naming a missing file fails on the user's side; loaded only when used.
         self.path = resolve_space(space)
 
@@ -50,6 +54,8 @@ class ReplaySpec(WorkloadSpec):
 
     @property
     def recorded(self) -> RecordedSpace:
+        from fleet.replay import load_recorded
+
         return load_recorded(self.path)
 
     def toolchain(self) -> str:
