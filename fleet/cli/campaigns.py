@@ -419,7 +419,7 @@ def _status_entry(store: Any, c: Any, live: list[Any], holders: dict[int, str], 
 
 def _bests_and_errors(store: Any, c: Any, labels: dict[int, str]) -> dict[str, Any]:
     """One campaign's status in detail: each problem's best, and the reasons its trials failed for."""
-    from fleet.driving.campaign import summarize  # the driver's modules: only for one campaign's bests
+    from fleet.driving.summary import summarize  # not the driver and its searchers
 
     best = [
         {
@@ -693,7 +693,7 @@ def _only_target(store: Any, problem: Any) -> str:
 def _best_of_campaign(name: str, as_json: bool, preference: Preference | None) -> None:
     """One line per problem of campaign ``name``: its best run (the one its searcher accepts), or why none; for a
     campaign of several objectives, its front (:func:`_front_of_campaign`)."""
-    from fleet.driving.campaign import summarize
+    from fleet.driving.summary import summarize
     from fleet.spec.workloads import load_workload_spec
 
     store = open_store(read_only=True)

@@ -11,22 +11,21 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fleet.canonical import digest
 from fleet.driving.history import campaign_history
+from fleet.driving.judging import campaign_space, searched
 from fleet.driving.pace import MAX_BATCH, SLOT_DEPTH, Pace
-from fleet.errors import FleetError, SpecError
+from fleet.driving.summary import Summary, summarize
+from fleet.errors import FleetError
 from fleet.keys import trial_keys
 from fleet.provenance import provenance
-from fleet.search import Run, Searcher
+from fleet.search import Searcher
 from fleet.search.feed import Feed
 from fleet.settings import liveness_window
 from fleet.space import Config, Space
-from fleet.space_files import VERDICT_LIMIT, load_space_file, predicate_from_verdicts
 from fleet.spec import (  # noqa: F401 - the spec's names, re-exported for callers that predate fleet.spec
     CampaignSpec,
     ProblemSpec,
@@ -39,50 +38,6 @@ from fleet.spec import (  # noqa: F401 - the spec's names, re-exported for calle
 from fleet.spec.workloads import load_workload_spec
 from fleet.states import DRIVEN, TERMINAL, WAITING, CampaignStatus, TrialState
 from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
-
-
-def campaign_space(campaign: Campaign, user_code: bool = False) -> tuple[Space, Callable[[Space], Searcher] | None]:
-    """A stored campaign's space, with the predicate and searcher of its space file when it has one.
-
-    Parameters
-    ----------
-    user_code:
-        True only in the submitting user's own process (``fleet tune``, ``fleet resume``): a Python space file is
-        run again there, for its searcher. Elsewhere (a ``fleet driver``, an operator's ``fleet status``) no user
-        code runs: the predicate comes from the verdicts stored at submit.
-    """
-    source = campaign.options.get("space_file")
-    if not source:
-        return Space.from_dict(campaign.space), None
-    path = Path(source["path"])
-    if user_code or path.suffix != ".py":
-        try:
-            loaded = load_space_file(path, source.get("base"), digest=source["digest"])
-        except SpecError as error:
-            raise SpecError(f"campaign {campaign.name!r}: {error}") from None
-        return loaded.space, loaded.searcher
-    factory = _no_user_searcher(campaign.name) if source.get("searcher") else None
-    space = Space.from_dict(campaign.space)
-    if "rejected" not in source:
-        return space, factory
-    if source["rejected"] is None:
-        raise SpecError(
-            f"campaign {campaign.name!r}: its space file's META_is_config_valid was not evaluated at submit (over "
-            f"{VERDICT_LIMIT} configurations): drive it with `fleet resume` in the submitter's own process"
-        )
-    return Space.from_dict(campaign.space, predicate_from_verdicts(space.names, source["rejected"])), factory
-
-
-def _no_user_searcher(name: str) -> Callable[[Space], Searcher]:
-    """What stands for a space file's own searcher where no user code runs: it refuses, in one line."""
-
-    def refuse(space: Space) -> Searcher:
-        raise SpecError(
-            f"campaign {name!r}: its space file's META_search_callback is the submitter's code, which no driver "
-            "runs: drive it with `fleet resume` in the submitter's own process"
-        )
-
-    return refuse
 
 
 def submit(store: Store, spec: CampaignSpec) -> Campaign:
@@ -233,26 +188,6 @@ class Steering:
 
     def __exit__(self, *_: object) -> None:
         self.release()
-
-
-@dataclass
-class Summary:
-    """What a campaign found for one problem."""
-
-    problem_id: int
-    best: TrialResult | None
-    baseline: TrialResult | None
-    counts: dict[str, int]
-
-    maximize: bool = False
-
-    @property
-    def speedup(self) -> float | None:
-        """How many times better the best is than the baseline (a ratio of GFLOPS, or of times inverted)."""
-        if not (self.best and self.baseline and self.best.objective and self.baseline.objective):
-            return None
-        ratio = self.best.objective / self.baseline.objective
-        return ratio if self.maximize else 1 / ratio
 
 
 class Driver:
@@ -684,79 +619,3 @@ def _more_budget(strategy: dict[str, Any], more: int) -> dict[str, Any]:
     if not more or strategy.get("budget") is None:
         return strategy
     return {**strategy, "budget": int(strategy["budget"]) + more}
-
-
-def summarize(store: Store, campaign: Campaign, searchers: Sequence[Searcher] | None = None) -> list[Summary]:
-    """Per problem of ``campaign``: its best trial, its baseline trial, and trial counts by state.
-
-    The best is a run that the campaign's searcher accepts: with a predicate (MLPerf's ``Step``, ``Bisect`` or
-    ``Composer``), a valid run that the predicate fails is not the best, however fast it was.
-
-    Parameters
-    ----------
-    searchers:
-        The searchers that drove it, one per problem in order (a driver's); by default they are made again from
-        the campaign, which cannot be done for a space file's own searcher where no user code runs: its best
-        is then the database's best valid run.
-    """
-    maximize = load_workload_spec(campaign.workload).maximize
-    run_knobs = Space.from_dict(campaign.space).run_knobs
-    tallies = store.tally(campaign.id, maximize)
-    judged = _judged_bests(store, campaign, maximize, searchers)
-    summaries = []
-    for problem in store.campaign_problems(campaign.id):
-        tally = tallies.get(problem.id)
-        best = tally.best if tally else None
-        if judged is not None:
-            best = judged.get(problem.id)
-        # The baseline run with the same run-time knob values as the best: a like-for-like speedup.
-        baseline = None if best is None else store.same_run_baseline(campaign.id, problem.id, best.config, run_knobs)
-        summaries.append(Summary(problem.id, best, baseline, tally.counts if tally else {}, maximize))
-    return summaries
-
-
-def searched(result: TrialResult) -> Run:
-    """The run a searcher is sent for ``result``: its objective, and with several objectives every one."""
-    return Run(result.config, result.objective, result.valid, result.metrics, result.reason, result.objectives)
-
-
-JUDGING = ("step", "bisect", "composer")
-"""Strategies whose searchers may hold a predicate on runs (a space file's ``META_search_callback`` may too)."""
-
-
-def _judged_bests(
-    store: Store, campaign: Campaign, maximize: bool, given: Sequence[Searcher] | None = None
-) -> dict[int, TrialResult] | None:
-    """Per problem, the best run that its searcher accepts; None when the searchers test nothing but validity
-    (the database's best is then the answer, without reading every result)."""
-    problems = store.campaign_problems(campaign.id)
-    if given is not None:
-        searchers = {p.id: searcher for p, searcher in zip(problems, given, strict=False)}
-    elif campaign.strategy.get("name") not in JUDGING and not campaign.options.get("space_file"):
-        return None
-    else:
-        try:
-            space, factory = campaign_space(campaign)
-            objectives = load_workload_spec(campaign.workload).objectives
-            searchers = {
-                p.id: new_searcher(
-                    campaign.strategy, space, maximize=maximize, index=i, factory=factory, objectives=objectives
-                )
-                for i, p in enumerate(problems)
-            }
-        except FleetError:
-            return None  # a space file that changed, or whose searcher is code that runs only where it was submitted
-    if not any(searcher.tests() for searcher in searchers.values()):
-        return None
-    bests: dict[int, TrialResult] = {}
-    for result in store.results(campaign_id=campaign.id):
-        searcher = searchers.get(result.problem_id)
-        run = searched(result)
-        if searcher is None or not searcher.accepts(run):
-            continue
-        current = bests.get(result.problem_id)
-        # The workload's goal, not the searcher's: a space file's searcher is built without it.
-        objective, best = result.objective, None if current is None else current.objective
-        if best is None or (objective > best if maximize else objective < best):  # type: ignore[operator]  # only results with an objective are compared
-            bests[result.problem_id] = result
-    return bests

@@ -112,3 +112,36 @@ def test_a_workloads_spec_imports_no_searcher_nor_the_campaigns_spec() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     modules = set(json.loads(done.stdout))
     assert not {m for m in modules if m.startswith(("fleet.search", "fleet.replay", "fleet.spec.campaign"))}
+
+
+@pytest.fixture
+def campaign(home: Path) -> str:
+    """A finished campaign in ``home``'s database (three configurations imported as Kernel Tuner wrote them)."""
+    from fleet.interop.kerneltuner import KTRecord, KTResults, dumps_cache
+    from fleet.interop.records import import_kt
+
+    records = [
+        KTRecord({"bx": 32}, 1.5, None, [1.5], {}),
+        KTRecord({"bx": 64}, None, "CompilationFailedConfig", None, {}),
+        KTRecord({"bx": 128}, 0.75, None, [0.75], {}),
+    ]
+    results = KTResults("NVIDIA A100-PCIE-40GB", "k", [1024], ["bx"], {"bx": [32, 64, 128]}, "time", records)
+    (home / "k.json").write_text(dumps_cache(results))
+    store = Store(f"sqlite:///{home}/.fleet/fleet.db")
+    try:
+        return import_kt(store, home / "k.json", results=results).campaign
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("status", "{}"), ("best", "{}"), ("report", "{}", "-o", "-"), ("trials", "{}", "--state", "errored")],
+    ids=lambda command: command[0],
+)
+def test_a_campaigns_read_commands_import_no_searcher_driver_or_broker(
+    home: Path, campaign: str, command: tuple[str, ...]
+) -> None:
+    modules = imported_by(home, *(arg.format(campaign) for arg in command))
+    assert not modules & set(HEAVY)
+    assert not {m for m in modules if m.startswith(("fleet.search", "fleet.replay", "fleet.spec.campaign"))}
