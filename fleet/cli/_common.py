@@ -42,12 +42,12 @@ def open_store(check: bool = True, read_only: bool = False) -> Any:
         The command only reads: a SQLite database that does not exist is not created (which would answer "no
         campaigns" from a new, empty file) but named in one line, :class:`NotFound`.
     """
-    from fleet.store import Store
-
     settings = get_settings()
     log_database()
     if read_only:
-        missing_database(settings.database_url)
+        missing_database(settings.database_url)  # first: a folder with no database needs no SQLAlchemy to say so
+    from fleet.store import Store
+
     store = Store(settings.database_url)
     if check:
         if settings.embedded_database and not store.at_head():
@@ -70,18 +70,33 @@ def glance_or_store() -> Any:
 
 def missing_database(url: str) -> None:
     """Raise :class:`NotFound` when ``url`` names a SQLite file that does not exist; say where Fleet looked."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database or Path(parsed.database).is_file():
+    database = _sqlite_database(url)
+    if not database or Path(database).is_file():
         return
-    where = Path(parsed.database)
+    where = Path(database)
     hint = (
         "no campaign ran here: run from the folder holding .fleet/, or set FLEET_HOME"
         if get_settings().embedded_database
         else "check FLEET_DATABASE_URL"
     )
     raise NotFound(f"no Fleet database at {where}: {hint}")
+
+
+def _sqlite_database(url: str) -> str | None:
+    """The file (or ``:memory:``) a SQLite URL names, as SQLAlchemy reads it; None for another database.
+
+    A plain ``sqlite:///PATH`` (what an embedded fleet's URL is) is read here: SQLAlchemy's import is most of the
+    time a command takes to say that a folder has no database. Any other URL is read by SQLAlchemy itself.
+    """
+    scheme, _, rest = url.partition("://")
+    if scheme == "sqlite" and rest.startswith("/") and not any(c in rest for c in "?%#@"):
+        return rest[1:]
+    if not scheme.startswith("sqlite"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return parsed.database if parsed.get_backend_name() == "sqlite" else None
 
 
 def check_broker() -> None:

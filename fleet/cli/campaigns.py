@@ -693,10 +693,10 @@ def _only_target(store: Any, problem: Any) -> str:
 def _best_of_campaign(name: str, as_json: bool, preference: Preference | None) -> None:
     """One line per problem of campaign ``name``: its best run (the one its searcher accepts), or why none; for a
     campaign of several objectives, its front (:func:`_front_of_campaign`)."""
+    store = open_store(read_only=True)  # first: a folder with no database is said without the store's modules
     from fleet.driving.summary import summarize
     from fleet.spec.workloads import load_workload_spec
 
-    store = open_store(read_only=True)
     campaign = find_campaign(store, name)
     objectives = load_workload_spec(campaign.workload).objectives
     if len(objectives) > 1:
@@ -821,9 +821,9 @@ def _find_problem(store: Any, ref: str, params: tuple[str, ...], by_id: bool = F
 def report(campaign: str, output: Path) -> None:
     """Write a self-contained HTML report of CAMPAIGN (name or id): convergence, knob effects, best configs, and
     every trial in a table to sort and filter."""
-    from fleet.report import render
-
     store = open_store(read_only=True)
+    from fleet.report import render  # after the store: a folder with no database is said without the report's modules
+
     try:
         found = find_campaign(store, campaign)
         page = render(store, found)

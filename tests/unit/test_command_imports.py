@@ -27,9 +27,9 @@ HEAVY = (
 )
 
 
-def imported_by(home: Path, *args: str, broker: str | None = None) -> set[str]:
+def imported_by(home: Path, *args: str, broker: str | None = None, status: int = 0) -> set[str]:
     """The modules a `fleet` command imported, run in its own process in ``home`` (embedded, no broker running
-    unless ``broker`` names one)."""
+    unless ``broker`` names one), checked to exit with ``status``."""
     script = (
         "import json, sys\nfrom fleet.cli import main\n"
         f"code = main({list(args)!r})\n"
@@ -40,7 +40,7 @@ def imported_by(home: Path, *args: str, broker: str | None = None) -> set[str]:
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=home, env=env, capture_output=True, text=True, timeout=60)
     code, modules = json.loads(done.stdout.splitlines()[-1])
-    assert code == 0, done.stderr
+    assert code == status, done.stderr
     return set(modules)
 
 
@@ -145,3 +145,14 @@ def test_a_campaigns_read_commands_import_no_searcher_driver_or_broker(
     modules = imported_by(home, *(arg.format(campaign) for arg in command))
     assert not modules & set(HEAVY)
     assert not {m for m in modules if m.startswith(("fleet.search", "fleet.replay", "fleet.spec.campaign"))}
+
+
+@pytest.mark.parametrize(
+    "command", [("status",), ("status", "c"), ("best", "c"), ("report", "c"), ("trials", "c")], ids=" ".join
+)
+def test_a_read_command_in_a_folder_with_no_database_says_so_without_sqlalchemy(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    modules = imported_by(tmp_path, *command, status=1)
+    assert not {m for m in modules if m.split(".")[0] == "sqlalchemy" or m.startswith("fleet.store")}
+    assert not (tmp_path / ".fleet").exists()
