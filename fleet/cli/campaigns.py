@@ -21,7 +21,7 @@ from fleet.cli._common import (
     write_output,
 )
 from fleet.cli._sections import WholeHelpGroup
-from fleet.diagnose import failure_reasons, no_valid_measurement
+from fleet.diagnose import ReasonCount, failure_reasons, no_valid_measurement
 from fleet.errors import FleetError, NotFound
 from fleet.fronts import WITHIN, Preference, campaign_fronts, check_preference, objective_values
 from fleet.labels import problem_label, short_labels
@@ -306,13 +306,15 @@ def _print_summaries(store: Any, campaign: Any, summaries: list[Any], as_json: b
 # -- status, best ----------------------------------------------------------------------------------------
 
 
-def _failed(store: Any, campaign: Any) -> str | None:
+def _failed(store: Any, campaign: Any, tallies: Any = None, reasons: list[ReasonCount] | None = None) -> str | None:
     """Why a campaign that ended is a failure (a problem with no valid measurement), on one line; else None.
 
     Two queries whatever the campaign's size (an imported MIOpen database is a campaign of thousands of problems):
-    its tally and its problems, not a summary with a baseline looked up per problem.
+    its tally and its problems, not a summary with a baseline looked up per problem. ``tallies`` and ``reasons``:
+    the campaign's tally and :func:`failure_reasons`, when the caller has read them already.
     """
-    tallies = store.tally(campaign.id, maximize=False, bests=False)  # counts alone: which way is better is moot
+    if tallies is None:
+        tallies = store.tally(campaign.id, maximize=False, bests=False)  # counts alone: which way is better is moot
     problems = store.campaign_problems(campaign.id)
 
     # Evaluated is valid: a run that failed is errored or invalid. Not the tally's best, which needs an objective
@@ -327,7 +329,8 @@ def _failed(store: Any, campaign: Any) -> str | None:
     if not empty:
         return None
     some = "" if len(empty) == len(problems) else f" for {len(empty)} of its {len(problems)} problems"
-    reasons = failure_reasons(store, campaign.id)
+    if reasons is None:
+        reasons = failure_reasons(store, campaign.id)
     if not reasons:
         return f"no valid measurement{some}: none of its trials finished"
     top = reasons[0]
@@ -390,8 +393,9 @@ def _status_entry(store: Any, c: Any, live: list[Any], holders: dict[int, str], 
     }
     if c.reason:
         entry["reason"] = c.reason
+    summaries, tallies, reasons = _detail(store, c) if detailed else ([], None, None)
     if c.status == CampaignStatus.DONE:
-        failed = _failed(store, c)
+        failed = _failed(store, c, tallies, reasons)
         if failed is not None:
             entry["status"], entry["reason"] = CampaignStatus.FAILED, failed
     if waiting and not any(w.role == "eval" for w in live if w.target == c.target):
@@ -400,7 +404,7 @@ def _status_entry(store: Any, c: Any, live: list[Any], holders: dict[int, str], 
     # A problem is named by its kind and parameters (the id says nothing to the user who wrote them).
     labels = {p.id: problem_label(p) for p in store.campaign_problems(c.id)} if detailed or chains else {}
     if detailed:
-        entry.update(_bests_and_errors(store, c, labels))
+        entry.update(_bests_and_errors(summaries, reasons or [], labels))
     if chains:
         entry["chains"] = [
             {
@@ -417,10 +421,18 @@ def _status_entry(store: Any, c: Any, live: list[Any], holders: dict[int, str], 
     return entry
 
 
-def _bests_and_errors(store: Any, c: Any, labels: dict[int, str]) -> dict[str, Any]:
-    """One campaign's status in detail: each problem's best, and the reasons its trials failed for."""
+def _detail(store: Any, c: Any) -> tuple[list[Any], Any, list[ReasonCount]]:
+    """Campaign ``c``'s summaries, tally and failure reasons, each read once: its status's bests and errors, and
+    whether it failed, all come from them."""
     from fleet.driving.summary import summarize  # not the driver and its searchers
+    from fleet.spec.workloads import load_workload_spec
 
+    tallies = store.tally(c.id, load_workload_spec(c.workload).maximize)
+    return summarize(store, c, tallies=tallies), tallies, failure_reasons(store, c.id)
+
+
+def _bests_and_errors(summaries: list[Any], reasons: list[ReasonCount], labels: dict[int, str]) -> dict[str, Any]:
+    """One campaign's status in detail: each problem's best, and the reasons its trials failed for."""
     best = [
         {
             "problem": s.problem_id,
@@ -428,10 +440,9 @@ def _bests_and_errors(store: Any, c: Any, labels: dict[int, str]) -> dict[str, A
             "config": s.best.config,
             "objective": s.best.objective,
         }
-        for s in summarize(store, c)
+        for s in summaries
         if s.best is not None
     ]
-    reasons = failure_reasons(store, c.id)
     return {
         "best": best,
         "errors": {r.reason: r.count for r in reasons},

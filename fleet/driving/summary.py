@@ -7,13 +7,13 @@ without importing the driver and every searcher, which only a campaign whose sea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fleet.space import Space
 from fleet.spec.workloads import load_workload_spec
-from fleet.store import Campaign, Store, TrialResult
+from fleet.store import Campaign, ProblemTally, Store, TrialResult
 
 if TYPE_CHECKING:
     from fleet.search import Searcher
@@ -42,7 +42,12 @@ class Summary:
         return ratio if self.maximize else 1 / ratio
 
 
-def summarize(store: Store, campaign: Campaign, searchers: Sequence[Searcher] | None = None) -> list[Summary]:
+def summarize(
+    store: Store,
+    campaign: Campaign,
+    searchers: Sequence[Searcher] | None = None,
+    tallies: Mapping[int, ProblemTally] | None = None,
+) -> list[Summary]:
     """Per problem of ``campaign``: its best trial, its baseline trial, and trial counts by state.
 
     The best is a run that the campaign's searcher accepts: with a predicate (MLPerf's ``Step``, ``Bisect`` or
@@ -54,10 +59,13 @@ def summarize(store: Store, campaign: Campaign, searchers: Sequence[Searcher] | 
         The searchers that drove it, one per problem in order (a driver's); by default they are made again from
         the campaign, which cannot be done for a space file's own searcher where no user code runs: its best
         is then the database's best valid run.
+    tallies:
+        The campaign's :meth:`~fleet.store.Store.tally` with its bests, when the caller has read it already.
     """
     maximize = load_workload_spec(campaign.workload).maximize
     run_knobs = Space.from_dict(campaign.space).run_knobs
-    tallies = store.tally(campaign.id, maximize)
+    if tallies is None:
+        tallies = store.tally(campaign.id, maximize)
     judged = None
     if searchers is not None or campaign.strategy.get("name") in JUDGING or campaign.options.get("space_file"):
         from fleet.driving.judging import judged_bests  # the searchers: only for a campaign whose searcher judges
