@@ -175,7 +175,7 @@ def _trials_query(campaign_id: int) -> Select[*tuple[Any, ...]]:
             Trial.source_trial_id,
             Measurement.objective,
             Measurement.valid,
-            Measurement.metrics["chain"].label("chain"),
+            cast(Measurement.metrics["chain"], Text).label("chain"),  # JSON text: decoded with the configurations
             Measurement.node,
             Measurement.gpu,
             Measurement.worker,
@@ -195,6 +195,7 @@ def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str, t0: dat
     # Tuples indexed and unpacked in the query's order: looking up 18 columns by name in each of 100,000 rows
     # costs a second.
     configs = _json_list([t[2] for t in found])
+    chains = _json_list([t[10] for t in found])
     rows = []
     for (
         trial_id,
@@ -207,7 +208,7 @@ def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str, t0: dat
         reused_from,
         objective,
         valid,
-        chain,
+        _,  # chain, as JSON text
         node,
         gpu,
         worker,
@@ -215,7 +216,7 @@ def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str, t0: dat
         device,
         _,
         _,
-    ), config in zip(found, configs, strict=True):
+    ), config, chain in zip(found, configs, chains, strict=True):
         config = config or {}
         measured = bool(valid) and state == TrialState.EVALUATED and objective is not None and math.isfinite(objective)
         series = f"chain {chain_of[trial_id]}" if trial_id in chain_of else _series(chain, config, strategy)
