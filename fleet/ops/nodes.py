@@ -9,8 +9,10 @@ Each node is a set of Linux namespaces of its own, made with ``ip netns`` and ``
 - **UTS**: its own hostname (the node's name, or one name shared by every node, to show that Fleet tells nodes
   apart by ``FLEET_NODE_NAME`` rather than by host name).
 - **mount**: its own ``/tmp`` and ``/run`` (tmpfs, lost when the node crashes, as on a reboot), its own ``/home``
-  (the node account's Fleet home and artifact cache, kept across crashes), and an overlay on ``/etc``, so that the
-  node account exists on that node only and keeps existing when the machine rewrites its own ``/etc/passwd``.
+  (kept across crashes), and an overlay on ``/etc``, so that the node account exists on that node only and keeps
+  existing when the machine rewrites its own ``/etc/passwd``. The node account's Fleet home (``~/.fleet``: its
+  artifact cache and its workloads' scratch) is a small filesystem of its own, an ext4 image in the node's folder
+  loop-mounted there, so that the node's disk can fill (:meth:`Bed.fill`) without the machine's filling too.
 - **PID**: its own PID namespace whose PID 1 is ``tini`` (Debian's package), which reaps orphans: with a plain
   ``sleep`` as PID 1, dead processes stay zombies that ``kill -0`` takes for live ones. Killing that PID 1 kills
   every process of the node at once: a node crash.
@@ -21,7 +23,10 @@ the bed's folder, so that a checker on the machine reads the database without cr
 partition never hides the truth from the checker).
 
 Partitions are ``nft`` rules inside a node's own network namespace (never in the machine's); a slow link is a
-``tc`` token bucket on the node's ``eth0`` (this kernel has no ``netem``: no delay or loss).
+``tc`` token bucket on the node's ``eth0`` (this kernel has no ``netem``: no delay or loss). A node's wall clock
+jumps (:meth:`Bed.jump`) for its Fleet processes, which run with a small preloaded library (``clockjump.c``, built
+with the machine's C compiler when the bed comes up) that adds the seconds written in the node's ``clock`` file to
+``CLOCK_REALTIME``: Linux's time namespaces offset only the monotonic and boot clocks.
 
 ``scripts/nodes up N`` / ``down`` drive this module for people; ``tests/nodes.py`` wraps it as a pytest fixture.
 """
@@ -29,6 +34,7 @@ Partitions are ``nft`` rules inside a node's own network namespace (never in the
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import pwd
@@ -52,7 +58,10 @@ REDIS_PORT = 6379
 ACCOUNT = "fleetbed"  # the node account, made on each node inside its overlay on /etc
 NEMESIS_TABLE = "fleetbed_nemesis"  # the nft table a partition adds inside a node's namespace
 DEFAULT_ROOT = Path("/var/tmp")  # not /tmp: each node mounts its own /tmp over the machine's
-TOOLS = ("ip", "unshare", "nsenter", "tini", "nft", "tc", "sshd", "ssh-keygen")
+TOOLS = ("ip", "unshare", "nsenter", "tini", "nft", "tc", "sshd", "ssh-keygen", "mkfs.ext4", "cc")
+# The size of each node's Fleet home filesystem: room for the bench's cache and scratch, little to fill.
+FLEET_DISK_MB = 64
+FILL_NAME = "nemesis-fill"  # the file that fills a node's Fleet home
 
 
 class BedError(FleetError):
@@ -74,6 +83,16 @@ class Node:
     def home(self) -> Path:
         """The node account's home as the machine sees it (``/home/fleetbed`` on the node)."""
         return Path(self.directory) / "home" / ACCOUNT
+
+    @property
+    def disk(self) -> Path:
+        """The image of the node's Fleet home filesystem (``/home/fleetbed/.fleet`` on the node)."""
+        return Path(self.directory) / "fleet.img"
+
+    @property
+    def clock(self) -> Path:
+        """The file whose seconds the node's Fleet processes add to the wall clock (``clockjump.c``)."""
+        return Path(self.directory) / "clock"
 
 
 @dataclass
@@ -136,6 +155,7 @@ class Bed:
         self.save()  # written first, so that `scripts/nodes down` can remove a bed whose `up` failed halfway
         try:
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fleet-bed", "-f", str(self.key)])
+            build_clock_library(self.clock_library)
             _run(["ip", "netns", "add", self.switch])
             self.ip(self.switch, "link", "add", "br0", "type", "bridge")
             self.ip(self.switch, "addr", "add", f"{SWITCH_ADDRESS}/24", "dev", "br0")
@@ -210,6 +230,7 @@ class Bed:
             (disk / sub).mkdir(parents=True, exist_ok=True)
         if not (disk / "ssh_host_ed25519_key").exists():
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(disk / "ssh_host_ed25519_key")])
+        fleet_disk = "" if node.database else self._fleet_disk(node)
         (disk / "sshd_config").write_text(
             f"ListenAddress {node.address}:22\nHostKey {disk / 'ssh_host_ed25519_key'}\nPidFile /run/sshd.pid\n"
             f"AllowUsers {ACCOUNT}\nAuthorizedKeysFile .ssh/authorized_keys\nPasswordAuthentication no\n"
@@ -230,6 +251,7 @@ class Bed:
             f"usermod --password '*' {ACCOUNT}\n"  # useradd's "!" is a locked account, which sshd refuses
             f"install -d -m 700 -o {ACCOUNT} -g {ACCOUNT} /home/{ACCOUNT}/.ssh\n"
             f"install -m 600 -o {ACCOUNT} -g {ACCOUNT} {self.key}.pub /home/{ACCOUNT}/.ssh/authorized_keys\n"
+            f"{fleet_disk}"
             f"/usr/sbin/sshd -f {disk}/sshd_config -E {disk}/log/sshd.log\n"
             "exec tini -- sleep infinity\n"
         )
@@ -252,6 +274,30 @@ class Bed:
         if serve:
             self.wait_database(servers, timeout)
         return servers
+
+    def _fleet_disk(self, node: Node) -> str:
+        """The boot script's lines that mount the node's Fleet home filesystem, its image made on the first boot.
+
+        The image's loop device is freed once the node's mount namespace dies (``mount -o loop`` asks for that); a
+        node booted again waits for it, so that one image is never mounted twice at once."""
+        if not node.disk.exists():
+            with node.disk.open("wb") as image:
+                image.truncate(FLEET_DISK_MB << 20)
+            # No blocks kept for root (-m 0): the node account fills it to the last block, as the nemesis does.
+            _run(["mkfs.ext4", "-q", "-m", "0", "-b", "4096", "-F", str(node.disk)])
+        if not node.clock.exists():
+            node.clock.write_text("0\n")
+        deadline = time.monotonic() + 10
+        while _run(["losetup", "--associated", str(node.disk)], check=False).stdout.strip():
+            if time.monotonic() > deadline:
+                raise BedError(f"node {node.name}'s disk {node.disk} is still mounted by its last boot")
+            time.sleep(0.05)
+        home = f"/home/{ACCOUNT}/.fleet"
+        return (
+            f"install -d -o {ACCOUNT} -g {ACCOUNT} {home}\n"
+            f"mount -o loop,nosuid,nodev {node.disk} {home}\n"
+            f"chown {ACCOUNT}:{ACCOUNT} {home}\n"
+        )
 
     def _init_pid(self, launcher: subprocess.Popen[bytes], node: Node, timeout: float) -> int:
         """The machine's pid of the node's PID 1 once it is tini (the boot script has finished)."""
@@ -353,8 +399,10 @@ class Bed:
         raise BedError(f"node {node.name} has no account {ACCOUNT}")
 
     def node_env(self, node: Node, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The environment a Fleet process on ``node`` gets: the bed's database and broker, the node's own name."""
+        """The environment a Fleet process on ``node`` gets: the bed's database and broker, the node's own name, and
+        (but on the database node, whose clock is the one leases run on) the node's own wall clock."""
         home = f"/home/{ACCOUNT}"
+        clock = {} if node.database else {"LD_PRELOAD": str(self.clock_library), "FLEET_CLOCK_FILE": str(node.clock)}
         return {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
             "HOME": home,
@@ -365,6 +413,7 @@ class Bed:
             "FLEET_DATABASE_URL": f"postgresql+psycopg2://fleet@{DATABASE_ADDRESS}:{POSTGRES_PORT}/fleet",
             "FLEET_BROKER_URL": f"redis://{DATABASE_ADDRESS}:{REDIS_PORT}/0",
             "PYTHONUNBUFFERED": "1",
+            **clock,
             **(extra or {}),
         }
 
@@ -422,10 +471,47 @@ class Bed:
         _run(["ip", "netns", "exec", self.netns(node), "nft", "-f", "-"], input=script)
 
     def heal(self, node: Node) -> None:
-        """Remove every partition rule and slow link of the node."""
+        """Remove every partition rule and slow link of the node, set its clock right and empty its filled disk."""
         netns = self.netns(node)
         _run(["ip", "netns", "exec", netns, "nft", "delete", "table", "inet", NEMESIS_TABLE], check=False)
         _run(["ip", "netns", "exec", netns, "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+        if not node.database:
+            self.jump(node, 0)
+            if node.pid is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.fleet_home(node) / FILL_NAME).unlink()
+
+    def fill(self, node: Node) -> int:
+        """Fill the node's Fleet home filesystem: one file written until the disk says ENOSPC; its bytes."""
+        written, zeros = 0, bytes(1 << 20)
+        fd = os.open(self.fleet_home(node) / FILL_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            while True:
+                before, chunk = written, len(zeros)
+                while chunk:  # the last blocks in ever smaller writes, to the very last byte
+                    try:
+                        written += os.write(fd, zeros[:chunk])
+                    except OSError as error:
+                        if error.errno != errno.ENOSPC:
+                            raise
+                        chunk //= 2
+                # ext4 says ENOSPC while it still holds blocks back for the file's unwritten extents: once they are
+                # written out it frees the rest, which the next pass takes, until a pass gets nothing more.
+                os.fsync(fd)
+                if written == before:
+                    return written
+        finally:
+            os.close(fd)
+
+    def jump(self, node: Node, seconds: float) -> None:
+        """Set the node's wall clock ``seconds`` off the machine's (0: right), for its Fleet processes at once."""
+        node.clock.write_text(f"{seconds:g}\n")
+
+    def fleet_home(self, node: Node) -> Path:
+        """The node account's Fleet home, its own filesystem, as the machine reaches it: through the node's root."""
+        if node.pid is None:
+            raise BedError(f"node {node.name} is down")
+        return Path(f"/proc/{node.pid}/root/home/{ACCOUNT}/.fleet")
 
     def slow(self, node: Node, rate: str = "1mbit") -> None:
         """Slow the node's outgoing link to ``rate`` with a token bucket (no ``netem`` here: no delay or loss)."""
@@ -448,6 +534,10 @@ class Bed:
     @property
     def key(self) -> Path:
         return Path(self.directory) / "id_ed25519"
+
+    @property
+    def clock_library(self) -> Path:
+        return Path(self.directory) / "clockjump.so"
 
     @property
     def ssh_config(self) -> Path:
@@ -505,6 +595,13 @@ def _serve_database(directory: str, address: str) -> None:
     # Both keep running under the node's tini once this process exits: their Popen objects are simply dropped.
 
 
+def build_clock_library(path: Path) -> Path:
+    """Build ``clockjump.c`` at ``path`` with the machine's C compiler: preloaded with ``FLEET_CLOCK_FILE`` naming a
+    file of seconds, it moves a process's wall clock by them, at once."""
+    _run(["cc", "-O2", "-shared", "-fPIC", "-o", str(path), str(Path(__file__).with_name("clockjump.c")), "-ldl"])
+    return path
+
+
 def check_host() -> None:
     """Refuse, in one line, where a bed cannot be made: not root, a tool missing, or no namespaces."""
     if os.geteuid() != 0:
@@ -512,6 +609,8 @@ def check_host() -> None:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists()]
     if missing:
         raise BedError(f"nodes: {', '.join(missing)} missing (scripts/install-services installs them)")
+    if not Path("/dev/loop-control").exists():
+        raise BedError("nodes: this machine has no loop devices (each node's Fleet home is a filesystem of its own)")
     probe = _run(["unshare", "--net", "--uts", "--mount", "--pid", "--fork", "true"], check=False)
     if probe.returncode != 0:
         raise BedError(f"nodes: this machine cannot make namespaces ({probe.stderr.strip() or 'unshare failed'})")
