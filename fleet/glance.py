@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
-from fleet.clock import local_utcnow, set_clock_offset, utcnow
+from fleet.clock import sync_clock, utcnow
 from fleet.errors import StoreError
 from fleet.schema import head_revision
 from fleet.settings import redact
@@ -118,12 +118,7 @@ class Glance:
         """As :meth:`fleet.store.Store.sync_clock`: the database's clock ahead of this machine's, taken from now on."""
         if self.dialect != "postgresql":
             return timedelta(0)
-        before = local_utcnow()
-        [(theirs,)] = self._rows("SELECT clock_timestamp() AT TIME ZONE 'UTC'")
-        after = local_utcnow()
-        offset: timedelta = theirs - (before + (after - before) / 2)
-        set_clock_offset(offset)
-        return offset
+        return sync_clock(lambda: self._rows("SELECT clock_timestamp() AT TIME ZONE 'UTC'")[0][0])
 
     def workers(self, *, within: float) -> list[Row]:
         """The workers whose heart beat in the last ``within`` seconds, by name."""

@@ -30,7 +30,7 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.orm import Session, sessionmaker
 
-from fleet.clock import local_utcnow, set_clock_offset
+from fleet.clock import sync_clock
 from fleet.errors import StoreError, StoreUnavailable
 from fleet.schema import head_revision
 from fleet.store._hotpath import HotPath
@@ -352,13 +352,10 @@ class StoreBase:
         on (see :func:`fleet.store._models.utcnow`); returns the offset. SQLite is this machine's own clock."""
         if self.dialect != "postgresql":
             return timedelta(0)
-        before = local_utcnow()
         with self.engine.connect() as connection:
-            theirs = connection.execute(text("SELECT clock_timestamp() AT TIME ZONE 'UTC'")).scalar_one()
-        after = local_utcnow()
-        offset = theirs - (before + (after - before) / 2)
-        set_clock_offset(offset)
-        return offset
+            return sync_clock(
+                lambda: connection.execute(text("SELECT clock_timestamp() AT TIME ZONE 'UTC'")).scalar_one()
+            )
 
     def connect_ahead(self) -> None:
         """Open the connection the hot path holds now, so that a worker's first claim does not wait for it.

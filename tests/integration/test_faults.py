@@ -11,9 +11,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from sqlalchemy import func, select
 
+from fleet.bench.partition import now
+from fleet.ops.nodes import build_clock_library
 from fleet.store import Measurement, Trial
 from tests.conftest import ROOT, Fleet, write_spec
 
@@ -227,3 +230,32 @@ def test_a_worker_whose_clock_runs_two_minutes_ahead_takes_no_live_lease(fleet: 
     assert json.loads(done.stdout)["problems"][0]["trials"] == {"evaluated": 4}
     assert [t.attempts for t in trials(fleet)] == [1, 1, 1, 1]  # never taken from the worker measuring it
     assert_each_recorded_once(fleet)
+
+
+def test_a_worker_whose_wall_clock_jumps_back_two_minutes_while_it_measures_keeps_its_leases(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    # Issue 39's nemesis found it: a worker's pool process read the database's clock as its own wall clock plus the
+    # offset measured when it started, so a step of the wall clock went into every lease it renewed. Two minutes
+    # behind, its leases were already expired when renewed, and the other worker's reaper took its trials away.
+    clock = tmp_path / "clock"
+    clock.write_text("0\n")
+    jumps = {"LD_PRELOAD": str(build_clock_library(tmp_path / "clockjump.so")), "FLEET_CLOCK_FILE": str(clock)}
+    fleet.start_worker(env=jumps | {"FLEET_NODE_NAME": "jumps"}, log="jumps.log")
+    spec = write_spec(fleet.home, script_spec(fleet, ["sleep4", "sleep4.0", "sleep4.00", "sleep4.000"]))
+    tune = start_tune(fleet, spec, "--window", "4")
+    fleet.wait_for(
+        lambda: any(t.state == "evaluating" and "jumps" in (t.worker or "") for t in trials(fleet)),
+        timeout=60,
+        what="the jumping worker to measure",
+    )
+    clock.write_text("-120\n")
+    fleet.start_worker()  # its reaper sees every lease the jumping worker renews from now on
+    out, err = tune.communicate(timeout=300)
+    assert tune.returncode == 0, err
+    assert json.loads(out)["problems"][0]["trials"] == {"evaluated": 4}
+    assert [t.attempts for t in trials(fleet)] == [1, 1, 1, 1]  # never taken from the worker measuring it
+    assert_each_recorded_once(fleet)
+    # Each trial's times on the database's clock, whatever the jumping worker's wall clock said.
+    end = now(fleet.store)
+    assert all(t.started_at and t.finished_at and t.started_at <= t.finished_at <= end for t in trials(fleet))
