@@ -11,16 +11,22 @@ held a while, healed, then a pause:
 - ``split``: the bridge split in two halves, every node of one cut from every node of the other;
 - ``slow``: a node's outgoing link slowed to a trickle (a ``tc`` token bucket);
 - ``crash``: a node's PID namespace killed (every process at once), then the node booted again and its ``fleet
-  worker`` or ``fleet driver`` started again, as its service manager would.
+  worker`` or ``fleet driver`` started again, as its service manager would;
+- ``clock-jump``: a node's wall clock stepped two minutes ahead or behind for its Fleet processes (a library they
+  preload, fleet/ops/clockjump.c), then set right: leases run on the database's clock, so no live lease may be
+  taken and no two drivers may overlap;
+- ``disk-full``: a worker node's Fleet home (its artifact cache and its workloads' scratch, a filesystem of its
+  own) filled by a file written until ENOSPC, then emptied: the trials that meet it go back to their queue as
+  the node's fault (:mod:`fleet.workers.health`), or are errored after as many node faults as the settings allow.
 
 Events are spread over the campaign's progress (each starts once its share of the trials is measured), so that work
 is left after every heal. After each heal the bench waits for work to resume: the first measurement recorded after
 the heal by a node the event touched (any node, when it touched no worker node). After the last, the checker
 (:func:`fleet.bench.partition.check`) runs over the database, read from the machine through PostgreSQL's unix socket.
 
-Not among the events: a node's disk filled and its clock jumped. A node's disk is the machine's (its ``/home`` is a
-folder of the machine's filesystem), and a clock jump inside a node would need a preloaded faking library; neither
-is made here.
+A clock jump reaches only the node's Fleet processes, not its kernel: Linux's time namespaces offset the monotonic
+and boot clocks, never the wall clock; the preloaded library does what a faking library such as libfaketime
+would, which Python 3.11 cannot run with while the monotonic clock stays true (its sleeps fail).
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from fleet.states import CampaignStatus
 if TYPE_CHECKING:
     from fleet.store import Campaign
 
-KINDS = ("cut-postgres", "cut-redis", "cut-both", "cut-head", "split", "slow", "crash")
+KINDS = ("cut-postgres", "cut-redis", "cut-both", "cut-head", "split", "slow", "crash", "clock-jump", "disk-full")
 # Short leases, so that an event costs seconds; the mechanisms are the production ones.
 SETTINGS = {
     "FLEET_LEASE_SECONDS": "4",
@@ -67,6 +73,7 @@ DRIVER_LEASE = float(SETTINGS["FLEET_DRIVER_LEASE_SECONDS"])
 HEADS = 2
 SHARED_HOSTNAME = "gpu-image"  # every node's host name, so that a measurement named by host name is caught
 SLOW_RATE = "256kbit"
+CLOCK_JUMP = 120.0  # seconds a clock-jump moves a node's wall clock, ahead or behind: far more than any lease
 GAP_SECONDS = (1.0, 3.0)
 RESUME_WAIT = LEASE + 30  # how long after a heal the bench waits for work to resume before going on
 LAST_EVENT_AT = 0.75  # the share of the trials measured when the last event may begin
@@ -82,6 +89,7 @@ class Event:
     hold: float
     gap: float
     side: list[str] = field(default_factory=list)  # split: the half without the database
+    clock_s: float = 0.0  # clock-jump: how far the node's wall clock jumps (negative: behind)
     started: float | None = None
     healed: float | None = None
     resumed_s: float | None = None  # heal to the first measurement by an affected node (database clock)
@@ -90,6 +98,8 @@ class Event:
 
     @property
     def target(self) -> str:
+        if self.kind == "clock-jump":
+            return f"{self.node} {self.clock_s:+g} s"
         return "+".join(self.side) if self.kind == "split" else self.node or "driving head"
 
 
@@ -107,10 +117,12 @@ def plan(seed: int, events: int, workers: list[str], heads: list[str], hold: flo
     schedule = []
     for index, kind in enumerate(kinds):
         event = Event(index + 1, kind, "", round(rng.uniform(hold / 2, hold), 1), round(rng.uniform(*GAP_SECONDS), 1))
-        if kind == "crash":
+        if kind in ("crash", "clock-jump"):
             event.node = rng.choice(workers + heads)
         elif kind != "cut-head":
             event.node = rng.choice(workers)
+        if kind == "clock-jump":
+            event.clock_s = rng.choice((-CLOCK_JUMP, CLOCK_JUMP))
         if kind == "split":
             everyone = rng.sample(["db", *workers, *heads], len(workers) + len(heads) + 1)
             half = everyone[: len(everyone) // 2]
@@ -223,6 +235,16 @@ class Nemesis:
             )
             return session.scalar(first)
 
+    def node_faults(self) -> int:
+        """How many times, in all, the campaign's trials went back to their queue for a node's fault."""
+        from sqlalchemy import func, select
+
+        from fleet.store import Trial
+
+        with self.store.session() as session:
+            total = select(func.sum(Trial.node_faults)).where(Trial.campaign_id == self.campaign_id)
+            return int(session.scalar(total) or 0)
+
     def campaign(self) -> Campaign:
         """The campaign's row as it is now."""
         assert self.campaign_id is not None, "start() submits the campaign"
@@ -272,13 +294,18 @@ class Nemesis:
             bed.slow(bed[event.node], SLOW_RATE)
         elif event.kind == "crash":
             bed.crash(bed[event.node])
+        elif event.kind == "clock-jump":
+            bed.jump(bed[event.node], event.clock_s)
+        elif event.kind == "disk-full":
+            event.detail = f"{bed.fill(bed[event.node]) >> 20} MiB written until ENOSPC"
         else:
             ports = {"cut-postgres": [database[0]], "cut-redis": [database[1]], "cut-both": database}[event.kind]
             bed.cut(bed[event.node], ports)
         time.sleep(max(0.0, event.hold - (time.monotonic() - begun)))
 
     def heal(self, event: Event) -> None:
-        """Heal every node; a crashed node is booted again and its service started, waited for until registered."""
+        """Heal every node (links, clock, disk); a crashed node is booted again and its service started, waited for
+        until registered."""
         if event.kind == "crash":
             booted = now(self.store)
             begun = time.monotonic()
@@ -303,13 +330,19 @@ class Nemesis:
 
     def run_event(self, event: Event, began: float) -> None:
         """Strike, hold, heal, and wait for work to resume."""
-        start = now(self.store)
+        start, faults = now(self.store), self.node_faults()
         event.started = round(time.monotonic() - began, 1)
         self.strike(event)
         self.heal(event)
         healed = now(self.store)
         event.healed = round(time.monotonic() - began, 1)
         self.cuts += [Cut(node, start, healed) for node in self.cut_from_database(event)]
+        self.wait_resumed(event, healed)
+        if event.kind == "disk-full":
+            event.detail += f"; given back as the node's fault: {self.node_faults() - faults}"
+
+    def wait_resumed(self, event: Event, healed: datetime) -> None:
+        """Wait for the first measurement by a node the event touched since ``healed``, or the campaign's end."""
         nodes = self.affected(event)
         deadline = time.monotonic() + RESUME_WAIT
         while time.monotonic() < deadline:
@@ -326,7 +359,7 @@ class Nemesis:
 def run(
     nodes: int = 3,
     trials: int = 2000,
-    events: int = 42,
+    events: int = 45,
     *,
     seed: int = 0,
     seconds: float = 0.8,
@@ -495,7 +528,7 @@ def print_result(result: dict[str, Any]) -> None:
 @click.command("partition")
 @click.option("--nodes", type=click.IntRange(1), default=3, show_default=True, help="Worker nodes (beside 2 heads).")
 @click.option("--trials", type=click.IntRange(20), default=2000, show_default=True, help="Trials of the campaign.")
-@click.option("--events", type=click.IntRange(1), default=42, show_default=True, help="Events of the schedule.")
+@click.option("--events", type=click.IntRange(1), default=45, show_default=True, help="Events of the schedule.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the schedule.")
 @click.option(
     "--seconds",
@@ -517,16 +550,18 @@ def partition_command(
     nodes: int, trials: int, events: int, seed: int, seconds: float, hold: float, timeout: float, keep: bool,
     as_json: bool, output: Path | None,
 ) -> None:  # fmt: skip
-    """A campaign across a bed of nodes under a seeded, random nemesis: partitions, a slow link, crashes.
+    """A campaign across a bed of nodes under a seeded, random nemesis: partitions, a slow link, crashes, clock
+    jumps, full disks.
 
     A database node, worker nodes and two head nodes running `fleet driver`, each in its own namespaces
     (scripts/nodes); the campaign is submitted with `fleet submit`. Events drawn from --seed, one at a time, each
     held then healed: a worker node cut from PostgreSQL, from Redis, from both; the driving head node cut from
     everything while the other driver takes over; the bridge split in two halves; a slow link; a node crashed
-    and started again. Prints the schedule, each event's start, heal and the seconds from the heal to work
-    resuming, and every count of the checker; exits 1 unless lost, duplicated, stuck, wrong-valued,
-    misattributed, recorded while cut and overlapping driver leases are all 0 and every event was made. Goal:
-    work resumes within one lease plus 5 s of each heal. Needs root and namespaces.
+    and started again; a node's wall clock jumped two minutes; a worker node's Fleet home filled. Prints the
+    schedule, each event's start, heal and the seconds from the heal to work resuming, and every count of the
+    checker; exits 1 unless lost, duplicated, stuck, wrong-valued, misattributed, recorded while cut and
+    overlapping driver leases are all 0 and every event was made. Goal: work resumes within one lease plus 5 s of
+    each heal. Needs root, namespaces, loop devices and a C compiler.
     """
     try:
         result = run(

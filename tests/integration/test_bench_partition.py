@@ -12,7 +12,7 @@ from fleet.bench.nemesis import COUNTS, HEADS, plan, run
 from fleet.ops.nodes import Bed
 from tests.nodes import SHARED_HOSTNAME, make_bed
 
-SEED = 6  # the bridge split, the driving head cut, a worker node crashed, a worker node cut from PostgreSQL
+SEED = 110  # the driving head cut, a worker node crashed, a worker node's disk filled, a worker's clock 2 min ahead
 EVENTS = 4
 TRIALS = 60
 

@@ -22,9 +22,10 @@ def test_a_seed_draws_one_schedule_and_another_seed_another() -> None:
     ]
 
 
-def test_forty_two_events_hold_every_kind_six_times_and_fewer_events_than_kinds_differ_in_kind() -> None:
-    assert Counter(e.kind for e in plan(0, 42, WORKERS, HEADS, 10)) == dict.fromkeys(KINDS, 6)
-    assert min(Counter(e.kind for e in plan(0, 40, WORKERS, HEADS, 10)).values()) == 5
+def test_forty_five_events_hold_every_kind_five_times_and_fewer_events_than_kinds_differ_in_kind() -> None:
+    assert len(KINDS) == 9 and {"clock-jump", "disk-full"} <= set(KINDS)
+    assert Counter(e.kind for e in plan(0, 45, WORKERS, HEADS, 10)) == dict.fromkeys(KINDS, 5)
+    assert min(Counter(e.kind for e in plan(0, 40, WORKERS, HEADS, 10)).values()) == 4
     assert len({e.kind for e in plan(0, 5, WORKERS, HEADS, 10)}) == 5
 
 
@@ -36,10 +37,12 @@ def test_each_event_strikes_a_node_that_can_take_it_and_is_held_between_half_and
             assert event.side and "db" not in event.side and len(event.side) <= 3
         elif event.kind == "cut-head":
             assert event.node == ""  # the head driving when it strikes
-        elif event.kind == "crash":
+        elif event.kind in ("crash", "clock-jump"):
             assert event.node in WORKERS + HEADS
-        else:
+        else:  # a worker node's disk fills: its cache and its workloads' scratch are there
             assert event.node in WORKERS
+        # Two minutes ahead or behind: far more than a lease, in either direction.
+        assert event.clock_s == 0 if event.kind != "clock-jump" else abs(event.clock_s) == 120
 
 
 def test_without_root_the_bench_says_so_in_one_line_and_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
