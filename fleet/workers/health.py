@@ -39,12 +39,15 @@ def from_os_error(error: OSError, where: str) -> NodeFault | None:
 
 
 def fault_in(done: Completed, scratch: Path) -> NodeFault | None:
-    """The node's fault that made a command fail, or None when the failure is the command's own.
+    """The node's fault that made a command fail, or that a command which succeeded met; None when there is none.
 
     Either the command said so (``No space left on device``, ``Read-only file system``, ``Disk quota
-    exceeded``), or its scratch's filesystem has almost no room left after it.
+    exceeded``), or its scratch's filesystem has almost no room left after it: under :data:`LOW_SPACE_BYTES` after
+    a failure, under :data:`PROBE_BYTES` (the write a healthy node takes) after a success. A command can succeed
+    and still have met the full disk: Python drops a file whose last write fails at close without a word (outside
+    its development mode), so a build exits 0 with its artifact empty (issue 39's nemesis found one).
     """
-    if done.ok or done.timed_out or done.scratch_limit is not None or done.output_limit is not None:
+    if done.timed_out or done.scratch_limit is not None or done.output_limit is not None:
         return None  # a command that filled its own scratch, or printed too much, did no more than it was allowed to
     said = next((words for words in _NODE_WORDS if words in done.stderr or words in done.stdout), None)
     try:
@@ -52,9 +55,10 @@ def fault_in(done: Completed, scratch: Path) -> NodeFault | None:
         free = room.f_bavail * room.f_frsize
     except OSError:
         free = LOW_SPACE_BYTES
-    if said is None and free >= LOW_SPACE_BYTES:
+    if said is None and free >= (PROBE_BYTES if done.ok else LOW_SPACE_BYTES):
         return None
-    return NodeFault(f"{said or 'the disk is full'} under {scratch} ({free >> 20} MiB free)")
+    though = ", though the command exited 0" if done.ok else ""
+    return NodeFault(f"{said or 'the disk is full'} under {scratch} ({free >> 20} MiB free){though}")
 
 
 def memory_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,28 @@ def fill(folder: Path) -> Path:
     return filler
 
 
+def tune_until_freed(fleet: Fleet, spec: dict, filler: Path, while_full: Callable[[], None] | None = None) -> str:
+    """``fleet tune`` of ``spec`` until its worker's node says it is unhealthy, then ``filler`` removed; its output."""
+    tune = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "tune", str(write_spec(fleet.home, spec)), "--json"],
+        env=fleet.env, cwd=fleet.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        fleet.wait_for(
+            lambda: any(w.fault for w in fleet.store.workers(within=5)), timeout=120, what="the node to be unhealthy"
+        )
+        if while_full is not None:
+            while_full()
+        filler.unlink()
+        out, err = tune.communicate(timeout=240)
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+            tune.wait()
+    assert tune.returncode == 0, err
+    return out
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Path:
     if os.geteuid() != 0:
@@ -50,32 +73,17 @@ def test_a_full_disk_hands_trials_back_and_the_node_heals_once_it_is_freed(fleet
     fleet.start_worker(env={"FLEET_CACHE_DIR": str(small_disk / "cache")})
     filler = fill(small_disk)
     spec = kernel_spec(fleet, space={"knobs": {"size": [2, 3], "scale": {"values": [1, 10], "build": False}}})
-    tune = subprocess.Popen(
-        [sys.executable, "-m", "fleet.cli", "tune", str(write_spec(fleet.home, spec)), "--json"],
-        env=fleet.env,
-        cwd=fleet.home,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+
+    def while_full() -> None:
         # The node says it is unhealthy, and why; the trials wait, none errored.
-        fleet.wait_for(
-            lambda: any(w.fault for w in fleet.store.workers(within=5)), timeout=120, what="the node to be unhealthy"
-        )
         status = fleet.cli("status", check=True).stdout
         assert "unhealthy since" in status and "No space left on device" in status
         time.sleep(3)
         with fleet.store.session() as session:
             assert session.scalars(select(Trial).where(Trial.state == "errored")).all() == []
             assert session.scalars(select(Artifact).where(Artifact.state == "failed")).all() == []
-        filler.unlink()
-        out, err = tune.communicate(timeout=240)
-    finally:
-        if tune.poll() is None:
-            tune.kill()
-            tune.wait()
-    assert tune.returncode == 0, err
+
+    out = tune_until_freed(fleet, spec, filler, while_full)
     assert json.loads(out)["problems"][0]["trials"] == {"evaluated": 6}  # 4, and the baseline at both scales
     with fleet.store.session() as session:
         trials = session.scalars(select(Trial)).all()  # the baseline's too: they meet the full disk first
@@ -288,3 +296,57 @@ def test_a_worker_process_the_oom_killer_takes_gives_its_trial_back_without_spen
     assert all(measured[t.id] == 1 for t in rows.values())
     log = (fleet.home / "worker.log").read_text(errors="replace")
     assert f"the kernel's OOM killer took worker process {pool}" in log
+
+
+# A build that never checks its write: Python flushes the file as it drops it, ignores the ENOSPC it meets there and
+# exits 0, leaving b.txt empty. A run reads it back.
+CARELESS_BUILD = "import sys; open('b.txt', 'w').write(sys.argv[1])"
+CARELESS_RUN = "import sys; print('score', int(open('b.txt').read()) * 10 + int(sys.argv[1]))"
+
+
+def test_a_build_that_exits_0_though_its_write_met_a_full_disk_is_the_nodes_fault_not_an_empty_artifact(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Issue 39's nemesis found it: a worker node's scratch filled while a build ran, the build exited 0 with an empty
+    artifact and not a word (Python drops a failed close silently), and every run of it errored on the
+    configuration's account. Only the scratch is full here (the cache keeps room, as it did there for a moment, and
+    the scratch's disk is large enough that a failed run on it is not taken for the node's once it has room again):
+    the disk left without room after the build says it failed the build."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    scratch = tmp_path / "cache" / "scratch"
+    scratch.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0755", "tmpfs", str(scratch)], check=True)
+    try:
+        careless_builds_on_a_full_scratch(fleet, scratch)
+    finally:
+        subprocess.run(["umount", "-l", str(scratch)], check=False)
+
+
+def careless_builds_on_a_full_scratch(fleet: Fleet, scratch: Path) -> None:
+    fleet.start_worker(env={"FLEET_CACHE_DIR": str(scratch.parent)})
+    filler = fill(scratch)
+    spec = {
+        "name": "careless",
+        "target": fleet.target,
+        "problems": [{"kind": "careless", "params": {}}],
+        "space": {"knobs": {"b": {"values": [1, 2], "build": True}, "r": {"values": [0, 1], "build": False}}},
+        "strategy": {"name": "grid"},
+        "workload": {
+            "kind": "command",
+            "build": [sys.executable, "-c", CARELESS_BUILD, "{b}"],
+            "artifacts": ["b.txt"],
+            "run": [sys.executable, "-c", CARELESS_RUN, "{r}"],
+            "objective": {"name": "score", "regex": r"score (\d+)"},
+        },
+    }
+    out = tune_until_freed(fleet, spec, filler)
+    assert json.loads(out)["problems"][0]["trials"] == {"evaluated": 4}
+    with fleet.store.session() as session:
+        trials = session.scalars(select(Trial)).all()
+        values = {
+            (t.config["b"], t.config["r"]): m.objective
+            for t, m in session.execute(select(Trial, Measurement).join(Measurement))
+        }
+    assert values == {(b, r): b * 10 + r for b in (1, 2) for r in (0, 1)}
+    assert sum(t.node_faults for t in trials) >= 1 and all(t.attempts <= 1 for t in trials)

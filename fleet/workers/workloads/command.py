@@ -73,10 +73,10 @@ class CommandWorkload(CommandSpec, Workload):
             network=self.network,
         )
         log = (done.stdout_tail + done.stderr_tail)[-4096:]
+        fault = health.fault_in(done, job.scratch)  # a build that succeeded may have met the disk too
+        if fault is not None:
+            raise fault  # the node's disk, not the configuration: never remembered as its failure
         if not done.ok:
-            fault = health.fault_in(done, job.scratch)
-            if fault is not None:
-                raise fault  # the node's disk, not the configuration: never remembered as its failure
             return Built(None, done.failure("the build"), log, done.seconds)
         try:
             files = _artifacts(job.scratch, self.definition.get("artifacts") or None)
