@@ -10,6 +10,7 @@ what ``fleet logs --trial N`` looks for.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -90,7 +91,9 @@ class RotatingLog:
         self.backups = backups
         self.lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.file: IO[bytes] = path.open("ab")
+        # Unbuffered: each line is in the file at once (a person may be tailing it), and a line a full disk refused
+        # is not kept in a buffer to fail again.
+        self.file: IO[bytes] = path.open("ab", buffering=0)
         self.size = self.file.tell()
 
     def write(self, data: bytes) -> None:
@@ -98,7 +101,6 @@ class RotatingLog:
             if self.size and self.size + len(data) > self.max_bytes:
                 self._rotate()
             self.file.write(data)
-            self.file.flush()  # a person may be tailing it
             self.size += len(data)
 
     def _rotate(self) -> None:
@@ -109,7 +111,7 @@ class RotatingLog:
                 older.replace(self.path.with_name(f"{self.path.name}.{index + 1}"))
         if self.backups:
             self.path.replace(self.path.with_name(f"{self.path.name}.1"))
-        self.file = self.path.open("wb")
+        self.file = self.path.open("wb", buffering=0)
         self.size = 0
 
     def close(self) -> None:
@@ -118,13 +120,23 @@ class RotatingLog:
 
 
 def pump(source: IO[bytes], log: RotatingLog, echo: IO[bytes] | None = None) -> threading.Thread:
-    """Copy ``source`` line by line into ``log`` (and ``echo``) on a daemon thread until it ends."""
+    """Copy ``source`` line by line into ``log`` (and ``echo``) on a daemon thread until it ends.
+
+    A line the log's disk refuses (full, for a while) is lost to the file, which says how many once it takes lines
+    again; the source is read on all the same, so the worker never blocks on its output, and ``echo`` gets it all.
+    """
 
     def run() -> None:
-        copy = echo
+        copy, lost, why = echo, 0, ""
         try:
             for line in iter(source.readline, b""):
-                log.write(line)
+                try:
+                    if lost:
+                        log.write(f"fleet: {lost} lines of this log lost: {why}\n".encode())
+                        lost = 0
+                    log.write(line)
+                except OSError as error:
+                    lost, why = lost + 1, error.strerror or str(error)
                 if copy is not None:
                     try:
                         copy.write(line)
@@ -133,7 +145,8 @@ def pump(source: IO[bytes], log: RotatingLog, echo: IO[bytes] | None = None) -> 
                         copy = None
         finally:
             source.close()
-            log.close()
+            with contextlib.suppress(OSError):
+                log.close()
 
     thread = threading.Thread(target=run, name=f"log-{log.path.name}", daemon=True)
     thread.start()
