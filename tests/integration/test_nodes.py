@@ -74,11 +74,26 @@ def test_a_bed_of_nodes_apart_comes_up_in_seconds_and_goes_leaving_nothing() -> 
         assert subprocess.run(ssh, capture_output=True, text=True, timeout=30).stdout.split() == ["node2", ACCOUNT]
         # The machine itself has no route to the bed: its addresses live in the bed's namespaces only.
         assert DATABASE_ADDRESS not in subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+        # Each node's Fleet home its own filesystem: node1's filled to the last byte, node2's is not.
+        write = ["sh", "-c", "echo kept > ~/.fleet/mine"]
+        assert bed.fill(node1) > 32 << 20
+        assert bed.run(node1, write).returncode != 0
+        assert bed.run(node2, write).returncode == 0
+        # Each node its own wall clock, for its Fleet processes: node1's two minutes behind, node2's right.
+        bed.jump(node1, -120)
+        time.sleep(0.5)  # a running process reads the clock file again within 0.2 s
+        clocks = [int(bed.run(node, ["date", "+%s"]).stdout) - time.time() for node in (node1, node2)]
+        assert -125 < clocks[0] < -115 and abs(clocks[1]) < 5, clocks
+        bed.heal(node1)
+        time.sleep(0.5)
+        assert abs(int(bed.run(node1, ["date", "+%s"]).stdout) - time.time()) < 5
+        assert bed.run(node1, write).returncode == 0
         # A crashed node (its PID 1 killed) takes its processes with it and comes back with its disk.
         bed.crash(node1)
         bed.start(node1)
         assert bed.run(node1, ["id", "-un"]).stdout.strip() == ACCOUNT
         assert bed.run(node1, ["test", "-e", "/tmp/mine"]).returncode == 1  # /tmp is gone, as after a reboot
+        assert bed.run(node1, ["cat", ".fleet/mine"]).stdout == "kept\n"  # its Fleet home is not
     finally:
         begun = time.monotonic()
         bed.down()
@@ -86,6 +101,8 @@ def test_a_bed_of_nodes_apart_comes_up_in_seconds_and_goes_leaving_nothing() -> 
     print(f"bed of 3 nodes: up in {up:.1f} s, down in {down:.1f} s")
     assert bed_processes(bed) == []
     assert not Path(bed.directory).exists()
+    # Each node's Fleet home went with its mount namespace, and its loop device with it.
+    assert bed.directory not in subprocess.run(["losetup", "--list"], capture_output=True, text=True).stdout
     after = machine_state()
     for key, text in before.items():
         # Other tests on this machine may add or remove their own loopback servers' mounts; the bed's never.
