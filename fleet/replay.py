@@ -47,7 +47,8 @@ Key = tuple[Value, ...]
 def tuning_spaces_dir() -> Path:
     """Where recorded spaces are looked up: ``FLEET_TUNING_SPACES``, else the two that ship in the repository's
     ``examples/tuning-spaces``; a development checkout with the whole development set beside the repository
-    (``../shared/tuning-spaces``, which the tests and ``fleet bench search`` read) uses that instead."""
+    (``../shared/tuning-spaces``, which ``fleet bench search`` reads) uses that instead. The tests set
+    ``FLEET_TUNING_SPACES`` to their own samples."""
     configured = os.environ.get("FLEET_TUNING_SPACES")
     if configured:
         return Path(configured).expanduser()

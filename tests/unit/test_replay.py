@@ -27,7 +27,7 @@ def readme_table() -> dict[str, tuple[int, int, float, float]]:
 
     Read from the folder itself, so that a space added with its row is checked without editing this file. The
     files are sub-spaces of the recorded spaces, and the table gives their own figures, counted from their JSON
-    by tests/data/make_samples.py; the whole spaces' figures are in the development set's README, which
+    by scripts/cut-test-samples; the whole spaces' figures are in the development set's README, which
     `fleet bench search` reads.
     """
     rows = {}
