@@ -9,6 +9,8 @@ of a project see the project's history.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import socket
 import sys
@@ -32,6 +34,18 @@ def conceal() -> None:
         import ctypes  # here: every fleet command calls this, and few need ctypes otherwise
 
         ctypes.CDLL(None, use_errno=True).prctl(4, 0)  # 4 = PR_SET_DUMPABLE
+
+
+def freeze_at_exit() -> None:
+    """Leave the imported modules' objects out of the garbage collector's passes at this process's exit.
+
+    Python's shutdown collects garbage as it tears the modules down, and each pass walks every object the imports
+    made (SQLAlchemy's, Celery's): about a quarter of a second of CPU when a worker process exits and a tenth when a
+    ``fleet`` command does, for memory the exit hands back anyway. Exit handlers still run, streams are still
+    flushed, and objects still go when their last reference does. Each Fleet process calls this, as it calls
+    :func:`conceal`.
+    """
+    atexit.register(gc.freeze)
 
 
 def positive_number(env: Mapping[str, str], name: str, default: float) -> float:

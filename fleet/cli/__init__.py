@@ -17,7 +17,7 @@ import click
 
 from fleet.cli._sections import SectionedGroup, old_name
 from fleet.errors import FleetError
-from fleet.settings import Settings, conceal
+from fleet.settings import Settings, conceal, freeze_at_exit
 
 ALONE = {
     "status": "fleet.cli.campaigns",
@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     reset_settings()
     conceal()  # every fleet process holds the database and broker URLs in its environment
+    freeze_at_exit()
     try:
         Settings.from_env()
         result = cli.main(args=argv, prog_name="fleet", standalone_mode=False)

@@ -6,6 +6,7 @@ The launcher (``fleet worker``) passes the process's role, target and GPU in the
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ from typing import Any
 from celery import signals
 
 from fleet.errors import ConfigurationError, StoreError
-from fleet.settings import conceal, get_settings, node_name
+from fleet.settings import conceal, freeze_at_exit, get_settings, node_name
 from fleet.store import Store
 from fleet.tasks.sending import send, send_steps
 from fleet.workers import sandbox
@@ -52,6 +53,10 @@ def context(name: str) -> WorkerContext:
 def _conceal(**_: Any) -> None:
     # Before the pool forks, so that every process of this worker holds its URLs out of the workloads' reach.
     conceal()
+    freeze_at_exit()
+    # What the imports made lives as long as the process: frozen before the pool forks, the pool processes'
+    # collections never write to the pages they share with this one (the gc module's advice for forking servers).
+    gc.freeze()
 
 
 @signals.worker_process_init.connect
