@@ -511,7 +511,13 @@ def _command(node: Node, role: str) -> tuple[str, str]:
 def start_node(c: Connection, node: Node) -> None:
     """Start what the node was deployed to run: its workers, its driver, or both."""
     if node.systemd:
-        c.run(f"systemctl enable --now {_units(c, node)}")
+        units = _units(c, node)
+        if not c.run(f"systemctl enable --now {units}", warn=True).ok:
+            # A worker unit's check of its node (ExecStartPre) failed: its one line is in the journal.
+            failed = [u for u in units.split() if not c.run(f"systemctl is-active --quiet {u}", warn=True).ok]
+            journal = f"journalctl --no-pager -o cat -n 50 {' '.join('-u ' + u for u in failed or units.split())}"
+            why = c.run(f"{journal} | grep -m 1 'fleet: error'", warn=True, hide=True).stdout.strip()
+            raise Exit(f"{c.original_host}: {' '.join(failed) or units} not started: {why or 'fab logs says why'}")
         return
     for role in _roles(c, node):
         _start(c, node, role)

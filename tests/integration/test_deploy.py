@@ -424,6 +424,10 @@ def test_systemd_units_verify(tmp_path: Path) -> None:
         (tmp_path / name).write_text(text)
         assert "KillMode=mixed" in text and "TimeoutStopSec=960" in text
     assert "--role eval --gpus %i" in units["fleet-eval@.service"]
+    for text in units.values():
+        # Each worker checks its node first, as the unit runs it: the very command, with --check.
+        [start] = [line.removeprefix("ExecStart=") for line in text.splitlines() if line.startswith("ExecStart=")]
+        assert f"ExecStartPre={start} --check" in text.splitlines()
     systemd_analyze = shutil.which("systemd-analyze")
     assert systemd_analyze, "run scripts/install-services (Debian's systemd provides systemd-analyze)"
     checked = [str(tmp_path / "fleet-eval@0.service"), str(tmp_path / "fleet-build.service")]
