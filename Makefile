@@ -67,6 +67,7 @@ bench: $(STAMP) services
 	$(BIN)/fleet bench chaos
 	$(BIN)/fleet bench partition
 	$(BIN)/fleet bench slurm
+	$(BIN)/fleet bench systemd
 	$(BIN)/fleet bench tvm
 
 ## A tuned 1024^3 matmul and an AlexNet conv2d (TVM) against the default schedule and NumPy.

@@ -21,6 +21,7 @@ ELSEWHERE = {
     "sandbox": "fleet.bench.sandbox:sandbox_bench_command",
     "partition": "fleet.bench.nemesis:partition_command",
     "slurm": "fleet.bench.slurm:slurm_bench_command",
+    "systemd": "fleet.bench.systemd:systemd_bench_command",
 }
 """The benchmarks defined beside their code, imported when one is run or listed: with the whole group every
 `fleet` command, `fleet status` among them, would import the benchmarks' modules to start."""

@@ -28,6 +28,10 @@ jumps (:meth:`Bed.jump`) for its Fleet processes, which run with a small preload
 with the machine's C compiler when the bed comes up) that adds the seconds written in the node's ``clock`` file to
 ``CLOCK_REALTIME``: Linux's time namespaces offset only the monotonic and boot clocks.
 
+A node that runs systemd cannot be one of these (tini is their PID 1): :meth:`Bed.wire` gives the bed a node of
+network alone, on the bridge and in the ssh config, in whose namespace fleet/ops/nspawn.py boots a Debian root with
+``systemd-nspawn`` (``fleet bench systemd``).
+
 ``scripts/nodes up N`` / ``down`` drive this module for people; ``tests/nodes.py`` wraps it as a pytest fixture.
 """
 
@@ -78,6 +82,7 @@ class Node:
     directory: str
     pid: int | None = None
     database: bool = False
+    login: str = ACCOUNT  # the account SSH logs in as (root on a systemd node: fleet/ops/nspawn.py)
 
     @property
     def home(self) -> Path:
@@ -201,6 +206,21 @@ class Bed:
         self.ip(netns, "addr", "add", f"{node.address}/24", "dev", "eth0")
         self.ip(netns, "link", "set", "eth0", "up")
         self.ip(netns, "link", "set", "lo", "up")
+
+    def wire(self, name: str, *, login: str = ACCOUNT) -> Node:
+        """A node on the bridge that the bed does not boot: its network namespace at the next address, and its entry
+        in the ssh config; what runs inside it is the caller's (a systemd-nspawn container: fleet/ops/nspawn.py).
+        :meth:`down` removes it with the rest, killing whatever still runs in its namespace."""
+        if name in self.nodes:
+            raise BedError(f"the bed already has a node {name}")
+        index = len(self.nodes)
+        node = Node(name, f"{SUBNET}.{10 + index}", name, str(Path(self.directory) / name), login=login)
+        Path(node.directory).mkdir()
+        self.nodes[name] = node
+        self.save()  # before the namespace, so that `scripts/nodes down` finds it
+        self._wire(node, index)
+        self.write_ssh_config()
+        return node
 
     def down(self) -> None:
         """Kill every node's processes, remove the namespaces (their links and rules go with them) and the folder."""
@@ -531,6 +551,10 @@ class Bed:
     def netns(self, node: Node) -> str:
         return f"{self.prefix}-{node.name}"
 
+    def netns_path(self, node: Node) -> Path:
+        """The file ``ip netns`` keeps the node's network namespace by (what ``nsenter --net=`` and nspawn take)."""
+        return Path("/run/netns") / self.netns(node)
+
     @property
     def key(self) -> Path:
         return Path(self.directory) / "id_ed25519"
@@ -562,7 +586,7 @@ class Bed:
         """An ssh config naming the nodes, as an operator's ``~/.ssh/config`` would (Fabric and ``fleet exec`` read)."""
         self.ssh_config.write_text(
             "".join(
-                f"Host {n.name}\n  HostName {n.address}\n  User {ACCOUNT}\n  IdentityFile {self.key}\n"
+                f"Host {n.name}\n  HostName {n.address}\n  User {n.login}\n  IdentityFile {self.key}\n"
                 "  IdentitiesOnly yes\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
                 for n in self.workers
             )
