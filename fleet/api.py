@@ -66,6 +66,7 @@ def submit(
     store: Store | None = None,
     *,
     priority: float | None = None,
+    team: str | None = None,
 ) -> CampaignHandle:
     """Write the campaign and hand it to the fleet's drivers; returns at once.
 
@@ -75,13 +76,16 @@ def submit(
         A spec file's path, its JSON as a dict (sources relative to the current directory), or a spec.
     priority:
         The campaign's weight on its target's evaluation slots (default: the spec's, else 1).
+    team:
+        The team that owns it, on PostgreSQL (default: the one team the database login is a member of); only its
+        members read and steer it.
     """
     # The spec (and the priority) are checked whole before the store is opened: a bad one writes nothing.
     campaign_spec = _spec(spec)
     if priority is not None:
         check_priority(priority)
     store = store or _connect()
-    campaign = _submit(store, campaign_spec)
+    campaign = _submit(store, campaign_spec, team)
     store.submit_campaign(campaign.id, priority)
     return CampaignHandle(store, campaign.id)
 

@@ -1,9 +1,10 @@
-"""Commands that run the fleet itself: ``fleet worker``, ``up`` and ``db``."""
+"""Commands that run the fleet itself: ``fleet worker``, ``up``, ``db`` and ``team``."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -246,4 +247,63 @@ def db_revision() -> None:
     click.echo(f"{store.revision() or 'none'} (latest {store.head()})")
 
 
-COMMANDS = (worker, up, db)
+@click.group(cls=WholeHelpGroup)
+def team() -> None:
+    """Teams of submitters on PostgreSQL: each sees and steers its own campaigns only, even through its own psql.
+
+    Run as the database's owner with CREATEROLE, or a superuser (`fleet team service` needs one).
+    """
+
+
+_PASSWORD = click.option("--password-stdin", is_flag=True, help="Set the login's password to the line on stdin.")
+
+
+def _password(given: bool) -> str | None:
+    if not given:
+        return None
+    line = sys.stdin.readline().rstrip("\n")
+    if not line:
+        from fleet.errors import ConfigurationError
+
+        raise ConfigurationError("--password-stdin: no password on stdin")
+    return line
+
+
+@team.command("add")
+@click.argument("name")
+def team_add(name: str) -> None:
+    """Make NAME a team: a PostgreSQL role no one logs in as, whose members submit and read its campaigns."""
+    open_store().add_team(name)
+    click.echo(f"team {name}: add its submitters with `fleet team member {name} LOGIN`")
+
+
+@team.command("member")
+@click.argument("name")
+@click.argument("login")
+@_PASSWORD
+def team_member(name: str, login: str, password_stdin: bool) -> None:
+    """Let LOGIN (a PostgreSQL login, created when missing) submit for team NAME."""
+    created = open_store().add_member(name, login, _password(password_stdin))
+    click.echo(f"{'created login' if created else 'login'} {login}, a member of team {name}")
+
+
+@team.command("service")
+@click.argument("login")
+@_PASSWORD
+def team_service(login: str, password_stdin: bool) -> None:
+    """Make LOGIN (created when missing) the workers' and drivers' role: every campaign's rows, no schema changes."""
+    created = open_store().add_service(login, _password(password_stdin))
+    click.echo(f"{'created login' if created else 'login'} {login}: workers and drivers act for every team with it")
+
+
+@team.command("list")
+def team_list() -> None:
+    """Each team, its members and how many campaigns it owns."""
+    rows = open_store(read_only=True).teams()
+    if not rows:
+        click.echo("no teams: every login that reaches the database reads every campaign (`fleet team add NAME`)")
+    for row in rows:
+        click.echo(f"{row.name}  {row.campaigns} campaigns  members: {', '.join(row.members) or 'none'}")
+
+
+COMMANDS = (worker, up, db, team)

@@ -24,8 +24,19 @@ from fleet.settings import get_settings
     help="Weight on the target's evaluation slots against other campaigns (default: the spec's, else 1).",
 )
 @click.option("--remeasure", is_flag=True, help="Measure configurations again even if measured before.")
+@click.option(
+    "--team",
+    envvar="FLEET_TEAM",
+    help="The team that owns the campaign, on PostgreSQL ($FLEET_TEAM; default: your login's one team).",
+)
 def submit(
-    spec: Path, name: str | None, target: str | None, budget: int | None, priority: float | None, remeasure: bool
+    spec: Path,
+    name: str | None,
+    target: str | None,
+    budget: int | None,
+    priority: float | None,
+    remeasure: bool,
+    team: str | None,
 ) -> None:
     """Hand the campaign of SPEC to the fleet's drivers and return at once; `fleet driver` processes run it."""
     from fleet import api
@@ -35,10 +46,11 @@ def submit(
     if remeasure:
         campaign_spec.options["remeasure"] = True
     note_missing_extras(campaign_spec.strategy, campaign_spec.workload)
-    handle = api.submit(campaign_spec, open_store(), priority=priority)
+    handle = api.submit(campaign_spec, open_store(), priority=priority, team=team)
     campaign = handle.campaign()
     click.echo(
-        f"submitted campaign {campaign.name} (id {campaign.id}, priority {campaign.priority:g}) to {database_url()}"
+        f"submitted campaign {campaign.name} (id {campaign.id}, priority {campaign.priority:g}"
+        f"{f', team {campaign.team}' if campaign.team else ''}) to {database_url()}"
     )
     click.echo(f"watch it: fleet status {campaign.name}; steer it: fleet pause|resume|cancel {campaign.name}")
     if not handle.store.workers(role="driver", within=get_settings().liveness_seconds):

@@ -40,8 +40,14 @@ from fleet.states import DRIVEN, TERMINAL, WAITING, CampaignStatus, TrialState
 from fleet.store import Campaign, NewTrial, Requeue, Store, TrialResult
 
 
-def submit(store: Store, spec: CampaignSpec) -> Campaign:
-    """Write ``spec`` (problems, source bundle, campaign); resubmitting the same spec returns the campaign."""
+def submit(store: Store, spec: CampaignSpec, team: str | None = None) -> Campaign:
+    """Write ``spec`` (problems, source bundle, campaign); resubmitting the same spec returns the campaign.
+
+    Parameters
+    ----------
+    team:
+        The team that owns it (PostgreSQL); default: the one team the login is a member of.
+    """
     problem_ids = [store.add_problem(p.kind, p.params, p.tags) for p in spec.problems]
     for data in spec.files.values():
         store.put_blob(data)
@@ -55,6 +61,7 @@ def submit(store: Store, spec: CampaignSpec) -> Campaign:
         options=spec.options,
         provenance=provenance(),
         baseline=spec.baseline,
+        team=team,
     )
     if spec.priority != campaign.priority:
         store.set_priority(campaign.id, spec.priority)

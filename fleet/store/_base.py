@@ -234,6 +234,8 @@ class StoreBase:
         line = _first_line(error)
         if _schema_missing(line):
             return StoreError(f"database {self.display_url} has no Fleet schema ({line}): run `fleet db upgrade`")
+        if getattr(getattr(error, "orig", None), "pgcode", None) == "42501":  # insufficient_privilege
+            return StoreError(f"database {self.display_url} refused: {line} (not this login's to do: see `fleet team`)")
         if self.dialect == "postgresql" and isinstance(error, (OperationalError, InterfaceError)):
             # Refused, reset, restarting, shutting down, a deadlock: SQLite's are its file's, not an outage's.
             return StoreUnavailable(f"database {self.display_url} does not answer: {line}")

@@ -90,6 +90,18 @@ class Campaign(Base):
     driver_lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    # The team that owns it: a PostgreSQL role whose members alone read and steer it (row-level security, migration
+    # 0014). None on SQLite, and for a campaign submitted before teams or by an operator: only operators see it.
+    team: Mapped[str | None] = mapped_column(String(63), nullable=True)
+
+
+class Team(Base):
+    """A team of submitters: a PostgreSQL group role, named here by ``fleet team add`` (see fleet.store._teams)."""
+
+    __tablename__ = "teams"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class CampaignProblem(Base):

@@ -93,9 +93,14 @@ class ProblemStore(StoreBase):
         options: dict[str, Any],
         provenance: dict[str, Any],
         baseline: dict[str, Any] | None = None,
+        team: str | None = None,
     ) -> Campaign:
-        """Create a campaign; an existing one of the same name and definition is returned as it is."""
+        """Create a campaign; an existing one of the same name and definition is returned as it is.
+
+        Its team is ``team``, else the one team the login is a member of (see ``TeamStore.owning_team``).
+        """
         workload_key = digest({"workload": workload, "provenance": provenance.get("toolchain", "")})
+        team = self.owning_team(team)  # type: ignore[attr-defined]  # a mixin of Store, which has owning_team()
         with self.session() as session:
             created = session.scalar(
                 self.insert(Campaign)
@@ -111,6 +116,7 @@ class ProblemStore(StoreBase):
                     baseline=baseline,
                     status=CampaignStatus.RUNNING,
                     created_at=utcnow(),
+                    team=team,
                 )
                 .on_conflict_do_nothing()
                 .returning(Campaign.id)
@@ -119,7 +125,8 @@ class ProblemStore(StoreBase):
                 for position, problem_id in enumerate(problem_ids):
                     session.add(CampaignProblem(campaign_id=created, problem_id=problem_id, position=position))
             campaign = session.scalar(select(Campaign).where(Campaign.name == name))
-            assert campaign is not None
+            if campaign is None:  # names are one for the whole fleet: another team has this one
+                raise StoreError(f"campaign name {name!r} is taken (by a campaign you may not see): choose another")
             problems = list(
                 session.scalars(
                     select(CampaignProblem.problem_id)

@@ -37,7 +37,7 @@ def test_commands_are_listed_in_sections_in_order() -> None:
         "tune", "submit", "resume", "pause", "cancel", "status", "trials", "trial", "best", "report", "export",
         "validate",
     ]  # fmt: skip
-    assert found["Fleet"] == ["worker", "up", "db", "driver", "slurm", "kubernetes"]
+    assert found["Fleet"] == ["worker", "up", "db", "team", "driver", "slurm", "kubernetes"]
     assert "miopen" in found["MIOpen"]
     assert found["TVM"] == ["tvm"]
     assert found["Operations"] == ["exec", "call", "logs", "flower", "metrics"]

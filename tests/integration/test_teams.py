@@ -1,0 +1,377 @@
+"""Teams apart by PostgreSQL itself (issue 44): a submitter's own connection, as an attacker would use it, reaches no
+other team's campaigns, trials, measurements, artifacts or stored sources, and the service role still runs every
+team's campaigns, on real PostgreSQL, Redis, `fleet driver` and `fleet worker` processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from alembic import command
+from sqlalchemy import Connection, create_engine, select, text, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+
+from fleet.store import Artifact, Measurement, Store, Trial
+from tests.conftest import Fleet, migrated_database, write_spec
+from tests.integration.test_campaign import kernel_spec
+from tests.integration.test_store import add, make_campaign, make_problem
+
+RLS_TABLES = (
+    "campaigns", "campaign_problems", "trials", "measurements", "artifacts", "blobs", "chains", "chain_steps",
+)  # fmt: skip
+
+
+def as_role(url: str, role: str) -> str:
+    """``url`` logging in as ``role`` (the test server trusts 127.0.0.1: no password)."""
+    return make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
+
+
+@dataclass
+class Teams:
+    """Two teams on one database: red (alice, the victim) and blue (mallory, the attacker), and the service login."""
+
+    url: str
+    red: str
+    blue: str
+    alice: str
+    mallory: str
+    service: str
+
+    def url_of(self, login: str) -> str:
+        return as_role(self.url, login)
+
+
+def make_teams(url: str) -> Teams:
+    """Roles are the server's, not one database's: each test's are its own names."""
+    tag = uuid.uuid4().hex[:8]
+    teams = Teams(url, f"red_{tag}", f"blue_{tag}", f"alice_{tag}", f"mallory_{tag}", f"svc_{tag}")
+    operator = Store(as_role(url, "postgres"))  # a superuser: BYPASSRLS takes one
+    try:
+        operator.add_team(teams.red)
+        operator.add_team(teams.blue)
+        assert operator.add_member(teams.red, teams.alice)
+        assert operator.add_member(teams.blue, teams.mallory)
+        assert operator.add_service(teams.service)
+    finally:
+        operator.close()
+    return teams
+
+
+@pytest.fixture
+def connect() -> Iterator[Any]:
+    """Open direct connections (an attacker's psql), each closed after the test."""
+    engines: list[Any] = []
+
+    def opened(url: str) -> Connection:
+        engine = create_engine(url, isolation_level="AUTOCOMMIT")
+        engines.append(engine)
+        return engine.connect()
+
+    yield opened
+    for engine in engines:
+        engine.dispose()
+
+
+def refused(connection: Connection, sql: str, **params: Any) -> str:
+    """The error PostgreSQL answers ``sql`` with (the test fails if it is done)."""
+    with pytest.raises(DBAPIError) as raised:
+        connection.execute(text(sql), params)
+    return str(raised.value.orig)
+
+
+def start_driver(fleet: Fleet, url: str) -> None:
+    with (fleet.home / "driver.log").open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fleet.cli", "driver", "--name", "driver-svc"],
+            env={**fleet.env, "FLEET_DATABASE_URL": url, "FLEET_DRIVER_LEASE_SECONDS": "3"},
+            cwd=fleet.home,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    fleet.procs.append(proc)
+    fleet.wait_for(lambda: fleet.store.workers(role="driver", within=5), what="the driver")
+
+
+def spec_of(fleet: Fleet, name: str, optimize: str) -> str:
+    """The test kernel, each team's with its own build flags: the same problem, nothing shared by key between them."""
+    spec = kernel_spec(fleet, name=name)
+    spec["workload"] = {**spec["workload"], "warmup": 0, "repeats": 1}
+    spec["workload"]["build"] = ["gcc", optimize, *spec["workload"]["build"][2:]]
+    return str(write_spec(fleet.home, spec, f"{name}.json"))
+
+
+def test_a_submitters_own_connection_reaches_no_other_teams_rows_and_the_service_runs_both(
+    fleet: Fleet, connect: Any
+) -> None:
+    teams = make_teams(fleet.env["FLEET_DATABASE_URL"])
+    service = teams.url_of(teams.service)
+    fleet.start_worker(env={"FLEET_DATABASE_URL": service})
+    start_driver(fleet, service)
+    for login, name, optimize in ((teams.alice, "victim", "-O1"), (teams.mallory, "attacker", "-O2")):
+        # A submitter needs no broker: the database is all it is given.
+        alone = {"FLEET_DATABASE_URL": teams.url_of(login), "FLEET_BROKER_URL": ""}
+        done = fleet.cli("submit", spec_of(fleet, name, optimize), env=alone)
+        assert done.returncode == 0, done.stderr
+    for name in ("victim", "attacker"):
+        fleet.wait_for(lambda n=name: fleet.store.campaign(n).status == "done", timeout=180, what=f"{name} to end")
+    victim, attacker = fleet.store.campaign("victim"), fleet.store.campaign("attacker")
+    assert (victim.team, attacker.team) == (teams.red, teams.blue)
+    with fleet.store.session() as session:  # the operator's view: every row
+        trials = list(session.scalars(select(Trial.id).where(Trial.campaign_id == victim.id)))
+        build_keys = set(session.scalars(select(Trial.build_key).where(Trial.campaign_id == victim.id)))
+        artifact_blobs = set(session.scalars(select(Artifact.blob_digest).where(Artifact.build_key.in_(build_keys))))
+        measured = session.scalar(
+            select(text("count(*)")).select_from(Measurement).where(Measurement.trial_id.in_(trials))
+        )
+    assert len(trials) == measured == 8 and len(artifact_blobs) == len(build_keys) == 4  # grid 6, baseline 2
+
+    mallory = connect(teams.url_of(teams.mallory))
+    seen = {table: mallory.scalar(text(f"SELECT count(*) FROM {table}")) for table in RLS_TABLES}
+    assert (
+        mallory.scalar(
+            text("SELECT count(*) FROM campaigns WHERE id = :id OR team = :red"), {"id": victim.id, "red": teams.red}
+        )
+        == 0
+    )
+    assert mallory.scalar(text("SELECT count(*) FROM trials WHERE campaign_id = :id"), {"id": victim.id}) == 0
+    assert mallory.scalar(text("SELECT count(*) FROM measurements WHERE trial_id = ANY(:t)"), {"t": trials}) == 0
+    assert (
+        mallory.scalar(text("SELECT count(*) FROM artifacts WHERE build_key = ANY(:k)"), {"k": list(build_keys)}) == 0
+    )
+    assert mallory.scalar(text("SELECT count(*) FROM blobs WHERE digest = ANY(:d)"), {"d": list(artifact_blobs)}) == 0
+    assert seen["campaigns"] == 1 and seen["trials"] == seen["measurements"] == 8  # its own, all of them
+
+    # Change the victim's rows: each is refused, or finds no row to change.
+    assert (
+        mallory.execute(text("UPDATE campaigns SET status = 'cancelled' WHERE id = :id"), {"id": victim.id}).rowcount
+        == 0
+    )
+    assert (
+        mallory.execute(text("UPDATE trials SET state = 'errored' WHERE campaign_id = :id"), {"id": victim.id}).rowcount
+        == 0
+    )
+    assert (
+        mallory.execute(text("UPDATE campaigns SET priority = 100 WHERE team = :red"), {"red": teams.red}).rowcount == 0
+    )
+    assert "permission denied" in refused(
+        mallory, "UPDATE campaigns SET team = :red WHERE id = :id", red=teams.red, id=attacker.id
+    )
+    assert "permission denied" in refused(mallory, "DELETE FROM trials WHERE campaign_id = :id", id=victim.id)
+    assert "permission denied" in refused(mallory, "DELETE FROM campaigns")
+    forged = (
+        "INSERT INTO measurements (trial_id, problem_id, target, measure_key, objective_name, maximize, objective,"
+        " valid, samples, metrics, toolchain, created_at) SELECT id, problem_id, target, measure_key, 'score', true,"
+        " 1e308, true, '[]', '{}', '', now() FROM trials WHERE id = :id"
+    )
+    assert "permission denied" in refused(mallory, forged, id=trials[0])
+    assert "permission denied" in refused(
+        mallory, "UPDATE trials SET measure_key = 'x' WHERE campaign_id = :id", id=attacker.id
+    )
+    assert "permission denied" in refused(
+        mallory, "UPDATE trials SET source_trial_id = :t WHERE campaign_id = :id", t=trials[0], id=attacker.id
+    )
+    assert "permission denied" in refused(
+        mallory,
+        "INSERT INTO artifacts (build_key, problem_id, target, build_config, toolchain, state, attempts, created_at)"
+        " VALUES ('k', 1, 't', '{}', '', 'built', 0, now())",
+    )
+    new_campaign = (
+        "INSERT INTO campaigns (name, target, space, strategy, workload, workload_key, options, provenance, status,"
+        " submitted, priority, created_at, team) VALUES ('forged', 't', '{}', '{}', '{}', 'k', '{}', '{}', 'running',"
+        " true, 1, now(), :team)"
+    )
+    assert "row-level security" in refused(mallory, new_campaign, team=teams.red)
+    assert "row-level security" in refused(mallory, new_campaign, team=None)
+    assert "row-level security" in refused(
+        mallory, "INSERT INTO campaign_problems (campaign_id, problem_id, position) VALUES (:id, 1, 9)", id=victim.id
+    )
+    # A stored source under another's digest would be what that campaign builds: only bytes' own digests are kept.
+    assert "row-level security" in refused(
+        mallory, "INSERT INTO blobs (digest, size, data, created_at) VALUES (:d, 1, 'x', now())", d="0" * 64
+    )
+    # Become someone else, or switch the policies off.
+    assert "permission denied" in refused(mallory, f"SET ROLE {teams.red}")
+    assert "permission denied" in refused(mallory, f"SET ROLE {teams.service}")
+    assert "permission denied" in refused(mallory, f"SET ROLE {teams.alice}")
+    assert "must be owner" in refused(mallory, "ALTER TABLE campaigns DISABLE ROW LEVEL SECURITY")
+    assert "must be owner" in refused(mallory, "DROP POLICY team_rows ON trials")
+    mallory.execute(text("SET row_security = off"))
+    assert "row-level security" in refused(mallory, "SELECT count(*) FROM trials")
+    mallory.execute(text("RESET row_security"))
+    # A session's own table cannot stand in for the catalog the policies read.
+    mallory.execute(text("CREATE TEMP TABLE pg_roles AS SELECT rolname, oid FROM pg_catalog.pg_roles"))
+    mallory.execute(
+        text("UPDATE pg_temp.pg_roles SET oid = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user)")
+    )
+    assert mallory.scalar(text("SELECT count(*) FROM campaigns WHERE id = :id"), {"id": victim.id}) == 0
+
+    # Nothing of the victim's moved; the victim's own login sees all of it, and Fleet's commands show each its own.
+    after = fleet.store.campaign("victim")
+    assert (after.status, after.team, after.priority) == ("done", teams.red, 1.0)
+    assert fleet.store.trial_counts(victim.id) == {"evaluated": 8}
+    alice = connect(teams.url_of(teams.alice))
+    assert alice.scalar(text("SELECT count(*) FROM measurements WHERE trial_id = ANY(:t)"), {"t": trials}) == 8
+    assert alice.scalar(text("SELECT count(*) FROM blobs WHERE digest = ANY(:d)"), {"d": list(artifact_blobs)}) == 4
+    as_mallory = {"FLEET_DATABASE_URL": teams.url_of(teams.mallory)}
+    status = fleet.cli("status", env=as_mallory)
+    assert status.returncode == 0, status.stderr
+    assert "attacker" in status.stdout and "victim" not in status.stdout
+    for args in (
+        ("status", "victim"),
+        ("trials", "victim"),
+        ("best", "victim"),
+        ("report", "victim"),
+        ("cancel", "victim"),
+        ("pause", "victim"),
+    ):
+        done = fleet.cli(*args, env=as_mallory)
+        assert done.returncode == 1 and "no campaign 'victim'" in done.stderr, (args, done.stderr)
+    best = fleet.cli("best", "--kind", "kernel", "--from", "all", "--json", env=as_mallory)
+    assert best.returncode == 0, best.stderr
+    assert "victim" not in best.stdout and "attacker" in best.stdout
+    assert f"--from all: the campaigns of your teams ({teams.blue})" in best.stderr
+    as_alice = {"FLEET_DATABASE_URL": teams.url_of(teams.alice)}
+    assert fleet.cli("best", "victim", env=as_alice).returncode == 0
+    assert fleet.cli("report", "victim", env=as_alice).returncode == 0
+
+
+def test_submit_takes_the_logins_one_team_and_refuses_in_one_line_what_it_cannot_tell(fleet: Fleet) -> None:
+    teams = make_teams(fleet.env["FLEET_DATABASE_URL"])
+    operator = {"FLEET_DATABASE_URL": teams.url_of("postgres")}
+    as_alice = {"FLEET_DATABASE_URL": teams.url_of(teams.alice)}
+    as_mallory = {"FLEET_DATABASE_URL": teams.url_of(teams.mallory)}
+
+    done = fleet.cli("submit", spec_of(fleet, "mine", "-O1"), env=as_alice)
+    assert done.returncode == 0, done.stderr
+    assert f"team {teams.red})" in done.stdout
+    for steer in ("pause", "cancel"):  # a team's login steers its own campaigns
+        steered = fleet.cli(steer, "mine", env=as_alice)
+        assert steered.returncode == 0, steered.stderr
+    assert fleet.store.campaign("mine").status == "cancelled"
+    taken = fleet.cli("submit", spec_of(fleet, "mine", "-O2"), env=as_mallory)
+    assert taken.returncode == 1
+    assert taken.stderr.strip().splitlines() == [
+        "fleet: error: campaign name 'mine' is taken (by a campaign you may not see): choose another"
+    ]
+    not_mine = fleet.cli("submit", spec_of(fleet, "theirs", "-O2"), "--team", teams.red, env=as_mallory)
+    assert not_mine.returncode == 1 and f"is not a member of team '{teams.red}'" in not_mine.stderr
+
+    # A login in two teams names one; in none, it is told who adds it.
+    assert fleet.cli("team", "member", teams.blue, teams.alice, env=operator, check=True)
+    both = fleet.cli("submit", spec_of(fleet, "both", "-O2"), env=as_alice)
+    assert both.returncode == 1 and "name the campaign's with --team or FLEET_TEAM" in both.stderr
+    named = fleet.cli("submit", spec_of(fleet, "both", "-O2"), env={**as_alice, "FLEET_TEAM": teams.blue}, check=True)
+    assert f"team {teams.blue})" in named.stdout
+    loner = f"loner_{teams.red[4:]}"
+    with Store(teams.url_of("postgres")).transaction() as connection:
+        connection.execute(text(f"CREATE ROLE {loner} LOGIN"))
+    alone = fleet.cli("submit", spec_of(fleet, "alone", "-O3"), env={"FLEET_DATABASE_URL": teams.url_of(loner)})
+    assert alone.returncode == 1 and "refused: permission denied for table alembic_version" in alone.stderr
+
+    # The operator's own campaign has no team: no team's login sees it.
+    fleet.cli("submit", spec_of(fleet, "operators", "-O3"), check=True)
+    assert fleet.store.campaign("operators").team is None
+    status = fleet.cli("status", env=as_mallory, check=True).stdout
+    assert "both" in status and "mine" not in status and "operators" not in status
+    listed = fleet.cli("team", "list", env=operator, check=True).stdout.splitlines()
+    assert listed == [
+        f"{teams.blue}  1 campaigns  members: {teams.alice}, {teams.mallory}",
+        f"{teams.red}  1 campaigns  members: {teams.alice}",
+    ]
+    # A team's login makes no team, and a name that is not a plain role name is refused.
+    made = fleet.cli("team", "add", f"x_{teams.red}", env=as_mallory)
+    assert made.returncode == 1 and "permission denied" in made.stderr and len(made.stderr.splitlines()) == 1
+    bad = fleet.cli("team", "add", "Red-Team", env=operator)
+    assert bad.returncode == 1 and "a role name is lower-case letters" in bad.stderr
+    login_as_team = fleet.cli("team", "add", teams.alice, env=operator)
+    assert login_as_team.returncode == 1 and "exists and is a login" in login_as_team.stderr
+
+
+def test_teams_need_postgresql(tmp_path: Any, request: pytest.FixtureRequest) -> None:
+    url = migrated_database("sqlite", tmp_path, request)
+    env = {**os.environ, "FLEET_DATABASE_URL": url, "FLEET_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "fleet.cli", "team", "add", "red"], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().endswith("teams are PostgreSQL roles; an SQLite database has one user")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_migration_keeps_a_databases_campaigns_for_its_operators(
+    backend: str, tmp_path: Any, request: pytest.FixtureRequest, connect: Any
+) -> None:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'old.db'}"
+    else:
+        url = request.getfixturevalue("postgres_server").create_database(f"m{uuid.uuid4().hex[:12]}")
+    store = Store(url)
+    try:
+        with store.engine.begin() as connection:
+            command.upgrade(store._alembic(connection), "0013")
+        with store.engine.begin() as connection:
+            connection.execute(text(OLD_CAMPAIGN))
+        assert store.upgrade() == store.head() == "0014"
+        old = store.campaign("old")
+        assert (old.team, old.status) == (None, "running")
+        if backend == "sqlite":
+            return
+        with store.engine.connect() as connection:
+            secured = set(connection.scalars(text("SELECT relname FROM pg_class WHERE relrowsecurity")))
+        assert secured == set(RLS_TABLES)
+        teams = make_teams(url)
+        assert connect(teams.url_of(teams.alice)).scalar(text("SELECT count(*) FROM campaigns")) == 0
+        assert connect(teams.url_of(teams.service)).scalar(text("SELECT count(*) FROM campaigns")) == 1
+        with store.engine.begin() as connection:
+            command.downgrade(store._alembic(connection), "0013")
+        with store.engine.connect() as connection:
+            assert not list(connection.scalars(text("SELECT relname FROM pg_class WHERE relrowsecurity")))
+        assert store.upgrade() == "0014"
+    finally:
+        store.close()
+
+
+OLD_CAMPAIGN = (
+    "INSERT INTO campaigns (name, target, space, strategy, workload, workload_key, options, provenance, status,"
+    " submitted, priority, created_at) VALUES ('old', 't', '{}', '{}', '{}', 'k', '{}', '{}', 'running', true, 1,"
+    " CURRENT_TIMESTAMP)"
+)
+
+
+def test_a_measurement_another_team_reused_shows_to_it_by_its_key_only(
+    tmp_path: Any, request: pytest.FixtureRequest, connect: Any
+) -> None:
+    teams = make_teams(migrated_database("postgresql", tmp_path, request))
+    service = Store(teams.url_of(teams.service))
+    try:
+        problem = make_problem(service)
+        red = make_campaign(service, "red", problem_ids=[problem], team=teams.red)
+        blue = make_campaign(service, "blue", problem_ids=[problem], team=teams.blue)
+        [measured] = add(service, red, {"tile": 1})
+        reusing, other = add(service, blue, {"tile": 1}, {"tile": 2})  # the first has the same measure key
+        with service.session() as session:
+            key = session.get(Trial, measured).measure_key  # type: ignore[union-attr]
+            session.add(
+                Measurement(
+                    trial_id=measured, problem_id=problem, target=red.target, measure_key=key, objective_name="s",
+                    objective=1.0, samples=[1.0], metrics={}, objectives={},
+                )
+            )  # fmt: skip
+            session.execute(update(Trial).where(Trial.id == other).values(source_trial_id=measured))
+        mallory = connect(teams.url_of(teams.mallory))
+        count = "SELECT count(*) FROM measurements WHERE trial_id = :t"
+        assert mallory.scalar(text(count), {"t": measured}) == 0  # named as the source of a trial of another key
+        with service.session() as session:
+            session.execute(update(Trial).where(Trial.id == reusing).values(source_trial_id=measured))
+        assert mallory.scalar(text(count), {"t": measured}) == 1  # what its own trial reused
+        assert mallory.scalar(text("SELECT count(*) FROM trials WHERE id = :t"), {"t": measured}) == 0
+    finally:
+        service.close()
