@@ -234,7 +234,7 @@ class StoreBase:
         line = _first_line(error)
         if _schema_missing(line):
             return StoreError(f"database {self.display_url} has no Fleet schema ({line}): run `fleet db upgrade`")
-        if getattr(getattr(error, "orig", None), "pgcode", None) == "42501":  # insufficient_privilege
+        if getattr(getattr(error, "orig", error), "pgcode", None) == "42501":  # insufficient_privilege
             return StoreError(f"database {self.display_url} refused: {line} (not this login's to do: see `fleet team`)")
         if self.dialect == "postgresql" and isinstance(error, (OperationalError, InterfaceError)):
             # Refused, reset, restarting, shutting down, a deadlock: SQLite's are its file's, not an outage's.
@@ -425,6 +425,7 @@ class StoreBase:
             for start in range(0, len(rows), 2000):
                 connection.execute(self.insert(model).on_conflict_do_nothing(), list(rows[start : start + 2000]))
             return
+        from psycopg2 import Error
         from psycopg2.extras import execute_values
 
         table = model.__table__  # type: ignore[attr-defined]  # a mapped class's table, which its type does not say
@@ -440,6 +441,8 @@ class StoreBase:
         cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]  # a checked-out connection has its driver's
         try:
             execute_values(cursor, sql, values, page_size=2000)
+        except Error as error:  # the driver's own, past SQLAlchemy: a row a team's login may not write, say
+            raise self._error(error) from error
         finally:
             cursor.close()
 

@@ -18,8 +18,9 @@ from sqlalchemy import Connection, create_engine, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
+from fleet.errors import StoreError
 from fleet.store import Artifact, Measurement, Store, Trial
-from tests.conftest import Fleet, migrated_database, write_spec
+from tests.conftest import SPACES, Fleet, migrated_database, write_spec
 from tests.integration.test_campaign import kernel_spec
 from tests.integration.test_store import add, make_campaign, make_problem
 
@@ -256,6 +257,11 @@ def test_submit_takes_the_logins_one_team_and_refuses_in_one_line_what_it_cannot
         steered = fleet.cli(steer, "mine", env=as_alice)
         assert steered.returncode == 0, steered.stderr
     assert fleet.store.campaign("mine").status == "cancelled"
+    # An import writes measurements, which no team's login may: one line, nothing stored.
+    imported = fleet.cli("import", "kt", str(SPACES / "pnpoly__RTX_2080_Ti.json.gz"), env=as_alice)
+    assert imported.returncode == 1 and " refused: " in imported.stderr, imported.stderr
+    assert len(imported.stderr.strip().splitlines()) == 1
+    assert [c.name for c in fleet.store.campaigns()] == ["mine"]
     taken = fleet.cli("submit", spec_of(fleet, "mine", "-O2"), env=as_mallory)
     assert taken.returncode == 1
     assert taken.stderr.strip().splitlines() == [
@@ -373,5 +379,12 @@ def test_a_measurement_another_team_reused_shows_to_it_by_its_key_only(
             session.execute(update(Trial).where(Trial.id == reusing).values(source_trial_id=measured))
         assert mallory.scalar(text(count), {"t": measured}) == 1  # what its own trial reused
         assert mallory.scalar(text("SELECT count(*) FROM trials WHERE id = :t"), {"t": measured}) == 0
+        # Written in bulk through the driver's own cursor, a refused row is one line too.
+        attacker = Store(teams.url_of(teams.mallory))
+        row = {"campaign_id": blue.id, "problem_id": problem, "target": blue.target, "config": {}, "config_key": "k"}
+        refusal = pytest.raises(StoreError, match="refused: permission denied for table trials")
+        with refusal, attacker.transaction() as connection:
+            attacker.insert_many(connection, Trial, [{**row, "build_key": "b", "measure_key": key}])
+        attacker.close()
     finally:
         service.close()
