@@ -136,6 +136,22 @@ class Bests(Campaigns, Protocol):
     def campaigns_of_trials(self, trial_ids: list[int]) -> dict[int, int]: ...
 
 
+class Readers(Protocol):
+    """What :func:`scope` asks of the store."""
+
+    def reads_every_campaign(self) -> bool: ...
+
+    def my_teams(self) -> list[str]: ...
+
+
+def scope(store: Readers, trusted: Trusted | None) -> str | None:
+    """The line that says what ``all`` drew on when the database shows the asker its teams' campaigns only (a team's
+    login on PostgreSQL: row-level security, fleet.store._teams); None where ``all`` is every campaign."""
+    if trusted is None or not trusted.everyone or store.reads_every_campaign():
+        return None
+    return f"--from all: the campaigns of your teams ({', '.join(store.my_teams())}), all this login may read"
+
+
 def resolve(store: Campaigns, trusted: Trusted | None) -> None:
     """A named campaign that does not exist is the asker's mistake, said in one line (not an empty answer)."""
     if trusted is not None and trusted.names is not None:

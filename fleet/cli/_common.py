@@ -68,6 +68,17 @@ def glance_or_store() -> Any:
     return glance
 
 
+def say_scope(store: Any, trusted: Any) -> None:
+    """Say on stderr what an answer ``--from all`` drew on, where that is not every campaign (fleet.trust.scope)."""
+    from fleet.trust import scope
+
+    line = scope(store, trusted)
+    if line is not None:
+        import click
+
+        click.echo(f"fleet: {line}", err=True)
+
+
 def missing_database(url: str) -> None:
     """Raise :class:`NotFound` when ``url`` names a SQLite file that does not exist; say where Fleet looked."""
     database = _sqlite_database(url)

@@ -18,6 +18,7 @@ from fleet.cli._common import (
     glance_or_store,
     is_stdout,
     open_store,
+    say_scope,
     write_output,
 )
 from fleet.cli._sections import WholeHelpGroup
@@ -573,9 +574,7 @@ def best(
 
         out += metaschedule_rows(store, tvm[0], tvm[1], target, limit)
         out = sorted(out, key=lambda row: -row["gflops"])[:limit]
-    if trusted is not None and trusted.everyone and not store.reads_every_campaign():
-        # `all` is what the database lets this login read: its teams' campaigns (row-level security).
-        click.echo(f"fleet: --from all: the campaigns of your teams ({', '.join(store.my_teams())})", err=True)
+    say_scope(store, trusted)
     if not out:
         what = f"problem {found.id} ({found.kind})" if found is not None else f"{tvm[0] if tvm else problem}"
         raise NotFound(f"no valid measurement of {what} on {target}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from fleet.cli._common import check_broker, open_store
+from fleet.cli._common import check_broker, open_store, say_scope
 from fleet.cli._sections import WholeHelpGroup, old_name
 from fleet.errors import NotFound, SpecError
 from fleet.states import TrialState
@@ -411,6 +411,7 @@ def _export(kind: str) -> click.Command:
         what = databases.Selection(target, campaign, golden, version, tags, select_text, trusted)
         output = output or Path(default_name(kind, target))
         store = _store()
+        say_scope(store, trusted)
         how = ""
         if kind == "find-db":
             done = databases.export_find_db(store, what, output, line_format)

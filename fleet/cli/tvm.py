@@ -133,6 +133,7 @@ def run_model_command(
     (tune-ms, import-ms), else its best configuration of Fleet's space among the campaigns --from names; the last
     column says which (and its campaign). Nothing is tuned; an operator with neither runs its default schedule."""
     from fleet.api import connect
+    from fleet.cli._common import say_scope
     from fleet.tvm.available import require_tvm
     from fleet.tvm.models import model
     from fleet.tvm.run import run_layers
@@ -141,7 +142,9 @@ def run_model_command(
     trusted = _trusted(drawn_from)
     layers = model(model_name, batch)
     require_tvm()
-    rows = run_layers(connect(), layers, target, repeats=repeats, trusted=trusted)
+    store = connect()
+    say_scope(store, trusted)
+    rows = run_layers(store, layers, target, repeats=repeats, trusted=trusted)
     totals = {key: sum(r[key] for r in rows) for key in ("default_s", "tuned_s", "numpy_s")}
     if as_json:
         out = {"model": model_name, "batch": batch, "target": target, "layers": rows, "total": totals}
@@ -189,10 +192,12 @@ def export_records_command(output: Path, target: str | None, drawn_from: str | N
     """Write the measured TVM configurations (problem, target, knobs, time, provenance) of the campaigns --from
     names as JSON lines."""
     from fleet.api import connect
+    from fleet.cli._common import say_scope
     from fleet.tvm.records import export_records
 
     trusted = _trusted(drawn_from)
     store = connect()
+    say_scope(store, trusted)
     partial = output.with_name(output.name + ".partial")
     try:
         with partial.open("w") as out:

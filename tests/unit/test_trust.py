@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.errors import FleetError, SpecError
-from fleet.trust import Trusted, choose, named, parse_from
+from fleet.trust import Trusted, choose, named, parse_from, scope
 
 MEASURED = {1: "victim", 2: "attacker", 3: "other"}
 
@@ -49,3 +49,26 @@ def test_named_an_answer_draws_on_those_only_and_all_on_every_one() -> None:
     assert choose("problem 7", MEASURED, Trusted(("victim", "nobody-measured"))) == [1]
     assert choose("problem 7", MEASURED, Trusted(("nobody-measured",))) == []  # no answer, not another's
     assert choose("problem 7", MEASURED, Trusted(None)) == [1, 2, 3]
+
+
+class Login:
+    """A database login as fleet.trust.scope asks of it: a team's member sees its teams' campaigns only."""
+
+    def __init__(self, every: bool, teams: list[str]) -> None:
+        self.every, self.teams = every, teams
+
+    def reads_every_campaign(self) -> bool:
+        return self.every
+
+    def my_teams(self) -> list[str]:
+        return self.teams
+
+
+def test_all_on_a_teams_login_says_it_is_its_teams_campaigns() -> None:
+    member = Login(False, ["blue", "green"])
+    assert (
+        scope(member, Trusted(None)) == "--from all: the campaigns of your teams (blue, green), all this login may read"
+    )
+    assert scope(member, Trusted(("victim",))) is None  # named campaigns say themselves
+    assert scope(member, None) is None
+    assert scope(Login(True, []), Trusted(None)) is None  # an operator's, the service's, SQLite's: every campaign
