@@ -28,11 +28,19 @@ class ProblemStore(StoreBase):
             self._insert_ignore(
                 session, Problem, {"kind": kind, "params": params, "params_key": key, "created_at": utcnow()}
             )
-            problem_id = session.scalar(select(Problem.id).where(Problem.kind == kind, Problem.params_key == key))
+            found = session.execute(
+                select(Problem.id, Problem.params).where(Problem.kind == kind, Problem.params_key == key)
+            ).one()
+            # Problems are every team's: a row another login wrote under this key with other parameters would have
+            # this campaign tune them. Refused here, in the submitter's own process, rather than taken.
+            if digest(found.params) != key:
+                raise StoreError(
+                    f"problem {found.id} ({kind}) is stored under the key of {params} with other parameters: "
+                    "a forged row; ask an operator to remove it"
+                )
             for tag in tags:
-                self._insert_ignore(session, ProblemTag, {"problem_id": problem_id, "tag": tag})
-            assert problem_id is not None
-            return problem_id
+                self._insert_ignore(session, ProblemTag, {"problem_id": found.id, "tag": tag})
+            return int(found.id)
 
     @patient
     def problem(self, problem_id: int) -> Problem:

@@ -29,9 +29,10 @@ TEAM_READS = (
 )  # fmt: skip
 """The tables a team's members read (row-level security picks the rows of those that hold campaigns). Not the golden
 sets, which are the operators'; MetaSchedule's records are shared (see docs/operations.md)."""
-TEAM_INSERTS = ("problems", "problem_tags", "miopen_keys", "blobs", "campaigns", "campaign_problems")
+TEAM_INSERTS = ("problems", "problem_tags", "blobs", "campaigns", "campaign_problems")
 """What ``fleet submit`` writes. Not trials, measurements or artifacts: only the service role writes what decides a
-result (a trial's keys, a measurement), so that no submitter forges one that another team's trial would reuse."""
+result (a trial's keys, a measurement), so that no submitter forges one that another team's trial would reuse. Not a
+problem's MIOpen key either, which decides where an export files its results (Tuna's commands are the operators')."""
 TEAM_UPDATES = {
     "campaigns": ("status", "reason", "submitted", "priority", "driver", "driver_lease_expires_at", "finished_at"),
     "trials": ("state", "reason", "worker", "lease_expires_at", "finished_at"),

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, create_engine, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
+from fleet.canonical import digest
 from fleet.errors import StoreError
 from fleet.store import Artifact, Measurement, Store, Trial
 from tests.conftest import SPACES, Fleet, migrated_database, write_spec
@@ -379,6 +380,14 @@ def test_a_measurement_another_team_reused_shows_to_it_by_its_key_only(
             session.execute(update(Trial).where(Trial.id == reusing).values(source_trial_id=measured))
         assert mallory.scalar(text(count), {"t": measured}) == 1  # what its own trial reused
         assert mallory.scalar(text("SELECT count(*) FROM trials WHERE id = :t"), {"t": measured}) == 0
+        # Problems are shared: a row planted under the key of another's parameters is refused, not tuned.
+        planted = "INSERT INTO problems (kind, params, params_key, created_at) VALUES ('conv', :p, :k, now())"
+        mallory.execute(text(planted), {"p": '{"n": 666}', "k": digest({"n": 1})})
+        victim = Store(teams.url_of(teams.alice))
+        with pytest.raises(StoreError, match=r"stored under the key of .* with other parameters: a forged row"):
+            victim.add_problem("conv", {"n": 1})
+        victim.close()
+        assert "permission denied" in refused(mallory, "INSERT INTO miopen_keys VALUES (:p, 'forged')", p=problem)
         # Written in bulk through the driver's own cursor, a refused row is one line too.
         attacker = Store(teams.url_of(teams.mallory))
         row = {"campaign_id": blue.id, "problem_id": problem, "target": blue.target, "config": {}, "config_key": "k"}
