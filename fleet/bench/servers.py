@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
@@ -53,3 +54,24 @@ def postgres_url(stack: ExitStack) -> str:
     if not url.startswith("postgresql"):
         url = private_postgres(stack).create_database(f"bench{uuid.uuid4().hex[:8]}")
     return url
+
+
+def unwind_on_signals() -> None:
+    """Make SIGTERM and Ctrl-C (SIGINT) end this process by unwinding it, so that a benchmark's private servers and
+    the processes it started are stopped on the way out, as at its normal end.
+
+    By default a SIGTERM ends a process at once, and a process started in the background by a shell without job
+    control inherits SIGINT ignored: either left the servers running. The first signal raises (Ctrl-C as
+    ``KeyboardInterrupt``, which ``fleet`` reports as interrupted, status 130; SIGTERM as ``SystemExit(143)``); any
+    further one is ignored, so that it cannot cut the stopping short. Call it from the main thread.
+    """
+
+    def unwind(signum: int, _frame: object) -> None:
+        for each in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(each, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)  # the status a shell gives a command that a signal ended
+
+    for each in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(each, unwind)

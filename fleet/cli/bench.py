@@ -227,7 +227,9 @@ def bench_scale(trials: int, campaigns: int, campaign_trials: int | None, profil
     Uses FLEET_DATABASE_URL and FLEET_BROKER_URL when set, else a private PostgreSQL and Redis started for the run.
     """
     from fleet.bench.scale import run
+    from fleet.bench.servers import unwind_on_signals
 
+    unwind_on_signals()
     result = run(
         trials,
         campaigns,

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +67,52 @@ def test_a_small_scale_run_gives_every_figure_of_both_phases() -> None:
     # Progress went to stderr as the run went.
     assert f"one campaign of {TRIALS} trials" in done.stderr
     assert f"{CAMPAIGNS} campaigns of {TRIALS // 20} trials at once" in done.stderr
+
+
+def started_under(tmp: Path) -> dict[int, str]:
+    """The live processes whose environment names ``tmp`` as TMPDIR (a run's own and all it started inherit it) or
+    that work in a folder under it (Redis writes its title over its environment), by pid, with their command
+    lines."""
+    mark = f"TMPDIR={tmp}".encode()
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit():
+                continue
+            if mark in (proc / "environ").read_bytes().split(b"\0") or (proc / "cwd").resolve().is_relative_to(tmp):
+                found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone, or a zombie: its environment is unreadable
+            continue
+    return found
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["sigterm", "ctrl-c"])
+def test_sigterm_and_ctrl_c_stop_a_run_and_its_servers(tmp_path: Path, signum: int, status: int) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("FLEET_DATABASE_URL", "FLEET_BROKER_URL")}
+    env |= {"TMPDIR": str(tmp), "FLEET_HOME": str(tmp_path / "home")}
+    # As a shell without job control starts it in the background: with SIGINT ignored, which it inherits.
+    background = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    command = [sys.executable, "-c", background, sys.executable, "-m", "fleet.cli", "bench", "scale", "--trials", "200"]
+    log = tmp_path / "stderr"
+    with log.open("w") as stderr:
+        run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "warm-up:" not in log.read_text() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "warm-up:" in log.read_text(), log.read_text()[-3000:]  # its servers and worker are up
+        running = " ".join(started_under(tmp).values())
+        assert "postgres -D" in running and "redis-server" in running and "fleet.cli worker" in running
+
+        run.send_signal(signum)
+
+        assert run.wait(120) == status, log.read_text()[-3000:]
+        assert started_under(tmp) == {}
+        assert not list(tmp.iterdir())  # its servers' and run's directories removed
+    finally:
+        for pid in started_under(tmp):
+            os.kill(pid, signal.SIGKILL)
