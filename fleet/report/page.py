@@ -8,7 +8,7 @@ import hashlib
 import json
 import math
 import statistics
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -247,13 +247,16 @@ def knob_effects(data: Data, rows: Sequence[Row]) -> list[KnobEffect]:
     overall = statistics.median(valid_objectives) if valid else 0.0
     pick = max if data.maximize else min
     effects = []
+    searched_configs = [r.config for r in searched]
+    valid_configs = [r.config for r in valid]
     for name, knob in data.knobs.items():
         # Grouped in one pass over the trials, not one per value, by (type, value) as _identity keys them.
-        used = [r.config.get(name) for r in searched]
+        used = [c.get(name) for c in searched_configs]
         tried = set(zip(map(type, used), used, strict=True))
-        by_value: dict[tuple[type, Any], list[float]] = {}
-        for value, objective in zip([r.config.get(name) for r in valid], valid_objectives, strict=True):
-            by_value.setdefault((type(value), value), []).append(objective)
+        by_value: defaultdict[tuple[type, Any], list[float]] = defaultdict(list)
+        values = [c.get(name) for c in valid_configs]
+        for key, objective in zip(zip(map(type, values), values, strict=True), valid_objectives, strict=True):
+            by_value[key].append(objective)
         entries = []
         for value in knob["values"]:
             objectives = by_value.get(_identity(value), [])
@@ -647,6 +650,44 @@ def _sort_key(value: Any) -> str:
     return str(value)
 
 
+_MISSING = object()
+"""A knob a trial's configuration lacks: its cell shows a dash and sorts as empty."""
+
+
+class _CellCache:
+    """The table's cells, ``<td data-v="sort key">text</td>``, each written once per value."""
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple[str, str], str] = {}
+        self.knobs: dict[tuple[type, Any], str] = {}
+
+    def __call__(self, value: str, text: str) -> str:
+        """A cell of text, sorted by ``value``."""
+        found = self.cells.get((value, text))
+        if found is None:
+            found = self.cells[value, text] = f'<td data-v="{esc(_sort_key(value))}">{esc(text)}</td>'
+        return found
+
+    def knob(self, value: Any) -> str:
+        """A knob's value as a cell (a dash for a trial without it)."""
+        if isinstance(value, float) and value == 0:  # 0.0 and -0.0: one key, written apart
+            return self._knob(value)
+        try:
+            key = (type(value), value)
+            found = self.knobs.get(key)
+        except TypeError:  # a list or an object: not a key, written each time
+            return self._knob(value)
+        if found is None:
+            found = self.knobs[key] = self._knob(value)
+        return found
+
+    @staticmethod
+    def _knob(value: Any) -> str:
+        if value is _MISSING:
+            return f'<td data-v="">{esc(DASH)}</td>'
+        return f'<td data-v="{esc(_sort_key(value))}">{esc(value_text(value))}</td>'
+
+
 def all_trials_section(data: Data) -> str:
     """Every trial in one table, which the page's script sorts (click a heading) and filters (type in the box).
 
@@ -670,23 +711,25 @@ def all_trials_section(data: Data) -> str:
         kind = "num" if name in numeric else ""
         out.append(f'<th class="{kind} sort" data-col="{index}" data-kind="{kind or "text"}">{esc(name)}</th>')
     out.append("</tr></thead><tbody>")
+    # Most cells repeat (a knob's few values, a state, a reason, a worker): each is written once and reused, where
+    # escaping every cell of 20,000 rows anew took a third of a second.
+    cell = _CellCache()
     for row in data.rows[:ALL_TRIALS]:
-        cells: list[tuple[Any, str]] = [(row.trial_id, f"{row.trial_id}" + (" (baseline)" if row.baseline else ""))]
+        # The trial's id and objective are numbers: their text needs no escaping.
+        cells = [f'<td data-v="{float(row.trial_id)!r}">{row.trial_id}{" (baseline)" if row.baseline else ""}</td>']
         if several:
-            cells.append((problems.get(row.problem_id, str(row.problem_id)),) * 2)
-        cells.append((row.state, row.state))
+            label = problems.get(row.problem_id, str(row.problem_id))
+            cells.append(cell(label, label))
+        cells.append(cell(row.state, row.state))
         objective = row.objective if row.state == TrialState.EVALUATED else None
-        cells.append((objective, fmt(objective) if objective is not None else DASH))
-        cells += [(row.config.get(n), value_text(row.config.get(n, DASH))) for n in knob_names]
+        cells.append(f'<td data-v="{_sort_key(objective)}">{fmt(objective)}</td>')
+        config = row.config
+        cells += [cell.knob(config.get(n, _MISSING)) for n in knob_names]
         reason = _clip(row.reason.splitlines()[0], 100) if row.reason else ""
-        cells.append((reason, reason))
+        cells.append(cell(reason, reason))
         where = " · ".join(x for x in (row.node, row.gpu, row.worker) if x)
-        cells.append((where, where or DASH))
-        out.append(
-            f'<tr class="state-{esc(row.state)}">'
-            + "".join(f'<td data-v="{esc(_sort_key(v))}">{esc(text)}</td>' for v, text in cells)
-            + "</tr>"
-        )
+        cells.append(cell(where, where or DASH))
+        out.append(f'<tr class="state-{esc(row.state)}">{"".join(cells)}</tr>')
     out.append("</tbody></table>")
     if len(data.rows) > ALL_TRIALS:
         out.append(

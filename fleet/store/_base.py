@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Connection, CursorResult, Engine, Result, create_engine, event, text
+from sqlalchemy import JSON, Connection, CursorResult, Engine, Result, Select, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
@@ -311,6 +311,22 @@ class StoreBase:
                 yield connection
         except _UNANSWERED as error:
             raise self._error(error) from error
+
+    def plain_rows(self, query: Select[Any]) -> list[tuple[Any, ...]]:
+        """The rows of ``query`` as the DB-API driver gives them: tuples of the driver's own values (SQLite's
+        timestamps as text, its booleans as 0 and 1), without SQLAlchemy's rows and conversions of each value,
+        which for 100,000 rows cost half as much again as the query. For reads of many rows; the query's
+        parameters are written into its SQL, as SQLAlchemy quotes literals."""
+        with self.transaction() as connection:
+            sql = str(query.compile(dialect=connection.dialect, compile_kwargs={"literal_binds": True}))
+            cursor = connection.connection.cursor()
+            try:
+                cursor.execute(sql)
+                return list(cursor.fetchall())
+            except connection.dialect.loaded_dbapi.Error as error:
+                raise self._error(error) from error
+            finally:
+                cursor.close()
 
     @contextmanager
     def _steps(self) -> Iterator[Connection]:
