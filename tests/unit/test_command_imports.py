@@ -81,6 +81,22 @@ def test_fleet_status_reads_the_queues_with_the_celery_app_alone_not_every_task(
     assert not {m for m in modules if m.startswith("fleet.tasks")}
 
 
+OTHER_COMMANDS = ("fleet.cli.bench", "fleet.cli.operations", "fleet.cli.tvm", "fleet.cli.miopen", "fleet.cli.slurm")
+"""Modules of commands that none of those a fleet runs most needs."""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("submit", "spec.json"), ("tune", "--help"), ("resume", "--help"), ("pause", "--help"), ("worker", "--help")],
+    ids=lambda command: command[0],
+)
+def test_the_commands_that_run_a_fleet_import_no_other_commands_module(home: Path, command: tuple[str, ...]) -> None:
+    spec = {"name": "c", "target": "cpu-x", "space": {"knobs": {"a": [1, 2]}}, "workload": {"kind": "noop"}}
+    (home / "spec.json").write_text(json.dumps(spec | {"problems": [{"kind": "noop", "params": {}}]}))
+    modules = imported_by(home, *command)
+    assert not {m for m in modules if m.startswith(OTHER_COMMANDS)}
+
+
 def test_the_whole_cli_is_assembled_for_any_other_command_and_for_help(home: Path) -> None:
     assert "fleet.cli.operations" in imported_by(home, "--help")
     assert "fleet.cli.tvm" in imported_by(home, "db", "--help")
