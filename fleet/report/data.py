@@ -16,6 +16,8 @@ from fleet.report.text import TOP, value_text
 from fleet.states import FAILED, FINISHED, ArtifactState, TrialState
 from fleet.store import Artifact, Campaign, Measurement, Problem, Store, Trial
 
+_FINISHED = frozenset(FINISHED)  # a set of strings: a state is looked up by its hash, not compared with each
+
 
 @dataclass(slots=True)
 class Row:
@@ -45,7 +47,7 @@ class Row:
 
     @property
     def finished(self) -> bool:
-        return self.state in FINISHED
+        return self.state in _FINISHED
 
 
 @dataclass(slots=True)

@@ -162,6 +162,7 @@ def _convergence_lines(data: Data, numbered: Sequence[tuple[int, float, Row]]) -
         line_n = Line(label, color, [], members[-1][0], width=width, dash=dash, opacity=opacity)
         line_t = Line(label, color, [], members[-1][1], width=width, dash=dash, opacity=opacity)
         current: float | None = None
+        maximize = data.maximize  # data.better, inline: this loop runs once per trial
         for number, t, row in members:
             if not row.measured:
                 continue
@@ -169,7 +170,7 @@ def _convergence_lines(data: Data, numbered: Sequence[tuple[int, float, Row]]) -
             if not everything:
                 line_n.dots.append((number, value))
                 line_t.dots.append((t, value))
-            if current is None or data.better(value, current):
+            if current is None or (value > current if maximize else value < current):
                 current = value
                 line_n.steps.append((number, value))
                 line_t.steps.append((t, value))
