@@ -172,3 +172,16 @@ def test_a_read_command_in_a_folder_with_no_database_says_so_without_sqlalchemy(
     modules = imported_by(tmp_path, *command, status=1)
     assert not {m for m in modules if m.split(".")[0] == "sqlalchemy" or m.startswith("fleet.store")}
     assert not (tmp_path / ".fleet").exists()
+
+
+def test_a_read_command_runs_with_the_cyclic_collector_off_and_puts_it_back() -> None:
+    import gc
+
+    from fleet.cli import _collector_off_for_reads
+
+    assert gc.isenabled()
+    with _collector_off_for_reads(["-v", "report", "c", "-o", "-"]):
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with _collector_off_for_reads(["tune", "spec.json"]):  # a long-running command keeps it
+        assert gc.isenabled()
