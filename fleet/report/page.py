@@ -240,6 +240,22 @@ class KnobEffect:
     ratio: float | None
 
 
+def _grouped(values: Sequence[Any], objectives: Sequence[float]) -> dict[tuple[type, Any], list[float]]:
+    """``objectives`` grouped by their ``values`` in one pass over them, keyed by (type, value) as _identity keys a
+    value."""
+    kinds = set(map(type, values))
+    if len(kinds) == 1:  # most knobs: the values themselves are the keys, no tuple made per trial
+        (kind,) = kinds
+        plain: defaultdict[Any, list[float]] = defaultdict(list)
+        for value, objective in zip(values, objectives, strict=True):
+            plain[value].append(objective)
+        return {(kind, value): found for value, found in plain.items()}
+    grouped: defaultdict[tuple[type, Any], list[float]] = defaultdict(list)
+    for key, objective in zip(zip(map(type, values), values, strict=True), objectives, strict=True):
+        grouped[key].append(objective)
+    return grouped
+
+
 def knob_effects(data: Data, rows: Sequence[Row]) -> list[KnobEffect]:
     """Per knob, per value: count, median and best over valid measurements; ordered by spread of medians."""
     searched = [r for r in rows if not r.baseline]
@@ -251,18 +267,17 @@ def knob_effects(data: Data, rows: Sequence[Row]) -> list[KnobEffect]:
     searched_configs = [r.config for r in searched]
     valid_configs = [r.config for r in valid]
     for name, knob in data.knobs.items():
-        # Grouped in one pass over the trials, not one per value, by (type, value) as _identity keys them.
-        used = [c.get(name) for c in searched_configs]
-        tried = set(zip(map(type, used), used, strict=True))
-        by_value: defaultdict[tuple[type, Any], list[float]] = defaultdict(list)
-        values = [c.get(name) for c in valid_configs]
-        for key, objective in zip(zip(map(type, values), values, strict=True), valid_objectives, strict=True):
-            by_value[key].append(objective)
+        by_value = _grouped([c.get(name) for c in valid_configs], valid_objectives)
+        tried: set[tuple[type, Any]] | None = None  # the values the trials used, when one had no valid measurement
         entries = []
         for value in knob["values"]:
             objectives = by_value.get(_identity(value), [])
-            if not objectives and _identity(value) not in tried:
-                continue
+            if not objectives:
+                if tried is None:
+                    used = [c.get(name) for c in searched_configs]
+                    tried = set(zip(map(type, used), used, strict=True))
+                if _identity(value) not in tried:
+                    continue
             median = statistics.median(objectives) if objectives else None
             entries.append((value, len(objectives), median, pick(objectives) if objectives else None))
         medians = [m for _, _, m, _ in entries if m is not None]
