@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -88,8 +90,9 @@ def started_under(tmp: Path) -> dict[int, str]:
 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["sigterm", "ctrl-c"])
 def test_sigterm_and_ctrl_c_stop_a_run_and_its_servers(tmp_path: Path, signum: int, status: int) -> None:
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    # Short: PostgreSQL's socket goes in it, and a socket's path has 107 bytes at most (pytest's folders under
+    # xdist take most of them).
+    tmp = Path(tempfile.mkdtemp(prefix="fleet-scale-"))
     env = {k: v for k, v in os.environ.items() if k not in ("FLEET_DATABASE_URL", "FLEET_BROKER_URL")}
     env |= {"TMPDIR": str(tmp), "FLEET_HOME": str(tmp_path / "home")}
     # As a shell without job control starts it in the background: with SIGINT ignored, which it inherits.
@@ -116,3 +119,4 @@ def test_sigterm_and_ctrl_c_stop_a_run_and_its_servers(tmp_path: Path, signum: i
     finally:
         for pid in started_under(tmp):
             os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
