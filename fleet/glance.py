@@ -143,11 +143,11 @@ class Glance:
         ]
 
     _CAMPAIGN = (
-        "SELECT id, name, target, status, strategy, workload, reason, submitted, priority, driver FROM campaigns"
+        "SELECT id, name, target, status, strategy, workload, reason, submitted, priority, driver, team FROM campaigns"
     )
 
     def _campaign(self, row: tuple[Any, ...]) -> Row:
-        cid, name, target, status, strategy, workload, reason, submitted, priority, driver = row
+        cid, name, target, status, strategy, workload, reason, submitted, priority, driver, team = row
         return Row(
             id=cid,
             name=name,
@@ -159,6 +159,7 @@ class Glance:
             submitted=bool(submitted),
             priority=priority,
             driver=driver,
+            team=team,
         )
 
     def campaigns(self) -> list[Row]:

@@ -392,6 +392,8 @@ def _status_entry(store: Any, c: Any, live: list[Any], holders: dict[int, str], 
         "submitted": c.submitted,
         "driver": holders.get(c.id),
     }
+    if c.team:  # PostgreSQL's teams (issue 44): whose campaign it is
+        entry["team"] = c.team
     if c.reason:
         entry["reason"] = c.reason
     summaries, tallies, reasons = _detail(store, c) if detailed else ([], None, None)
@@ -468,6 +470,8 @@ def _worker_entry(w: Any, driven: dict[str, list[Any]]) -> dict[str, Any]:
 def _print_status_entry(entry: dict[str, Any]) -> None:
     counts = "  ".join(f"{state} {n}" for state, n in sorted(entry["trials"].items())) or "no trials"
     click.echo(f"{entry['id']:>4}  {entry['name']:<24} {entry['target']:<14} {entry['status']:<9} {counts}")
+    if "team" in entry:
+        click.echo(f"      team {entry['team']}")
     if entry["driver"]:
         click.echo(f"      driven by {entry['driver']}, priority {entry['priority']:g}")
     if "reason" in entry:

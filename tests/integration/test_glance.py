@@ -8,19 +8,20 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import update
 
 import fleet.cli.campaigns as campaigns
 from fleet.cli import cli
 from fleet.cli._common import open_store
 from fleet.glance import Glance, open_glance
 from fleet.settings import reset_settings
-from fleet.store import Store
+from fleet.store import Campaign, Store
 from tests.integration.test_store import TARGET, add, evaluate, make_campaign, make_problem
 
 
 def fill(store: Store) -> None:
-    """Campaigns running, done, done with no valid result (a failure), one with annealing chains and one held by
-    a driver; workers live, stopped and unhealthy."""
+    """Campaigns running, done, done with no valid result (a failure), one with annealing chains, one held by
+    a driver and one of a team; workers live, stopped and unhealthy."""
     running = make_campaign(store, "running")
     add(store, running, {"tile": 1}, {"tile": 2})
     done = make_campaign(store, "done", problem_ids=[make_problem(store, 1), make_problem(store, 2)])
@@ -38,6 +39,9 @@ def fill(store: Store) -> None:
     store.create_chains(annealed.id, problem, [{"tile": 1}, {"tile": 4}], seed=1, steps=10, temperature=1.0)
     driven = make_campaign(store, "driven")
     assert store.take_campaign(driven.id, "driver-a", 60)
+    teamed = make_campaign(store, "teamed")
+    with store.session() as session:  # as an operator gives a campaign to a team (the column is on SQLite too)
+        session.execute(update(Campaign).where(Campaign.id == teamed.id).values(team="red"))
     for name, role, gpu in (("eval-gpu0@n1", "eval", "0"), ("build@n1", "build", None), ("driver-a", "driver", None)):
         store.register_worker(
             name=name, hostname="n1", role=role, target=TARGET if role != "driver" else "-",
@@ -77,7 +81,8 @@ def test_fleet_status_through_the_glance_says_what_it_says_through_the_store(
     assert isinstance(opened[0], Glance)
     monkeypatch.setattr(campaigns, "glance_or_store", lambda: open_store(read_only=True))
     assert quick == status(*args)
-    for line in ("failed: no valid measurement", "chain 1 of", "driven by driver-a", "unhealthy since", "done"):
+    lines = ("failed: no valid measurement", "chain 1 of", "driven by driver-a", "unhealthy since", "done", "team red")
+    for line in lines:
         assert line in quick or args, line
 
 

@@ -4,6 +4,7 @@ team's campaigns, on real PostgreSQL, Redis, `fleet driver` and `fleet worker` p
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -288,6 +289,10 @@ def test_submit_takes_the_logins_one_team_and_refuses_in_one_line_what_it_cannot
     assert fleet.store.campaign("operators").team is None
     status = fleet.cli("status", env=as_mallory, check=True).stdout
     assert "both" in status and "mine" not in status and "operators" not in status
+    assert f"team {teams.blue}" in status and teams.red not in status
+    one = json.loads(fleet.cli("status", "both", "--json", env=as_mallory, check=True).stdout)
+    assert one["campaigns"][0]["team"] == teams.blue
+    assert "team" not in json.loads(fleet.cli("status", "operators", "--json", check=True).stdout)["campaigns"][0]
     listed = fleet.cli("team", "list", env=operator, check=True).stdout.splitlines()
     assert listed == [
         f"{teams.blue}  1 campaigns  members: {teams.alice}, {teams.mallory}",
