@@ -349,6 +349,12 @@ def _problem(kind_or_file: str, params: tuple[str, ...], batch: int | None) -> t
 @click.option("--min-repeat-ms", type=click.IntRange(0), default=100, show_default=True, help="Shortest repeat.")
 @click.option("--work-dir", type=click.Path(path_type=Path), help="MetaSchedule's logs (default: a temporary one).")
 @click.option("--local/--no-local", default=None, help="Start local workers (default: when running embedded).")
+@click.option(
+    "--team",
+    envvar="FLEET_TEAM",
+    help="The team whose records these are, on PostgreSQL ($FLEET_TEAM; default: your login's one team, none for an "
+    "operator's or the service's login: the operators').",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def tune_ms_command(
     module: str,
@@ -363,6 +369,7 @@ def tune_ms_command(
     min_repeat_ms: int,
     work_dir: Path | None,
     local: bool | None,
+    team: str | None,
     as_json: bool,
 ) -> None:
     """Tune KIND_MODEL_OR_FILE with MetaSchedule (ms.tune_tir), its candidates measured by the fleet's workers on
@@ -386,11 +393,12 @@ def tune_ms_command(
 
     mod, name, layers = _problem(module, params, batch)
     store = connect()
+    team = store.owning_team(team)
     check_broker()
     settings = get_settings()
     local = settings.embedded if local is None else local
     config = EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    runner = FleetRunner(target, store=store, evaluator_config=config)
+    runner = FleetRunner(target, store=store, evaluator_config=config, team=team)
     with LocalFleet(settings, target) if local else nullcontext():
         tuned = tune(
             mod,
@@ -398,7 +406,7 @@ def tune_ms_command(
             trials=trials,
             per_iter=per_iter,
             runner=runner,
-            database=database(store, target),
+            database=database(store, target, team=team),
             work_dir=work_dir,
             cost_model=cost_model,
         )
@@ -464,13 +472,20 @@ def _echo_tuned(out: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], batch
 
 @tvm_group.command("import-ms")
 @click.argument("directory", type=click.Path(path_type=Path))
-def import_ms_command(directory: Path) -> None:
+@click.option(
+    "--team",
+    envvar="FLEET_TEAM",
+    help="The team whose records these are, on PostgreSQL ($FLEET_TEAM; default: your login's one team, none for an "
+    "operator's or the service's login: the operators').",
+)
+def import_ms_command(directory: Path, team: str | None) -> None:
     """Add a MetaSchedule JSON database (DIRECTORY's database_workload.json and database_tuning_record.json) to
     Fleet's MetaSchedule records; every line is checked first, and importing twice adds nothing."""
     from fleet.api import connect
     from fleet.tvm.msdb import import_dir
 
-    workloads, added, present = import_dir(connect(), directory, source=directory.name)
+    store = connect()
+    workloads, added, present = import_dir(store, directory, source=directory.name, team=store.owning_team(team))
     click.echo(f"{added} records and {workloads} workloads imported from {directory}, {present} records already there")
 
 

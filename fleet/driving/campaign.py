@@ -48,7 +48,7 @@ def submit(store: Store, spec: CampaignSpec, team: str | None = None) -> Campaig
     team:
         The team that owns it (PostgreSQL); default: the one team the login is a member of.
     """
-    problem_ids = [store.add_problem(p.kind, p.params, p.tags) for p in spec.problems]
+    problem_ids = [store.add_problem(p.kind, p.params) for p in spec.problems]
     for data in spec.files.values():
         store.put_blob(data)
     campaign = store.create_campaign(
@@ -63,6 +63,8 @@ def submit(store: Store, spec: CampaignSpec, team: str | None = None) -> Campaig
         baseline=spec.baseline,
         team=team,
     )
+    # Tagged once the campaign holds them: a team's login tags only its own campaigns' problems (migration 0015).
+    store.tag_problems(zip(problem_ids, (p.tags for p in spec.problems), strict=True))
     if spec.priority != campaign.priority:
         store.set_priority(campaign.id, spec.priority)
         campaign.priority = spec.priority

@@ -36,7 +36,7 @@ class MsRecord(Base):
 
     __tablename__ = "ms_records"
     __table_args__ = (
-        UniqueConstraint("workload_id", "record_key", name="uq_ms_record"),
+        UniqueConstraint("workload_id", "record_key", "team", name="uq_ms_record"),
         Index("ix_ms_records_workload_seconds", "workload_id", "mean_seconds"),
     )
 
@@ -47,4 +47,7 @@ class MsRecord(Base):
     mean_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: a failed candidate
     target: Mapped[str] = mapped_column(String(64), default="")  # the TVM target's kind (llvm, cuda, ...)
     provenance: Mapped[dict[str, Any]]
+    # The team whose tune-ms or import-ms made it (a PostgreSQL role, migration 0015); '' for an operator's, which
+    # only operators and the service see.
+    team: Mapped[str] = mapped_column(String(63), default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

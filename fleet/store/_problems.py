@@ -43,6 +43,16 @@ class ProblemStore(StoreBase):
             return int(found.id)
 
     @patient
+    def tag_problems(self, tags: Iterable[tuple[int, Iterable[str]]]) -> None:
+        """Add each (problem id, its tags) pair's tags to its problem (those it has stay). On PostgreSQL a team's
+        login tags only a problem of its own campaigns (migration 0015): ``fleet submit`` tags its problems once its
+        campaign is written."""
+        with self.session() as session:
+            for problem_id, names in tags:
+                for tag in names:
+                    self._insert_ignore(session, ProblemTag, {"problem_id": problem_id, "tag": tag})
+
+    @patient
     def problem(self, problem_id: int) -> Problem:
         with self.session() as session:
             problem = session.get(Problem, problem_id)

@@ -1,8 +1,8 @@
 """Teams of submitters, kept apart by PostgreSQL itself (issue 44): roles, grants and row-level security.
 
 A team is a group role that no one logs in as; a submitter logs in as a role of its own, a member of its team; the
-workers and drivers log in as the service role, which acts for every campaign (BYPASSRLS). Migration 0014's policies
-decide which rows a team's members see and change (a campaign's team is a role they are a member of, and what
+workers and drivers log in as the service role, which acts for every campaign (BYPASSRLS). Migrations 0014's and 0015's
+policies decide which rows a team's members see and change (a campaign's team is a role they are a member of, and what
 belongs to such a campaign); the grants here decide which tables and columns they touch at all. So a submitter's own
 ``psql`` is held to its team's campaigns as ``fleet status`` is: there is no check in Python to go around.
 
@@ -27,12 +27,13 @@ TEAM_READS = (
     "artifacts", "blobs", "chains", "chain_steps", "machines", "workers", "teams", "ms_workloads", "ms_records",
     "alembic_version",
 )  # fmt: skip
-"""The tables a team's members read (row-level security picks the rows of those that hold campaigns). Not the golden
-sets, which are the operators'; MetaSchedule's records are shared (see docs/operations.md)."""
+"""The tables a team's members read (row-level security picks the rows of those that hold campaigns, and of
+MetaSchedule's records and workloads: migration 0015). Not the golden sets, which are the operators'."""
 TEAM_INSERTS = ("problems", "problem_tags", "blobs", "campaigns", "campaign_problems")
-"""What ``fleet submit`` writes. Not trials, measurements or artifacts: only the service role writes what decides a
-result (a trial's keys, a measurement), so that no submitter forges one that another team's trial would reuse. Not a
-problem's MIOpen key either, which decides where an export files its results (Tuna's commands are the operators')."""
+"""What ``fleet submit`` writes (a tag only on a problem of the team's own campaigns: migration 0015). Not trials,
+measurements or artifacts: only the service role writes what decides a result (a trial's keys, a measurement), so
+that no submitter forges one that another team's trial would reuse. Not a problem's MIOpen key either, which decides
+where an export files its results (Tuna's commands are the operators'), nor a MetaSchedule record."""
 TEAM_UPDATES = {
     "campaigns": ("status", "reason", "submitted", "priority", "driver", "driver_lease_expires_at", "finished_at"),
     "trials": ("state", "reason", "worker", "lease_expires_at", "finished_at"),

@@ -143,6 +143,7 @@ class _Session:
         name: str | None,
         poll_seconds: float,
         log: Callable[[str], None],
+        team: str | None = None,
     ) -> None:
         from fleet.settings import get_settings
 
@@ -155,6 +156,7 @@ class _Session:
         self.settings = get_settings()
         self.owner = f"fleet-ms-runner@{socket.gethostname()}/{os.getpid()}"
         self.log = log
+        self.team = team
         self.campaign: Any = None
         self.problem_id = 0
         self.seq = 0
@@ -188,6 +190,7 @@ class _Session:
             options={"remeasure": True},  # MetaSchedule asked for a measurement: it gets one, not a reused one
             provenance=provenance(),
             baseline=None,
+            team=self.team,
         )
 
     def submit(self, candidates: list[bytes]) -> _Batch:
@@ -380,6 +383,8 @@ def _runner_class(future: type) -> type:
             The campaign's name (default: a new one).
         python:
             The Python the workers start the measuring child with (default: this one).
+        team:
+            The team that owns the campaign (PostgreSQL; default: none, the operators').
         """
 
         def __init__(
@@ -394,6 +399,7 @@ def _runner_class(future: type) -> type:
             python: str | None = None,
             poll_seconds: float = 0.05,
             log: Callable[[str], None] = lambda _: None,
+            team: str | None = None,
         ) -> None:
             from fleet.targets import cpu_target
 
@@ -409,7 +415,7 @@ def _runner_class(future: type) -> type:
                 timeout_sec,
                 python or sys.executable,
             )
-            self.session = _Session(target or cpu_target(), store, definition, name, poll_seconds, log)
+            self.session = _Session(target or cpu_target(), store, definition, name, poll_seconds, log, team)
 
         @property
         def campaign(self) -> Any:

@@ -1,9 +1,10 @@
 """MetaSchedule's database in Fleet's store, and its JSON files in and out.
 
 :func:`database` gives a MetaSchedule ``PyDatabase`` on the store's ``ms_workloads`` and ``ms_records`` tables, so
-every campaign's and every user's records are shared, and ``query_schedule`` / ``query_ir_module`` answer from
-them. Each record keeps its provenance: the TVM version, the Fleet target, and, for a candidate a
-:class:`~fleet.tvm.metaschedule.FleetRunner` measured, the worker, node, device and trial.
+every campaign's records are shared (on PostgreSQL, among its team's logins: migration 0015), and
+``query_schedule`` / ``query_ir_module`` answer from them. Each record keeps its provenance: the TVM version, the
+Fleet target, and, for a candidate a :class:`~fleet.tvm.metaschedule.FleetRunner` measured, the worker, node,
+device and trial.
 
 :func:`import_dir` and :func:`export_dir` read and write MetaSchedule's ``JSONDatabase`` files
 (``database_workload.json``: ``[structural hash, base64 IRModule]`` a line; ``database_tuning_record.json``:
@@ -92,8 +93,9 @@ def add_workload(store: Any, line: str, tvm: str = "") -> int:
         return int(row.id)
 
 
-def add_record(store: Any, workload_id: int, text: str, provenance: dict[str, Any]) -> bool:
-    """Add a record (``[trace, run_secs, target, args_info]`` as text) of a workload; False if it is there."""
+def add_record(store: Any, workload_id: int, text: str, provenance: dict[str, Any], team: str | None = None) -> bool:
+    """Add a record (``[trace, run_secs, target, args_info]`` as text) of a workload, ``team``'s (None: the
+    operators'); False if that team has it already."""
     from fleet.store import MsRecord
 
     key = _key(text)
@@ -101,7 +103,9 @@ def add_record(store: Any, workload_id: int, text: str, provenance: dict[str, An
     target = parsed[2] if len(parsed) > 2 and isinstance(parsed[2], dict) else {}
     with store.session() as session:
         there = session.scalar(
-            select(MsRecord.id).where(MsRecord.workload_id == workload_id, MsRecord.record_key == key)
+            select(MsRecord.id).where(
+                MsRecord.workload_id == workload_id, MsRecord.record_key == key, MsRecord.team == (team or "")
+            )
         )
         if there is not None:
             return False
@@ -113,13 +117,15 @@ def add_record(store: Any, workload_id: int, text: str, provenance: dict[str, An
                 mean_seconds=_mean(parsed[1]),
                 target=str(target.get("kind", ""))[:64],
                 provenance=provenance,
+                team=team or "",
             )
         )
     return True
 
 
-def import_dir(store: Any, directory: Path, source: str | None = None) -> tuple[int, int, int]:
-    """Import a MetaSchedule JSON database directory; return (workloads added, records added, records present).
+def import_dir(store: Any, directory: Path, source: str | None = None, team: str | None = None) -> tuple[int, int, int]:
+    """Import a MetaSchedule JSON database directory as ``team``'s records (None: the operators'); return (workloads
+    added, records added, records present).
 
     Every line is checked before anything is written.
     """
@@ -155,7 +161,7 @@ def import_dir(store: Any, directory: Path, source: str | None = None) -> tuple[
     before = workload_count(store)
     ids = [add_workload(store, line) for line in workload_lines]
     provenance = {"source": source or str(directory), "host": socket.gethostname()}
-    added = sum(add_record(store, ids[index], text, provenance) for index, text in records)
+    added = sum(add_record(store, ids[index], text, provenance, team) for index, text in records)
     return workload_count(store) - before, added, len(records) - added
 
 
@@ -279,12 +285,21 @@ def best_records(store: Any, kind: str, params: Mapping[str, Any], target: str, 
     return out
 
 
-def database(store: Any, target: str = "", tvm_version: str | None = None) -> Any:
-    """A MetaSchedule database on Fleet's store; ``target`` (the Fleet target) goes into each record's provenance."""
-    return _database_class()(store, target, tvm_version)
+def database(store: Any, target: str = "", tvm_version: str | None = None, team: str | None = None) -> Any:
+    """A MetaSchedule database on Fleet's store; ``target`` (the Fleet target) goes into each record's provenance,
+    and the records it commits are ``team``'s (None: the operators')."""
+    return _database_class()(store, target, tvm_version, team)
 
 
 _CLASS: type | None = None
+
+
+def _of_team(query: Any, team: str | None) -> Any:
+    """``query`` of the records a database answers with: a team's tuning draws on its own team's only (the service's
+    login reads every team's); the operators' (``team`` None) on every record."""
+    from fleet.store import MsRecord
+
+    return query if team is None else query.where(MsRecord.team == team)
 
 
 class _Workloads:
@@ -369,10 +384,13 @@ def _database_class() -> type:
     class FleetDatabase(PyDatabase):
         """MetaSchedule's database in Fleet's store; see :mod:`fleet.tvm.msdb`."""
 
-        def __init__(self, store: Any, target: str = "", tvm_version: str | None = None) -> None:
+        def __init__(
+            self, store: Any, target: str = "", tvm_version: str | None = None, team: str | None = None
+        ) -> None:
             super().__init__()
             self.store = store
             self.target = target
+            self.team = team
             self.tvm = tvm_version or tvm.__version__
             self.known = _Workloads(store, self.tvm)
 
@@ -393,7 +411,7 @@ def _database_class() -> type:
                 measured = MEASURED.pop(secs, {})
             provenance = {"tvm": self.tvm, "target": self.target or measured.get("target"), **measured}
             provenance.setdefault("node", socket.gethostname())
-            add_record(self.store, workload_id, text, provenance)
+            add_record(self.store, workload_id, text, provenance, self.team)
 
         def get_top_k(self, workload: Any, top_k: int) -> list[Any]:
             from fleet.store import MsRecord
@@ -401,7 +419,7 @@ def _database_class() -> type:
             workload_id = self.known.id_of(workload)
             with self.store.session() as session:
                 texts = session.scalars(
-                    select(MsRecord.record)
+                    _of_team(select(MsRecord.record), self.team)
                     .where(MsRecord.workload_id == workload_id, MsRecord.mean_seconds.is_not(None))
                     .order_by(MsRecord.mean_seconds, MsRecord.id)
                     .limit(int(top_k))
@@ -412,7 +430,9 @@ def _database_class() -> type:
             from fleet.store import MsRecord
 
             with self.store.session() as session:
-                rows = session.execute(select(MsRecord.workload_id, MsRecord.record).order_by(MsRecord.id)).all()
+                rows = session.execute(
+                    _of_team(select(MsRecord.workload_id, MsRecord.record), self.team).order_by(MsRecord.id)
+                ).all()
             out = []
             for row in rows:
                 workload = self.known.get(row.workload_id)
@@ -423,7 +443,7 @@ def _database_class() -> type:
             from fleet.store import MsRecord
 
             with self.store.session() as session:
-                return int(session.scalar(select(func.count()).select_from(MsRecord)) or 0)
+                return int(session.scalar(_of_team(select(func.count()).select_from(MsRecord), self.team)) or 0)
 
     _CLASS = FleetDatabase
     return _CLASS

@@ -11,6 +11,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,12 +23,14 @@ from sqlalchemy.exc import DBAPIError
 from fleet.canonical import digest
 from fleet.errors import StoreError
 from fleet.store import Artifact, Measurement, Store, Trial
+from fleet.tvm.msdb import RECORDS, WORKLOADS
 from tests.conftest import SPACES, Fleet, migrated_database, write_spec
 from tests.integration.test_campaign import kernel_spec
 from tests.integration.test_store import add, make_campaign, make_problem
 
 RLS_TABLES = (
     "campaigns", "campaign_problems", "trials", "measurements", "artifacts", "blobs", "chains", "chain_steps",
+    "ms_records", "ms_workloads", "problem_tags",
 )  # fmt: skip
 
 
@@ -80,6 +83,15 @@ def connect() -> Iterator[Any]:
     yield opened
     for engine in engines:
         engine.dispose()
+
+
+@pytest.fixture
+def on_own_database(tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[tuple[Teams, Store]]:
+    """Two teams on a database of the test's own, and a store on it with the service's login."""
+    teams = make_teams(migrated_database("postgresql", tmp_path, request))
+    service = Store(teams.url_of(teams.service))
+    yield teams, service
+    service.close()
 
 
 def refused(connection: Connection, sql: str, **params: Any) -> str:
@@ -331,26 +343,37 @@ def test_the_migration_keeps_a_databases_campaigns_for_its_operators(
             command.upgrade(store._alembic(connection), "0013")
         with store.engine.begin() as connection:
             connection.execute(text(OLD_CAMPAIGN))
-        assert store.upgrade() == store.head() == "0014"
+            for old in OLD_MS_RECORD:
+                connection.execute(text(old))
+        assert store.upgrade() == store.head() == "0015"
         old = store.campaign("old")
         assert (old.team, old.status) == (None, "running")
+        with store.engine.connect() as connection:
+            assert connection.scalar(text("SELECT team FROM ms_records")) == ""  # the operators'
         if backend == "sqlite":
             return
         with store.engine.connect() as connection:
             secured = set(connection.scalars(text("SELECT relname FROM pg_class WHERE relrowsecurity")))
         assert secured == set(RLS_TABLES)
         teams = make_teams(url)
-        assert connect(teams.url_of(teams.alice)).scalar(text("SELECT count(*) FROM campaigns")) == 0
-        assert connect(teams.url_of(teams.service)).scalar(text("SELECT count(*) FROM campaigns")) == 1
+        for table in ("campaigns", "ms_records", "ms_workloads"):
+            assert connect(teams.url_of(teams.alice)).scalar(text(f"SELECT count(*) FROM {table}")) == 0
+            assert connect(teams.url_of(teams.service)).scalar(text(f"SELECT count(*) FROM {table}")) == 1
         with store.engine.begin() as connection:
             command.downgrade(store._alembic(connection), "0013")
         with store.engine.connect() as connection:
             assert not list(connection.scalars(text("SELECT relname FROM pg_class WHERE relrowsecurity")))
-        assert store.upgrade() == "0014"
+        assert store.upgrade() == "0015"
     finally:
         store.close()
 
 
+OLD_MS_RECORD = (
+    "INSERT INTO ms_workloads (shash, line, line_key, tvm, created_at) VALUES ('1', '[\"1\", \"AA\"]', 'w', '',"
+    " CURRENT_TIMESTAMP)",
+    "INSERT INTO ms_records (workload_id, record, record_key, mean_seconds, target, provenance, created_at)"
+    " SELECT id, '[]', 'r', 0.5, 'llvm', '{}', CURRENT_TIMESTAMP FROM ms_workloads",
+)
 OLD_CAMPAIGN = (
     "INSERT INTO campaigns (name, target, space, strategy, workload, workload_key, options, provenance, status,"
     " submitted, priority, created_at) VALUES ('old', 't', '{}', '{}', '{}', 'k', '{}', '{}', 'running', true, 1,"
@@ -402,3 +425,115 @@ def test_a_measurement_another_team_reused_shows_to_it_by_its_key_only(
         attacker.close()
     finally:
         service.close()
+
+
+def ms_dir(path: Path, shash: str, seconds: float) -> Path:
+    """A MetaSchedule JSON database of one workload and one record of it (a made-up trace: nothing builds it)."""
+    path.mkdir()
+    (path / WORKLOADS).write_text(json.dumps([shash, "AAAA"]) + "\n")
+    (path / RECORDS).write_text(json.dumps([0, [[[], []], [seconds], {"kind": "llvm"}, []]]) + "\n")
+    return path
+
+
+def test_metaschedule_records_are_their_teams_and_an_operators_are_no_teams(
+    fleet: Fleet, connect: Any, tmp_path: Path
+) -> None:
+    teams = make_teams(fleet.env["FLEET_DATABASE_URL"])
+    operator = {"FLEET_DATABASE_URL": teams.url_of("postgres")}
+    as_mallory = {"FLEET_DATABASE_URL": teams.url_of(teams.mallory)}
+    reds = ms_dir(tmp_path / "reds", "111", 0.001)
+    imported = fleet.cli("tvm", "import-ms", str(reds), "--team", teams.red, env=operator, check=True)
+    assert imported.stdout.startswith("1 records and 1 workloads imported")
+    fleet.cli("tvm", "import-ms", str(ms_dir(tmp_path / "ours", "222", 0.002)), env=operator, check=True)
+    with fleet.store.session() as session:
+        assert sorted(session.scalars(text("SELECT team FROM ms_records"))) == ["", teams.red]
+
+    # The attacker's own connection and commands read none of them: neither red's nor the operators'.
+    mallory = connect(teams.url_of(teams.mallory))
+    assert mallory.scalar(text("SELECT count(*) FROM ms_records")) == 0
+    assert mallory.scalar(text("SELECT count(*) FROM ms_workloads")) == 0
+    exported = fleet.cli("tvm", "export-ms", str(tmp_path / "out"), env=as_mallory, check=True)
+    assert exported.stdout.startswith("0 records and 0 workloads written")
+    assert "permission denied" in refused(mallory, "UPDATE ms_records SET team = :blue", blue=teams.blue)
+    assert "permission denied" in refused(mallory, "DELETE FROM ms_records")
+    assert "permission denied" in refused(
+        mallory,
+        "INSERT INTO ms_records (workload_id, record, record_key, target, provenance, created_at, team)"
+        " VALUES (1, '[]', 'k', 'llvm', '{}', now(), :blue)",
+        blue=teams.blue,
+    )
+    planted = fleet.cli("tvm", "import-ms", str(ms_dir(tmp_path / "mine", "333", 1e-9)), env=as_mallory)
+    assert planted.returncode == 1 and "permission denied" in planted.stderr, planted.stderr
+    assert len(planted.stderr.strip().splitlines()) == 1
+    # Red's login reads red's, with its workload, and not the operators'.
+    alice = connect(teams.url_of(teams.alice))
+    assert list(alice.scalars(text("SELECT team FROM ms_records"))) == [teams.red]
+    assert list(alice.scalars(text("SELECT shash FROM ms_workloads"))) == ["111"]
+    as_alice = {"FLEET_DATABASE_URL": teams.url_of(teams.alice)}
+    exported = fleet.cli("tvm", "export-ms", str(tmp_path / "reds-out"), env=as_alice, check=True)
+    assert exported.stdout.startswith("1 records and 1 workloads written")
+    assert (tmp_path / "reds-out" / WORKLOADS).read_text() == (reds / WORKLOADS).read_text()
+    # The operator's and the service's view is every record.
+    for login in ("postgres", teams.service):
+        assert connect(teams.url_of(login)).scalar(text("SELECT count(*) FROM ms_records")) == 2
+    # The same records imported for blue are blue's own copy, not "already there" because red has them.
+    again = fleet.cli("tvm", "import-ms", str(reds), env={**operator, "FLEET_TEAM": teams.blue}, check=True)
+    assert again.stdout.startswith("1 records and 0 workloads imported") and "0 records already there" in again.stdout
+    assert list(mallory.scalars(text("SELECT team FROM ms_records"))) == [teams.blue]
+    twice = fleet.cli("tvm", "import-ms", str(reds), "--team", teams.blue, env=operator, check=True)
+    assert twice.stdout.startswith("0 records") and "1 records already there" in twice.stdout
+
+
+def test_a_team_tags_only_its_own_problems_and_changes_no_problem_or_golden_set(
+    on_own_database: tuple[Teams, Store], connect: Any
+) -> None:
+    teams, service = on_own_database
+    victims, shared, own = make_problem(service, 1), make_problem(service, 2), make_problem(service, 3)
+    make_campaign(service, "red", problem_ids=[victims, shared], team=teams.red)
+    make_campaign(service, "blue", problem_ids=[shared, own], team=teams.blue)
+    mallory = connect(teams.url_of(teams.mallory))
+    tag = "INSERT INTO problem_tags (problem_id, tag) VALUES (:p, :t)"
+    assert "row-level security" in refused(mallory, tag, p=victims, t="planted")
+    mallory.execute(text(tag), {"p": own, "t": "mine"})
+    mallory.execute(text(tag), {"p": shared, "t": "ours"})  # a problem of its own campaign, shared by key
+    # Every login still reads every tag; no team's login changes or removes one, or a problem.
+    assert mallory.scalar(text("SELECT count(*) FROM problem_tags WHERE tag = 'planted'")) == 0
+    assert connect(teams.url_of(teams.alice)).scalar(text("SELECT count(*) FROM problem_tags")) == 2
+    for sql in (
+        "UPDATE problem_tags SET tag = 'x'",
+        "DELETE FROM problem_tags",
+        "UPDATE problems SET params = '{\"n\": 666}'",
+        "UPDATE problems SET params_key = 'x', kind = 'y'",
+        "DELETE FROM problems",
+        "INSERT INTO problems (kind, params, params_key, created_at) SELECT kind, '{\"n\": 666}', params_key, now()"
+        " FROM problems ON CONFLICT (kind, params_key) DO UPDATE SET params = excluded.params",
+        # Golden sets are the operators': no team's login reads or writes one.
+        "SELECT count(*) FROM golden_versions",
+        "SELECT count(*) FROM golden_entries",
+        "INSERT INTO golden_versions (target, version, campaigns, provenance, created_at)"
+        " VALUES ('t', 99, '[]', '{}', now())",
+    ):
+        assert "permission denied" in refused(mallory, sql), sql
+
+
+def test_tune_ms_for_a_team_gives_it_the_campaign_and_the_records(fleet: Fleet, connect: Any) -> None:
+    pytest.importorskip("tvm")
+    teams = make_teams(fleet.env["FLEET_DATABASE_URL"])
+    service = {"FLEET_DATABASE_URL": teams.url_of(teams.service)}
+    fleet.start_worker("--eval-procs", "1", "--build-procs", "1", env=service)
+    tuned = fleet.cli(
+        "tvm", "tune-ms", "tvm.dense", "--param=m=16", "--param=k=128", "--param=n=10", "--target", fleet.target,
+        "--trials", "2", "--per-iter", "2", "--cost-model", "random", "--number", "1", "--min-repeat-ms", "1",
+        "--team", teams.red, "--json", env=service, timeout=600, check=True,
+    )  # fmt: skip
+    campaign = fleet.store.campaign(json.loads(tuned.stdout)["campaign"])
+    assert campaign.team == teams.red
+    with fleet.store.session() as session:
+        records = list(session.scalars(text("SELECT team FROM ms_records")))
+    assert records and set(records) == {teams.red}
+    alice, mallory = connect(teams.url_of(teams.alice)), connect(teams.url_of(teams.mallory))
+    assert alice.scalar(text("SELECT count(*) FROM ms_records")) == len(records)
+    assert alice.scalar(text("SELECT count(*) FROM ms_workloads")) == 1
+    assert mallory.scalar(text("SELECT count(*) FROM ms_records")) == 0
+    assert mallory.scalar(text("SELECT count(*) FROM ms_workloads")) == 0
+    assert mallory.scalar(text("SELECT count(*) FROM campaigns WHERE id = :id"), {"id": campaign.id}) == 0

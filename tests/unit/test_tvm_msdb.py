@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 pytest.importorskip("tvm")
 
@@ -16,7 +17,7 @@ import tvm
 import tvm.s_tir.meta_schedule as ms
 from tvm import te
 
-from fleet.store import Store
+from fleet.store import MsRecord, Store
 from fleet.tvm.msdb import RECORDS, WORKLOADS, MsFileError, database, export_dir, import_dir
 
 TARGET = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -97,3 +98,24 @@ def test_a_bad_line_is_named_and_nothing_is_written(store: Store, tmp_path: Path
     assert export_dir(store, tmp_path / "empty") == (0, 0)
     with pytest.raises(MsFileError, match="No such file"):
         import_dir(store, tmp_path / "nowhere")
+
+
+def test_a_teams_database_commits_its_teams_records_and_answers_with_them_only(store: Store, tmp_path: Path) -> None:
+    operators, red = database(store, "cpu-x86_64"), database(store, "cpu-x86_64", team="red")
+    commit(operators, matmul(16), [1e-5])
+    commit(red, matmul(16), [3e-4, 2e-4])
+    with store.session() as session:
+        assert sorted(session.scalars(select(MsRecord.team))) == ["", "red", "red"]
+    # Red's tuning draws on red's records, not on a faster one of anyone else's; the operators' on every record.
+    assert len(red) == 2 and len(red.get_all_tuning_records()) == 2
+    assert [float(r.run_secs[0]) for r in red.get_top_k(red.commit_workload(matmul(16)), 5)] == [2e-4, 3e-4]
+    assert len(operators) == 3
+    assert float(operators.get_top_k(operators.commit_workload(matmul(16)), 1)[0].run_secs[0]) == 1e-5
+
+    # The same files imported for another team are its own rows, not "already there".
+    written = tmp_path / "json"
+    written.mkdir()
+    commit(ms.database.JSONDatabase(work_dir=str(written)), matmul(8), [4e-5])
+    assert import_dir(store, written) == (1, 1, 0)
+    assert import_dir(store, written, team="blue") == (0, 1, 0)
+    assert import_dir(store, written, team="blue") == (0, 0, 1)
