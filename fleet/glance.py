@@ -1,10 +1,11 @@
-"""A look at the whole database without SQLAlchemy: what ``fleet status`` shows of it.
+"""A look at the database without SQLAlchemy: what ``fleet status`` shows of it, and of one campaign.
 
 SQLAlchemy's import is most of a read command's start (0.3 s of CPU on the 2-core VM, more than the queries of a
-small database). ``fleet status`` of the whole database reads it here instead, through the DB-API driver itself
-(``sqlite3``, ``psycopg2``) and the same SQL that the store's methods of the same names run, returning rows with
-their models' attribute names; ``tests/integration/test_glance.py`` holds the two to the same output. Anything it
-cannot read (another driver, a database behind the latest revision or missing) is left to
+small database). ``fleet status`` of the whole database, and of one campaign whose best needs no searcher to judge
+it, reads it here instead, through the DB-API driver itself (``sqlite3``, ``psycopg2``) and the same SQL that the
+store's methods of the same names run, returning rows with their models' attribute names (a result with
+:class:`fleet.store.TrialResult`'s); ``tests/integration/test_glance.py`` holds the two to the same output.
+Anything it cannot read (another driver, a database behind the latest revision or missing) is left to
 :class:`fleet.store.Store`: :func:`open_glance` then answers None.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,10 +21,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from fleet.clock import sync_clock, utcnow
-from fleet.errors import StoreError
+from fleet.errors import NotFound, StoreError, did_you_mean
 from fleet.schema import head_revision
 from fleet.settings import redact
-from fleet.states import UNFINISHED
+from fleet.states import UNFINISHED, TrialState
 
 Row = SimpleNamespace
 """A row, its columns as attributes named as the store's models name them."""
@@ -32,6 +33,11 @@ POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg2")
 
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 """How SQLAlchemy writes a timestamp in SQLite (text), which compares in that form."""
+
+MEASURED_IN = "coalesce(trials.source_trial_id, trials.id)"
+"""The trial whose measurement a trial has (the one it reused, else itself): ``Trial.measured_in`` of the store's
+models, in SQL text, for reads without SQLAlchemy. The one place besides the models that spells the reuse rule
+(tests/unit/test_reuse_rule.py); tests/integration/test_glance.py holds the glance's reads to the store's."""
 
 
 def open_glance(url: str) -> Glance | None:
@@ -64,7 +70,7 @@ def open_glance(url: str) -> Glance | None:
 
 
 class Glance:
-    """Reads of the whole database, on one DB-API connection: the store's methods that ``fleet status`` calls.
+    """Reads of the database, on one DB-API connection: the store's methods that ``fleet status`` calls.
 
     Parameters
     ----------
@@ -92,7 +98,7 @@ class Glance:
             cursor = self.connection.cursor()
             try:
                 cursor.execute(sql, tuple(params))
-                return list(cursor.fetchall())
+                return list(cursor.fetchall()) if cursor.description is not None else []  # a SET has no rows
             finally:
                 cursor.close()
         except Exception as error:  # the driver's own errors: one line, as the store gives them
@@ -162,6 +168,28 @@ class Glance:
             team=team,
         )
 
+    def campaign(self, ref: str | int) -> Row:
+        """As :meth:`fleet.store.Store.campaign`: the campaign with id or name ``ref``, its space and options too."""
+        columns = self._CAMPAIGN.replace(" FROM campaigns", ", space, options FROM campaigns")
+        if isinstance(ref, int) or str(ref).isdigit():
+            found = self._rows(f"{columns} WHERE id = ? OR name = ? ORDER BY id LIMIT 1", [int(ref), str(ref)])
+        else:
+            found = self._rows(f"{columns} WHERE name = ? ORDER BY id LIMIT 1", [str(ref)])
+        if not found:
+            names = [name for (name,) in self._rows("SELECT name FROM campaigns LIMIT 10000")]
+            raise NotFound(f"no campaign {ref!r}{did_you_mean(ref, names)}")
+        *row, space, options = found[0]
+        campaign = self._campaign(tuple(row))
+        campaign.space, campaign.options = self._json(space), self._json(options)
+        return campaign
+
+    def problem(self, problem_id: int) -> Row:
+        found = self._rows("SELECT id, kind, params FROM problems WHERE id = ?", [problem_id])
+        if not found:
+            raise NotFound(f"no problem {problem_id}")
+        pid, kind, params = found[0]
+        return Row(id=pid, kind=kind, params=self._json(params))
+
     def campaigns(self) -> list[Row]:
         return [self._campaign(row) for row in self._rows(f"{self._CAMPAIGN} ORDER BY id")]
 
@@ -181,9 +209,8 @@ class Glance:
         return {state: count for state, count in found}
 
     def tally(self, campaign_id: int, maximize: bool, *, bests: bool = True) -> dict[int, Row]:
-        """Per problem with finished trials: its counts by state, and those of its baseline trials (no best: a
-        glance has none, ``bests`` must be false)."""
-        assert not bests, "a glance counts, it does not rank"
+        """As :meth:`fleet.store.Store.tally`: per problem with finished trials, its best valid trial (with
+        ``bests``), its counts by state, and those of its baseline trials."""
         unfinished = ", ".join("?" for _ in UNFINISHED)
         groups = self._rows(
             "SELECT problem_id, state, baseline, count(*), min(id) AS first FROM trials"
@@ -191,13 +218,110 @@ class Glance:
             " GROUP BY problem_id, state, baseline ORDER BY first",
             [campaign_id, *UNFINISHED],
         )
+        evaluated = sorted({problem_id for problem_id, state, *_ in groups if state == TrialState.EVALUATED})
+        found = self._bests(campaign_id, evaluated, maximize) if bests and evaluated else {}
         tallies: dict[int, Row] = {}
         for problem_id, state, baseline, n, _ in groups:
-            tally = tallies.setdefault(problem_id, Row(best=None, counts={}, baselines={}))
+            tally = tallies.setdefault(problem_id, Row(best=found.get(problem_id), counts={}, baselines={}))
             tally.counts[state] = tally.counts.get(state, 0) + n
             if baseline:
                 tally.baselines[state] = tally.baselines.get(state, 0) + n
         return tallies
+
+    def _bests(self, campaign_id: int, problem_ids: Sequence[int], maximize: bool) -> dict[int, Row]:
+        """Per problem of ``problem_ids``, its best valid result: the store's ``_best_candidates`` in SQL text (two
+        walks down the measurements' index for those measured themselves, one for those reused), then the better
+        of the two, among equals the earlier trial."""
+        if self.dialect == "postgresql":
+            # As the store: the planner's estimate sets off compiling the query (JIT), a tenth of a second or more.
+            self._rows("SET jit = off")
+        order = "DESC" if maximize else "ASC"
+        usable = "trials.state = ? AND measurements.valid IS ? AND measurements.objective IS NOT NULL"
+        own = (
+            "measurements.problem_id = problems.id AND trials.campaign_id = ? AND trials.source_trial_id IS NULL"
+            f" AND {usable}"
+        )
+        wanted = ", ".join("?" for _ in problem_ids)
+        candidates = self._rows(
+            "SELECT (SELECT trials.id FROM trials JOIN measurements ON measurements.trial_id = trials.id"
+            f" WHERE {own} AND measurements.objective = (SELECT measurements.objective FROM measurements"
+            f" JOIN trials ON trials.id = measurements.trial_id WHERE {own}"
+            f" ORDER BY measurements.objective {order} LIMIT 1) ORDER BY measurements.trial_id LIMIT 1),"
+            " (SELECT trials.id FROM trials JOIN measurements ON measurements.trial_id = trials.source_trial_id"
+            f" WHERE trials.campaign_id = ? AND trials.problem_id = problems.id AND {usable}"
+            f" ORDER BY measurements.objective {order}, trials.id LIMIT 1)"
+            f" FROM problems WHERE problems.id IN ({wanted})",
+            [
+                *(campaign_id, TrialState.EVALUATED, True),
+                *(campaign_id, TrialState.EVALUATED, True),
+                *(campaign_id, TrialState.EVALUATED, True),
+                *problem_ids,
+            ],
+        )
+        found: dict[int, Row] = {}
+        for result in self.results([i for pair in candidates for i in pair if i is not None]):
+            held = found.get(result.problem_id)
+            if held is None or _ranks_before(result, held, maximize):
+                found[result.problem_id] = result
+        return found
+
+    def results(self, trial_ids: Sequence[int]) -> list[Row]:
+        """As :meth:`fleet.store.Store.results` of ``trial_ids``: those of them in a terminal state, as rows with a
+        :class:`fleet.store.TrialResult`'s attributes."""
+        if not trial_ids:
+            return []
+        unfinished = ", ".join("?" for _ in UNFINISHED)
+        wanted = ", ".join("?" for _ in trial_ids)
+        found = self._rows(
+            "SELECT trials.id, trials.problem_id, trials.config, trials.state, trials.reason, trials.baseline,"
+            " trials.source_trial_id, measurements.objective, measurements.valid, measurements.metrics,"
+            " measurements.objectives, trials.compile_seconds, trials.eval_seconds FROM trials"
+            f" LEFT OUTER JOIN measurements ON measurements.trial_id = {MEASURED_IN}"
+            f" WHERE trials.state NOT IN ({unfinished}) AND trials.id IN ({wanted}) ORDER BY trials.id",
+            [*UNFINISHED, *trial_ids],
+        )
+        return [
+            Row(
+                trial_id=trial_id,
+                problem_id=problem_id,
+                config=self._json(config),
+                state=state,
+                reason=reason,
+                objective=objective,
+                valid=bool(valid and state == TrialState.EVALUATED),
+                metrics=self._json(metrics) or {},
+                baseline=bool(baseline),
+                reused=source is not None,
+                compile_seconds=compile_seconds,
+                eval_seconds=eval_seconds,
+                objectives=self._json(objectives) or {},
+            )
+            for (
+                trial_id, problem_id, config, state, reason, baseline, source, objective, valid, metrics, objectives,
+                compile_seconds, eval_seconds,
+            ) in found
+        ]  # fmt: skip
+
+    def same_run_baseline(
+        self, campaign_id: int, problem_id: int, config: Mapping[str, Any], knobs: Sequence[str]
+    ) -> Row | None:
+        """As :meth:`fleet.store.Store.same_run_baseline`: the earliest valid baseline trial whose ``knobs`` have
+        ``config``'s values, else the earliest valid baseline trial."""
+        baselines = [
+            (trial_id, self._json(baseline))
+            for trial_id, baseline in self._rows(
+                "SELECT trials.id, trials.config FROM trials"
+                f" JOIN measurements ON measurements.trial_id = {MEASURED_IN}"
+                " WHERE trials.campaign_id = ? AND trials.problem_id = ? AND trials.baseline IS ? AND trials.state = ?"
+                " AND measurements.valid IS ? ORDER BY trials.id",
+                [campaign_id, problem_id, True, TrialState.EVALUATED, True],
+            )
+        ]
+        found = next(
+            (trial_id for trial_id, baseline in baselines if all(baseline.get(n) == config.get(n) for n in knobs)),
+            baselines[0][0] if baselines else None,
+        )
+        return None if found is None else self.results([found])[0]
 
     def campaign_problems(self, campaign_id: int) -> list[Row]:
         found = self._rows(
@@ -235,3 +359,11 @@ class Glance:
             Row(problem_id=problem_id, index=index, step=step, steps=steps, state=state, best_objective=best)
             for problem_id, index, step, steps, state, best in found
         ]
+
+
+def _ranks_before(result: Row, other: Row, maximize: bool) -> bool:
+    """As the store's: whether ``result`` is a better best than ``other`` (a better objective, or the same and an
+    earlier trial)."""
+    if result.objective != other.objective:
+        return bool(result.objective > other.objective if maximize else result.objective < other.objective)
+    return bool(result.trial_id < other.trial_id)

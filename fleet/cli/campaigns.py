@@ -40,6 +40,22 @@ def find_campaign(store: Any, ref: str) -> Any:
         raise NotFound(f"{error} in {database_url()}") from None
 
 
+def glance_at_campaign(ref: str) -> tuple[Any, Any]:
+    """What a read command reads campaign ``ref`` with, and the campaign: a :class:`fleet.glance.Glance` (no
+    SQLAlchemy to import: most of a small campaign's status) where it can summarize the campaign, else the store
+    (a campaign whose best its searcher judges, :func:`fleet.driving.summary.judges`)."""
+    from fleet.driving.summary import judges
+    from fleet.glance import Glance
+
+    store = glance_or_store()
+    campaign = find_campaign(store, ref)
+    if isinstance(store, Glance) and judges(campaign):  # its searchers read the store itself
+        store.close()
+        store = open_store(read_only=True)
+        campaign = find_campaign(store, ref)
+    return store, campaign
+
+
 def note_missing_extras(strategy: dict[str, Any], workload: dict[str, Any] | None = None) -> None:
     """Say so when ``auto`` runs without its Optuna technique: it works, but searches less well. Not for a
     ``workload`` of several objectives: ``auto`` is then ``nsga2``, which needs no extra."""
@@ -343,10 +359,14 @@ def _failed(store: Any, campaign: Any, tallies: Any = None, reasons: list[Reason
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(campaign: str | None, as_json: bool) -> None:
     """Show campaigns and their trials, or one CAMPAIGN in detail, and the workers listening."""
-    store = open_store(read_only=True) if campaign else glance_or_store()
+    if campaign:
+        store, found = glance_at_campaign(campaign)
+        campaigns = [found]
+    else:
+        store = glance_or_store()
+        campaigns = store.campaigns()
     settings = get_settings()
     live = store.workers(within=settings.liveness_seconds)
-    campaigns = [find_campaign(store, campaign)] if campaign else store.campaigns()
     # One look at the leases for both views: a campaign's "driven by" and a driver's "drives" agree.
     driven = live_drivers(store)
     holders = {c.id: name for name, held in driven.items() for c in held}

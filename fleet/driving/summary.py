@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fleet.space import Space
 from fleet.spec.workloads import load_workload_spec
-from fleet.store import Campaign, ProblemTally, Store, TrialResult
 
 if TYPE_CHECKING:
     from fleet.search import Searcher
+    from fleet.store import Campaign, ProblemTally, Store, TrialResult
 
 JUDGING = ("step", "bisect", "composer")
 """Strategies whose searchers may hold a predicate on runs (a space file's ``META_search_callback`` may too)."""
@@ -40,6 +40,12 @@ class Summary:
             return None
         ratio = self.best.objective / self.baseline.objective
         return ratio if self.maximize else 1 / ratio
+
+
+def judges(campaign: Any) -> bool:
+    """Whether ``campaign``'s best is the one its searcher accepts, which only the searcher can say: its
+    strategy's searcher (or a space file's own) may hold a predicate on runs."""
+    return campaign.strategy.get("name") in JUDGING or bool(campaign.options.get("space_file"))
 
 
 def summarize(
@@ -67,7 +73,7 @@ def summarize(
     if tallies is None:
         tallies = store.tally(campaign.id, maximize)
     judged = None
-    if searchers is not None or campaign.strategy.get("name") in JUDGING or campaign.options.get("space_file"):
+    if searchers is not None or judges(campaign):
         from fleet.driving.judging import judged_bests  # the searchers: only for a campaign whose searcher judges
 
         judged = judged_bests(store, campaign, maximize, searchers)

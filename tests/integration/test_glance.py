@@ -1,5 +1,6 @@
-"""``fleet status`` of the whole database reads it through :mod:`fleet.glance` (no SQLAlchemy): the same output as
-through the store, on both backends, for a database with something of everything the view shows."""
+"""``fleet status``, of the whole database and of one campaign, reads it through :mod:`fleet.glance` (no
+SQLAlchemy): the same output as through the store, on both backends, for a database with something of everything
+the views show."""
 
 from __future__ import annotations
 
@@ -15,8 +16,16 @@ from fleet.cli import cli
 from fleet.cli._common import open_store
 from fleet.glance import Glance, open_glance
 from fleet.settings import reset_settings
-from fleet.store import Campaign, Store
-from tests.integration.test_store import TARGET, add, evaluate, make_campaign, make_problem
+from fleet.store import Campaign, Store, TrialResult
+from tests.integration.test_store import (
+    TARGET,
+    add,
+    evaluate,
+    make_campaign,
+    make_problem,
+    new_trial,
+    reuse_claim,
+)
 
 
 def fill(store: Store) -> None:
@@ -93,3 +102,90 @@ def test_a_database_the_glance_cannot_read_is_left_to_the_store(store: Store, tm
     empty.touch()
     assert open_glance(f"sqlite:///{empty}") is None  # no schema: the store says to run fleet db upgrade
     assert open_glance("mysql://db/fleet") is None
+
+
+def summaries(reader: Any, ref: str) -> list[tuple[Any, ...]]:
+    """What :func:`fleet.driving.summary.summarize` finds of campaign ``ref`` through ``reader``: each problem's
+    best and baseline (their attributes), counts and speedup."""
+    from fleet.driving.summary import summarize
+
+    def fields(result: Any) -> dict[str, Any] | None:
+        return None if result is None else {name: getattr(result, name) for name in TrialResult.__dataclass_fields__}
+
+    found = summarize(reader, reader.campaign(ref))
+    return [(s.problem_id, fields(s.best), fields(s.baseline), list(s.counts.items()), s.speedup) for s in found]
+
+
+def fill_bests(store: Store, goal: str) -> None:
+    """Two campaigns of one goal: bests tied (the earlier wins), beaten by an invalid run, measured or reused,
+    baselines of each run-time knob's value and of none, a problem with errors alone and one with nothing."""
+    problems = [make_problem(store, n) for n in range(4)]
+    knobs = {"tile": [1, 2, 4], "scale": {"values": [1, 2, 3], "build": False}}
+    workload = {"kind": "command", "run": ["./k", "{tile}", "{scale}"], "objective": {"json": "s", "goal": goal}}
+    first = make_campaign(store, f"first-{goal}", problem_ids=problems, space={"knobs": knobs}, workload=workload)
+    second = make_campaign(store, f"second-{goal}", problem_ids=problems[:1], space={"knobs": knobs}, workload=workload)
+
+    def score(seconds: float) -> float:
+        return seconds if goal == "min" else 10 - seconds
+
+    def trial(campaign: Any, problem: int, tile: int, scale: int, baseline: bool = False) -> int:
+        config = {"tile": tile, "scale": scale}
+        [(trial_id, _)] = store.add_trials(campaign.id, TARGET, [new_trial(problem, config, baseline=baseline)])
+        return trial_id
+
+    a, b, c, _ = problems
+    evaluate(store, trial(first, a, 1, 1, baseline=True), score(5.0))
+    evaluate(store, trial(first, a, 1, 3, baseline=True), score(0.5), valid=False, state="invalid")
+    evaluate(store, trial(first, a, 1, 2, baseline=True), score(8.0))
+    evaluate(store, trial(first, a, 4, 2), score(2.0), metrics={"gflops": 9.0})
+    evaluate(store, trial(first, a, 2, 2), score(2.0))
+    evaluate(store, trial(first, a, 4, 3), score(1.0), valid=False, state="invalid")
+    evaluate(store, trial(first, b, 1, 1, baseline=True), score(4.0))
+    evaluate(store, trial(first, b, 2, 3), score(1.5))
+    errored = trial(first, c, 1, 1)
+    assert store.claim(errored, "compile", "b", 60, 3) is not None
+    assert store.record(errored, "b", state="errored", reason="build failed")
+    reused = trial(second, a, 4, 2)
+    assert store.record(reused, "evaluator", state="evaluated", source=reuse_claim(store, reused).reuse)
+    evaluate(store, trial(second, a, 1, 1), score(7.0))
+    evaluate(store, trial(second, a, 2, 2), score(2.0))
+    for campaign in (first, second):
+        store.set_campaign_status(campaign.id, "done")
+
+
+@pytest.mark.parametrize("goal", ["min", "max"])
+def test_a_campaigns_summary_through_the_glance_is_the_stores(store: Store, goal: str) -> None:
+    fill_bests(store, goal)
+    glance = open_glance(store.url)
+    assert glance is not None
+    try:
+        for ref in (f"first-{goal}", f"second-{goal}"):
+            assert summaries(glance, ref) == summaries(store, ref)
+    finally:
+        glance.close()
+
+
+def test_fleet_status_of_a_campaign_through_the_glance_says_what_it_says_through_the_store(
+    filled: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill_bests(filled, "min")
+    fill_bests(filled, "max")
+    names = [f"{which}-{goal}" for which in ("first", "second") for goal in ("min", "max")]
+    opened: list[Any] = []
+    real = campaigns.glance_or_store
+    monkeypatch.setattr(campaigns, "glance_or_store", lambda: opened.append(real()) or opened[-1])
+    quick = [status(name, *args) for name in names for args in ((), ("--json",))]
+    assert opened and all(isinstance(reader, Glance) for reader in opened)
+    monkeypatch.setattr(campaigns, "glance_or_store", lambda: open_store(read_only=True))
+    assert quick == [status(name, *args) for name in names for args in ((), ("--json",))]
+    assert any("best of" in out and "failed x1" in out for out in quick)
+
+
+def test_a_campaign_whose_searcher_judges_its_best_is_read_through_the_store(filled: Store) -> None:
+    make_campaign(filled, "judged", strategy={"name": "step"})
+    reader, campaign = campaigns.glance_at_campaign("judged")
+    assert isinstance(reader, Store) and campaign.name == "judged"
+    reader.close()
+    reader, campaign = campaigns.glance_at_campaign("running")
+    assert isinstance(reader, Glance) and campaign.name == "running"
+    reader.close()

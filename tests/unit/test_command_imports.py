@@ -163,6 +163,12 @@ def test_a_campaigns_read_commands_import_no_searcher_driver_or_broker(
     assert not {m for m in modules if m.startswith(("fleet.search", "fleet.replay", "fleet.spec.campaign"))}
 
 
+def test_a_campaigns_status_reads_it_without_sqlalchemy(home: Path, campaign: str) -> None:
+    modules = imported_by(home, "status", campaign)
+    assert "fleet.glance" in modules
+    assert not {m for m in modules if m.split(".")[0] == "sqlalchemy" or m.startswith("fleet.store")}
+
+
 @pytest.mark.parametrize(
     "command", [("status",), ("status", "c"), ("best", "c"), ("report", "c"), ("trials", "c")], ids=" ".join
 )
