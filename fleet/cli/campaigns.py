@@ -40,16 +40,19 @@ def find_campaign(store: Any, ref: str) -> Any:
         raise NotFound(f"{error} in {database_url()}") from None
 
 
-def glance_at_campaign(ref: str) -> tuple[Any, Any]:
+def glance_at_campaign(ref: str, fronts: bool = False) -> tuple[Any, Any]:
     """What a read command reads campaign ``ref`` with, and the campaign: a :class:`fleet.glance.Glance` (no
     SQLAlchemy to import: most of a small campaign's status) where it can summarize the campaign, else the store
-    (a campaign whose best its searcher judges, :func:`fleet.driving.summary.judges`)."""
+    (a campaign whose best its searcher judges, :func:`fleet.driving.summary.judges`; with ``fronts``, one of
+    several objectives too, whose fronts read every result through the store)."""
     from fleet.driving.summary import judges
     from fleet.glance import Glance
+    from fleet.spec.workloads import load_workload_spec
 
     store = glance_or_store()
     campaign = find_campaign(store, ref)
-    if isinstance(store, Glance) and judges(campaign):  # its searchers read the store itself
+    several = fronts and len(load_workload_spec(campaign.workload).objectives) > 1
+    if isinstance(store, Glance) and (judges(campaign) or several):  # the searchers and fronts read the store
         store.close()
         store = open_store(read_only=True)
         campaign = find_campaign(store, ref)
@@ -730,11 +733,10 @@ def _only_target(store: Any, problem: Any) -> str:
 def _best_of_campaign(name: str, as_json: bool, preference: Preference | None) -> None:
     """One line per problem of campaign ``name``: its best run (the one its searcher accepts), or why none; for a
     campaign of several objectives, its front (:func:`_front_of_campaign`)."""
-    store = open_store(read_only=True)  # first: a folder with no database is said without the store's modules
+    store, campaign = glance_at_campaign(name, fronts=True)  # first: a folder with no database is said at once
     from fleet.driving.summary import summarize
     from fleet.spec.workloads import load_workload_spec
 
-    campaign = find_campaign(store, name)
     objectives = load_workload_spec(campaign.workload).objectives
     if len(objectives) > 1:
         _front_of_campaign(store, campaign, objectives, as_json, preference)

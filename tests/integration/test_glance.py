@@ -73,8 +73,8 @@ def filled(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sto
     return store
 
 
-def status(*args: str) -> str:
-    done = CliRunner().invoke(cli, ["status", *args], catch_exceptions=False)
+def status(*args: str, command: str = "status") -> str:
+    done = CliRunner().invoke(cli, [command, *args], catch_exceptions=False)
     assert done.exit_code == 0, done.output
     return done.output
 
@@ -165,8 +165,9 @@ def test_a_campaigns_summary_through_the_glance_is_the_stores(store: Store, goal
         glance.close()
 
 
-def test_fleet_status_of_a_campaign_through_the_glance_says_what_it_says_through_the_store(
-    filled: Store, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("command", ["status", "best"])
+def test_a_campaigns_status_and_best_through_the_glance_say_what_they_say_through_the_store(
+    filled: Store, command: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fill_bests(filled, "min")
     fill_bests(filled, "max")
@@ -174,18 +175,29 @@ def test_fleet_status_of_a_campaign_through_the_glance_says_what_it_says_through
     opened: list[Any] = []
     real = campaigns.glance_or_store
     monkeypatch.setattr(campaigns, "glance_or_store", lambda: opened.append(real()) or opened[-1])
-    quick = [status(name, *args) for name in names for args in ((), ("--json",))]
+    quick = [status(name, *args, command=command) for name in names for args in ((), ("--json",))]
     assert opened and all(isinstance(reader, Glance) for reader in opened)
     monkeypatch.setattr(campaigns, "glance_or_store", lambda: open_store(read_only=True))
-    assert quick == [status(name, *args) for name in names for args in ((), ("--json",))]
-    assert any("best of" in out and "failed x1" in out for out in quick)
+    assert quick == [status(name, *args, command=command) for name in names for args in ((), ("--json",))]
+    shown = {"status": ("best of", "failed x1"), "best": ("x the baseline", "no valid measurement")}[command]
+    assert any(all(line in out for line in shown) for out in quick)
 
 
-def test_a_campaign_whose_searcher_judges_its_best_is_read_through_the_store(filled: Store) -> None:
+def test_a_campaign_whose_searcher_judges_its_best_or_whose_fronts_are_asked_for_is_read_through_the_store(
+    filled: Store,
+) -> None:
     make_campaign(filled, "judged", strategy={"name": "step"})
     reader, campaign = campaigns.glance_at_campaign("judged")
     assert isinstance(reader, Store) and campaign.name == "judged"
     reader.close()
     reader, campaign = campaigns.glance_at_campaign("running")
     assert isinstance(reader, Glance) and campaign.name == "running"
+    reader.close()
+    objectives = [{"name": "s", "json": "s"}, {"name": "j", "json": "j"}]
+    make_campaign(filled, "fronts", workload={"kind": "command", "run": ["./k"], "objectives": objectives})
+    reader, _ = campaigns.glance_at_campaign("fronts")
+    assert isinstance(reader, Glance)  # its status needs no front
+    reader.close()
+    reader, _ = campaigns.glance_at_campaign("fronts", fronts=True)
+    assert isinstance(reader, Store)
     reader.close()

@@ -163,8 +163,9 @@ def test_a_campaigns_read_commands_import_no_searcher_driver_or_broker(
     assert not {m for m in modules if m.startswith(("fleet.search", "fleet.replay", "fleet.spec.campaign"))}
 
 
-def test_a_campaigns_status_reads_it_without_sqlalchemy(home: Path, campaign: str) -> None:
-    modules = imported_by(home, "status", campaign)
+@pytest.mark.parametrize("command", ["status", "best"])
+def test_a_campaigns_status_and_best_read_it_without_sqlalchemy(home: Path, campaign: str, command: str) -> None:
+    modules = imported_by(home, command, campaign)
     assert "fleet.glance" in modules
     assert not {m for m in modules if m.split(".")[0] == "sqlalchemy" or m.startswith("fleet.store")}
 
