@@ -24,7 +24,7 @@ from fleet.clock import sync_clock, utcnow
 from fleet.errors import NotFound, StoreError, did_you_mean
 from fleet.schema import head_revision
 from fleet.settings import redact
-from fleet.states import UNFINISHED, TrialState
+from fleet.states import UNFINISHED, ArtifactState, TrialState
 
 Row = SimpleNamespace
 """A row, its columns as attributes named as the store's models name them."""
@@ -170,7 +170,7 @@ class Glance:
 
     def campaign(self, ref: str | int) -> Row:
         """As :meth:`fleet.store.Store.campaign`: the campaign with id or name ``ref``, its space and options too."""
-        columns = self._CAMPAIGN.replace(" FROM campaigns", ", space, options FROM campaigns")
+        columns = self._CAMPAIGN.replace(" FROM campaigns", ", space, options, provenance, created_at FROM campaigns")
         if isinstance(ref, int) or str(ref).isdigit():
             found = self._rows(f"{columns} WHERE id = ? OR name = ? ORDER BY id LIMIT 1", [int(ref), str(ref)])
         else:
@@ -178,9 +178,10 @@ class Glance:
         if not found:
             names = [name for (name,) in self._rows("SELECT name FROM campaigns LIMIT 10000")]
             raise NotFound(f"no campaign {ref!r}{did_you_mean(ref, names)}")
-        *row, space, options = found[0]
+        *row, space, options, provenance, created_at = found[0]
         campaign = self._campaign(tuple(row))
-        campaign.space, campaign.options = self._json(space), self._json(options)
+        campaign.space, campaign.options, campaign.provenance = map(self._json, (space, options, provenance))
+        campaign.created_at = self._time(created_at)
         return campaign
 
     def problem(self, problem_id: int) -> Row:
@@ -358,6 +359,78 @@ class Glance:
         return [
             Row(problem_id=problem_id, index=index, step=step, steps=steps, state=state, best_objective=best)
             for problem_id, index, step, steps, state, best in found
+        ]
+
+    # -- what `fleet report` reads (fleet.report.data; fleet.report.stored reads the same through the store) --------
+
+    def report_rows(self, campaign_id: int) -> list[tuple[Any, ...]]:
+        """The campaign's trials as ``fleet.report.data`` reads them, as the driver gives them: the store's
+        ``plain_rows`` of ``fleet.report.stored.trials_query``, whose SQL this is."""
+        if self.dialect == "sqlite":
+            chain = """CAST(JSON_QUOTE(JSON_EXTRACT(measurements.metrics, '$."chain"')) AS TEXT)"""
+        else:
+            chain = "CAST(measurements.metrics -> 'chain' AS TEXT)"
+        return self._rows(
+            "SELECT trials.id, trials.problem_id, CAST(trials.config AS TEXT), trials.state, trials.reason,"
+            " trials.baseline, trials.finished_at, trials.source_trial_id, measurements.objective, measurements.valid,"
+            f" {chain}, measurements.node, measurements.gpu, measurements.worker, measurements.toolchain,"
+            " measurements.device, measurements.objective_name, measurements.maximize FROM trials"
+            f" LEFT OUTER JOIN measurements ON measurements.trial_id = {MEASURED_IN}"
+            " WHERE trials.campaign_id = ? ORDER BY trials.id",
+            [campaign_id],
+        )
+
+    def trials_start(self, campaign_id: int) -> datetime | None:
+        """When the campaign's first trial started (else was created)."""
+        found = self._rows(
+            "SELECT coalesce(min(started_at), min(created_at)) FROM trials WHERE campaign_id = ?", [campaign_id]
+        )
+        return self._time(found[0][0])
+
+    def chain_trials(self, campaign_id: int) -> list[tuple[int, int]]:
+        """Every recorded step of the campaign's chains, in order, as (the chain's index, the step's trial)."""
+        return [
+            (index, trial_id)
+            for index, trial_id in self._rows(
+                'SELECT chains."index", chain_steps.trial_id FROM chains'
+                " JOIN chain_steps ON chain_steps.chain_id = chains.id WHERE chains.campaign_id = ?"
+                ' ORDER BY chains.problem_id, chains."index", chain_steps.step',
+                [campaign_id],
+            )
+        ]
+
+    def trial_outputs(self, trial_ids: Sequence[int]) -> list[tuple[Any, ...]]:
+        """Per trial of ``trial_ids``: its id, build key, output's tails, and its measurement's samples and metrics."""
+        wanted = ", ".join("?" for _ in trial_ids)
+        found = self._rows(
+            "SELECT trials.id, trials.build_key, trials.stdout_tail, trials.stderr_tail, measurements.samples,"
+            " measurements.metrics FROM trials"
+            f" LEFT OUTER JOIN measurements ON measurements.trial_id = {MEASURED_IN}"
+            f" WHERE trials.id IN ({wanted})",
+            list(trial_ids),
+        )
+        return [(*row[:4], self._json(row[4]), self._json(row[5])) for row in found]
+
+    def failed_build_logs(self, build_keys: Sequence[str]) -> dict[str, str]:
+        """The log of each failed build among ``build_keys``, by key."""
+        wanted = ", ".join("?" for _ in build_keys)
+        found = self._rows(
+            f"SELECT build_key, log_tail FROM artifacts WHERE build_key IN ({wanted}) AND state = ?",
+            [*build_keys, ArtifactState.FAILED],
+        )
+        return {key: log or "" for key, log in found}
+
+    def history_trials(self, campaign_id: int) -> list[tuple[int, int, dict[str, Any], float | None]]:
+        """As :meth:`fleet.store.Store.history_trials`: (trial id, problem id, what history said, objective)."""
+        found = self._rows(
+            "SELECT trials.id, trials.problem_id, trials.history, measurements.objective FROM trials"
+            f" LEFT OUTER JOIN measurements ON measurements.trial_id = {MEASURED_IN}"
+            " AND measurements.valid IS ? WHERE trials.campaign_id = ? AND trials.history IS NOT NULL"
+            " ORDER BY trials.id",
+            [True, campaign_id],
+        )
+        return [
+            (trial_id, problem_id, dict(self._json(said)), objective) for trial_id, problem_id, said, objective in found
         ]
 
 

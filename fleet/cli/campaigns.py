@@ -860,11 +860,10 @@ def _find_problem(store: Any, ref: str, params: tuple[str, ...], by_id: bool = F
 def report(campaign: str, output: Path) -> None:
     """Write a self-contained HTML report of CAMPAIGN (name or id): convergence, knob effects, best configs, and
     every trial in a table to sort and filter."""
-    store = open_store(read_only=True)
+    store, found = glance_at_campaign(campaign, fronts=True)
     from fleet.report import render  # after the store: a folder with no database is said without the report's modules
 
     try:
-        found = find_campaign(store, campaign)
         page = render(store, found)
     finally:
         store.close()

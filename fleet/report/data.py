@@ -1,4 +1,8 @@
-"""What the page shows, read from the store in a few queries: a row per trial, with its measurement."""
+"""What the page shows, read from the database in a few queries: a row per trial, with its measurement.
+
+It is read through a :class:`fleet.glance.Glance` (no SQLAlchemy) or :class:`fleet.report.stored.StoredReads`
+(the store): both have the methods :func:`collect` calls.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,13 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
-
-from sqlalchemy import Select, Text, cast, func, select
+from typing import TYPE_CHECKING, Any
 
 from fleet.report.text import TOP, value_text
-from fleet.states import FAILED, FINISHED, ArtifactState, TrialState
-from fleet.store import Artifact, Campaign, Measurement, Problem, Store, Trial
+from fleet.states import FAILED, FINISHED, TrialState
+
+if TYPE_CHECKING:
+    from fleet.store import Campaign, Problem
 
 _FINISHED = frozenset(FINISHED)  # a set of strings: a state is looked up by its hash, not compared with each
 
@@ -131,21 +135,17 @@ def _json_list(texts: Sequence[str | None]) -> list[Any]:
     return json.loads("[" + ",".join(text or "null" for text in texts) + "]")
 
 
-def collect(store: Store, campaign: Campaign) -> Data:
-    """Everything the page shows, read from the store in a few queries."""
-    starts = select(func.coalesce(func.min(Trial.started_at), func.min(Trial.created_at))).where(
-        Trial.campaign_id == campaign.id
-    )
-    found = store.plain_rows(_trials_query(campaign.id))
-    with store.transaction() as connection:
-        t0 = connection.execute(starts).scalar()
-    problems = store.campaign_problems(campaign.id)
+def collect(reader: Any, campaign: Campaign) -> Data:
+    """Everything the page shows, read in a few queries through ``reader`` (a glance, or the store's reads)."""
+    found = reader.report_rows(campaign.id)
+    t0 = reader.trials_start(campaign.id)
+    problems = reader.campaign_problems(campaign.id)
     objective_name, maximize = _objective(campaign, found)
     strategy = str((campaign.strategy or {}).get("name", "strategy"))
     # Annealing chains on the fleet keep their steps apart from the trials: a trial is in its first visitor's series.
     chain_of: dict[int, int] = {}
-    for chain, step in store.chain_steps(campaign.id):
-        chain_of.setdefault(step.trial_id, chain.index)
+    for index, trial_id in reader.chain_trials(campaign.id):
+        chain_of.setdefault(trial_id, index)
     rows = _rows(found, chain_of, strategy, t0)
     # Finishing order: the first trial to reach the best value is the one the search found it with.
     rows.sort(key=lambda r: (r.t is None, r.t or 0.0, r.trial_id))
@@ -158,44 +158,13 @@ def collect(store: Store, campaign: Campaign) -> Data:
         knobs=_knobs(campaign.space or {}, rows),
         t0=t0,
     )
-    data.details = _details(store, _shown(data))
+    data.details = _details(reader, _shown(data))
     return data
 
 
-def _trials_query(campaign_id: int) -> Select[*tuple[Any, ...]]:
-    """The campaign's trials, each with what the page shows of its measurement, in trial order, as the driver gives
-    them (:meth:`~fleet.store.Store.plain_rows`)."""
-    # Columns, not ORM objects, and only those the page uses for every trial: of a measurement's JSON only
-    # the chain (a series), its samples and other metrics are read for the trials the tables show (see _details).
-    return (
-        select(
-            Trial.id,
-            Trial.problem_id,
-            cast(Trial.config, Text).label("config"),
-            Trial.state,
-            Trial.reason,
-            Trial.baseline,
-            Trial.finished_at,
-            Trial.source_trial_id,
-            Measurement.objective,
-            Measurement.valid,
-            cast(Measurement.metrics["chain"], Text).label("chain"),  # JSON text: decoded with the configurations
-            Measurement.node,
-            Measurement.gpu,
-            Measurement.worker,
-            Measurement.toolchain,
-            Measurement.device,
-            Measurement.objective_name,
-            Measurement.maximize,
-        )
-        .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
-        .where(Trial.campaign_id == campaign_id)
-        .order_by(Trial.id)
-    )
-
-
 def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str, t0: datetime | None) -> list[Row]:
-    """The rows of :func:`_trials_query`, as the page's rows, in the same order."""
+    """The rows of ``report_rows`` (:func:`fleet.report.stored.trials_query`), as the page's rows, in the same
+    order."""
     # Tuples indexed and unpacked in the query's order: looking up 18 columns by name in each of 100,000 rows
     # costs a second.
     configs = _json_list([t[2] for t in found])
@@ -293,45 +262,23 @@ def _shown(data: Data) -> list[Row]:
     return shown
 
 
-def _details(store: Store, rows: Sequence[Row]) -> dict[int, Detail]:
+def _details(reader: Any, rows: Sequence[Row]) -> dict[int, Detail]:
     """The samples, metrics and output of ``rows``, and the build logs of those that errored, by trial id."""
     if not rows:
         return {}
-    query = (
-        select(
-            Trial.id,
-            Trial.build_key,
-            Trial.stdout_tail,
-            Trial.stderr_tail,
-            Measurement.samples,
-            Measurement.metrics,
-        )
-        .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
-        .where(Trial.id.in_(sorted({row.trial_id for row in rows})))
-    )
+    found = reader.trial_outputs(sorted({row.trial_id for row in rows}))
     errored = {row.trial_id for row in rows if row.state == TrialState.ERRORED}
-    with store.transaction() as connection:
-        found = connection.execute(query).all()
-        failed_keys = {t.build_key for t in found if t.id in errored}
-        logs = {}
-        if failed_keys:
-            logs = {
-                a.build_key: a.log_tail or ""
-                for a in connection.execute(
-                    select(Artifact.build_key, Artifact.log_tail).where(
-                        Artifact.build_key.in_(failed_keys), Artifact.state == ArtifactState.FAILED
-                    )
-                )
-            }
+    failed_keys = {build_key for trial_id, build_key, *_ in found if trial_id in errored}
+    logs = reader.failed_build_logs(sorted(failed_keys)) if failed_keys else {}
     return {
-        t.id: Detail(
-            samples=list(t.samples or []),
-            metrics=dict(t.metrics or {}),
-            stdout_tail=t.stdout_tail,
-            stderr_tail=t.stderr_tail,
-            build_log=logs.get(t.build_key),
+        trial_id: Detail(
+            samples=list(samples or []),
+            metrics=dict(metrics or {}),
+            stdout_tail=stdout_tail,
+            stderr_tail=stderr_tail,
+            build_log=logs.get(build_key),
         )
-        for t in found
+        for trial_id, build_key, stdout_tail, stderr_tail, samples, metrics in found
     }
 
 

@@ -12,8 +12,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from fleet.clock import utcnow
+from fleet.collector import collector_paused
 from fleet.fronts import Front, Preference, campaign_fronts, objective_values
 from fleet.labels import short_labels
 from fleet.objective import Objective
@@ -22,7 +24,10 @@ from fleet.report.data import Data, Row, _error_groups, _identity, _measured_obj
 from fleet.report.text import DASH, DOTS, KNOB_VALUES, PALETTE, TIMES, TOP, config_text, esc, fmt, value_text
 from fleet.spec.workloads import load_workload_spec
 from fleet.states import FAILED, TRIAL_STATES, TrialState
-from fleet.store import Campaign, Problem, Store, collector_paused, utcnow
+
+if TYPE_CHECKING:
+    from fleet.glance import Glance
+    from fleet.store import Campaign, Problem, Store
 
 # -- the page's sections ---------------------------------------------------------------------------------
 
@@ -885,16 +890,24 @@ def _problem_title(problem: Problem) -> str:
     return f"{problem.kind} {params}".strip()
 
 
-def render(store: Store, campaign: Campaign | str | int) -> str:
-    """The report of ``campaign`` (a campaign, or its name or id) as one self-contained HTML page."""
-    if not isinstance(campaign, Campaign):
-        campaign = store.campaign(campaign)
+def render(store: Store | Glance, campaign: Campaign | str | int) -> str:
+    """The report of ``campaign`` (a campaign, or its name or id) as one self-contained HTML page, read through
+    the store or a :class:`fleet.glance.Glance` (a campaign of one objective: several need the store's fronts)."""
+    found = store.campaign(campaign) if isinstance(campaign, str | int) else campaign
     with collector_paused():
-        return _page(store, campaign)
+        return _page(store, found)
 
 
-def _page(store: Store, campaign: Campaign) -> str:
-    data = collect(store, campaign)
+def _page(store: Any, campaign: Any) -> str:
+    """The page of ``campaign`` (a store's campaign or a glance's row), read through ``store`` (or a glance)."""
+    from fleet.glance import Glance
+
+    if isinstance(store, Glance):
+        data = collect(store, campaign)
+    else:
+        from fleet.report.stored import StoredReads
+
+        data = collect(StoredReads(store), campaign)
     c = campaign
     strategy = (c.strategy or {}).get("name", "?")
     finished = [r.finished_at for r in data.rows if r.finished_at is not None]

@@ -1,6 +1,6 @@
 """The store: problems, campaigns, trials, artifacts, measurements, machines and workers."""
 
-from fleet.store._base import collector_paused
+from fleet.collector import collector_paused
 from fleet.store._connect import connect
 from fleet.store._history import HistorySource
 from fleet.store._hotpath import INLINE_BYTES

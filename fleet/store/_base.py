@@ -474,22 +474,3 @@ def _schema_missing(text: str) -> bool:
 def _first_line(error: Exception) -> str:
     text = str(getattr(error, "orig", error) or error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block, then back as it was.
-
-    Building a row (and its dicts) per trial for 100,000 trials sets off full collections that each walk every row
-    built so far: a third to two thirds of a report's or a cold dashboard read's time. Rows hold no cycles; what
-    another thread makes meanwhile is collected once the collector is back on.
-    """
-    import gc
-
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

@@ -201,3 +201,26 @@ def test_a_campaign_whose_searcher_judges_its_best_or_whose_fronts_are_asked_for
     reader, _ = campaigns.glance_at_campaign("fronts", fronts=True)
     assert isinstance(reader, Store)
     reader.close()
+
+
+def test_a_report_through_the_glance_is_the_stores(store: Store) -> None:
+    """Chains on the fleet (each trial in its first visitor's series), baselines, a reused best, failures."""
+    from fleet.report import render
+    from tests.integration.test_report import same_page, through_glance
+
+    fill_bests(store, "min")
+    workload = {"kind": "command", "run": ["./k"], "objective": {"json": "s", "goal": "min"}}
+    annealed = make_campaign(store, "annealed", strategy={"name": "anneal"}, workload=workload)
+    problem = store.campaign_problems(annealed.id)[0].id
+    store.create_chains(annealed.id, problem, [{"tile": 1}, {"tile": 4}], seed=1, steps=10, temperature=1.0)
+    trials = add(store, annealed, {"tile": 2}, {"tile": 4}, {"tile": 1})
+    for trial_id, seconds in zip(trials, (3.0, 1.0, 2.0), strict=True):
+        evaluate(store, trial_id, seconds)
+    for chain, trial_id in zip(store.chains(annealed.id), trials[1:], strict=True):
+        assert store.finish_chain_step(
+            chain, trial_id=trial_id, config={}, objective=1.0, accepted=True, temperature=1.0, worker="w",
+            seconds=0.1, maximize=False,
+        )  # fmt: skip
+    for name in ("first-min", "second-min", "annealed"):
+        assert same_page(through_glance(store, name), render(store, name)), name
+    assert "chain 1" in through_glance(store, "annealed")

@@ -1,6 +1,7 @@
 """`fleet report`: the page of a real campaign (CLI, PostgreSQL, Redis, worker processes, gcc), opened in a real
 headless Chromium, which must show its charts; hostile knob values stay text; a campaign with nothing measured
-yet still has a page; annealing chains each get a line.
+yet still has a page; annealing chains each get a line; the page read through a glance (no SQLAlchemy) is the
+store's.
 
 Screenshots and pages are kept under test-artifacts/ (ignored by git) for a person to look at.
 """
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from fleet import report
+from fleet.glance import open_glance
 from fleet.report import render
 from fleet.settings import redact
 from fleet.space import digest
@@ -286,6 +288,23 @@ def _measure(store: Store, trial_id: int, seconds: float, chain: int | None, sta
     assert store.record(trial_id, "evaluator", state=state, measurement=measurement)
 
 
+def through_glance(store: Store, name: str) -> str:
+    """The page of campaign ``name`` as `fleet report` reads it, through a glance (no SQLAlchemy), its time aside;
+    :func:`same_page` compares it with the store's."""
+    glance = open_glance(store.url)
+    assert glance is not None
+    try:
+        return render(glance, name)
+    finally:
+        glance.close()
+
+
+def same_page(a: str, b: str) -> bool:
+    """Whether two pages are the same but for the time in their footers."""
+    generated = re.compile(r"at [0-9-]+ [0-9:]+ UTC\.")
+    return generated.sub("", a) == generated.sub("", b)
+
+
 def test_each_annealing_chain_is_a_line_and_times_go_down(store: Store, tmp_path: Path) -> None:
     problem = store.add_problem("conv", {"n": 1})
     campaign = store.create_campaign(
@@ -306,6 +325,7 @@ def test_each_annealing_chain_is_a_line_and_times_go_down(store: Store, tmp_path
         _measure(store, trial_id, seconds, chain=index % 2, state="invalid" if index == 5 else "evaluated")
 
     text = render(store, store.campaign("chains"))
+    assert same_page(through_glance(store, "chains"), text)
 
     page = Page(text)
     for series in ("chain 0", "chain 1", "best of all chains"):
@@ -345,6 +365,7 @@ def test_a_large_campaign_draws_some_dots_and_a_long_knob_its_extremes(
         _measure(store, trial_id, seconds, chain=None, state="invalid" if n in (10, 11) else "evaluated")
 
     text = render(store, store.campaign("large"))
+    assert same_page(through_glance(store, "large"), text)
 
     page = Page(text)
     note = re.search(r"([0-9]+) of 78 trials drawn as dots", text)

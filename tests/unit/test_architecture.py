@@ -187,6 +187,7 @@ LAYERS = [
         "fleet.files",
         "fleet.objective",
         "fleet.lazy",
+        "fleet.collector",
     ),
 ]
 
