@@ -333,22 +333,55 @@ class Glance:
         )
         return [Row(id=pid, kind=kind, params=self._json(params)) for pid, kind, params in found]
 
-    def trial_rows(self, campaign_id: int, states: Sequence[str], problem_id: None = None) -> list[Row]:
-        """A campaign's trials in ``states``, in id order: their id, state and reason (a reused trial's source's
-        reason when it has none of its own)."""
-        assert states and problem_id is None, "a glance reads a campaign's trials in given states"
+    def trial_rows(
+        self, campaign_id: int, states: Sequence[str] | None = None, problem_id: int | None = None
+    ) -> list[Row]:
+        """As :meth:`fleet.store.Store.trial_rows`: the trials of a campaign (in ``states``, of ``problem_id``) with
+        their objective, in id order, as rows with a :class:`fleet.store.TrialRow`'s attributes. A reused trial
+        shows its source's objective, and its source's reason when it has none of its own."""
         # The store's trial_rows written again, the source's reason included. Importing SQLAlchemy here is the start
         # this module saves, and SQL text both could run would reach the store's query only as a column: the source's
         # reason by a correlated subquery, a lookup per trial where this join reads the trials once. Change both:
         # tests/integration/test_glance.py compares them.
-        wanted = ", ".join("?" for _ in states)
+        where = ["trials.campaign_id = ?"]
+        params: list[Any] = [campaign_id]
+        if states:
+            where.append(f"trials.state IN ({', '.join('?' for _ in states)})")
+            params.extend(states)
+        if problem_id is not None:
+            where.append("trials.problem_id = ?")
+            params.append(problem_id)
         found = self._rows(
-            "SELECT trials.id, trials.state, coalesce(trials.reason, source.reason) FROM trials"
+            "SELECT trials.id, trials.problem_id, problems.kind, trials.config, trials.state,"
+            " coalesce(trials.reason, source.reason), measurements.objective, trials.worker, trials.attempts,"
+            " trials.baseline, trials.source_trial_id, trials.history, measurements.objectives FROM trials"
+            f" LEFT OUTER JOIN measurements ON measurements.trial_id = {MEASURED_IN}"
+            " JOIN problems ON problems.id = trials.problem_id"
             " LEFT OUTER JOIN trials AS source ON source.id = trials.source_trial_id"
-            f" WHERE trials.campaign_id = ? AND trials.state IN ({wanted}) ORDER BY trials.id",
-            [campaign_id, *states],
+            f" WHERE {' AND '.join(where)} ORDER BY trials.id",
+            params,
         )
-        return [Row(id=trial_id, state=state, reason=reason) for trial_id, state, reason in found]
+        return [
+            Row(
+                id=trial_id,
+                problem_id=problem,
+                problem_kind=kind,
+                config=self._json(config),
+                state=state,
+                reason=reason,
+                objective=objective,
+                worker=worker,
+                attempts=attempts,
+                baseline=bool(baseline),
+                source_trial_id=source,
+                history=self._json(history),
+                objectives=self._json(objectives),
+            )
+            for (
+                trial_id, problem, kind, config, state, reason, objective, worker, attempts, baseline, source, history,
+                objectives,
+            ) in found
+        ]  # fmt: skip
 
     def chains(self, campaign_id: int) -> list[Row]:
         found = self._rows(

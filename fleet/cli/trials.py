@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from fleet.cli._common import database_url, format_config, is_stdout, open_store, write_output
-from fleet.cli.campaigns import find_campaign
+from fleet.cli.campaigns import find_campaign, glance_at_campaign
 from fleet.diagnose import first_line
 from fleet.errors import FleetError, NotFound
 from fleet.labels import short_labels
@@ -62,15 +62,16 @@ def trials(campaign: str, states: tuple[str, ...], as_json: bool, as_csv: bool, 
         raise FleetError(f"unknown trial state {unknown[0]!r}: one of {', '.join(TRIAL_STATES)}")
     if as_csv and (as_json or states):
         raise click.UsageError("--csv is the full table: without --json or --state")
-    store = open_store(read_only=True)
-    found = find_campaign(store, campaign)
     if as_csv:
         from fleet.export import steps_csv
 
+        store = open_store(read_only=True)
+        found = find_campaign(store, campaign)
         rows = write_output(output, lambda out: steps_csv(store, found, out))
         where = "standard output" if is_stdout(output) else output
         click.echo(f"{rows} trials of campaign {found.name} written to {where}", err=is_stdout(output))
         return
+    store, found = glance_at_campaign(campaign)  # the table: no SQLAlchemy to import where a glance reads it
     rows = store.trial_rows(found.id, states or None)
     if as_json:
         out = [

@@ -1,6 +1,6 @@
-"""``fleet status``, of the whole database and of one campaign, reads it through :mod:`fleet.glance` (no
-SQLAlchemy): the same output as through the store, on both backends, for a database with something of everything
-the views show."""
+"""``fleet status`` of the whole database, and ``status``, ``best``, ``trials`` and ``report`` of one campaign, read
+it through :mod:`fleet.glance` (no SQLAlchemy): the same output as through the store, on both backends, for a
+database with something of everything the views show."""
 
 from __future__ import annotations
 
@@ -165,8 +165,8 @@ def test_a_campaigns_summary_through_the_glance_is_the_stores(store: Store, goal
         glance.close()
 
 
-@pytest.mark.parametrize("command", ["status", "best"])
-def test_a_campaigns_status_and_best_through_the_glance_say_what_they_say_through_the_store(
+@pytest.mark.parametrize("command", ["status", "best", "trials"])
+def test_a_campaigns_status_best_and_trials_through_the_glance_say_what_they_say_through_the_store(
     filled: Store, command: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fill_bests(filled, "min")
@@ -175,11 +175,18 @@ def test_a_campaigns_status_and_best_through_the_glance_say_what_they_say_throug
     opened: list[Any] = []
     real = campaigns.glance_or_store
     monkeypatch.setattr(campaigns, "glance_or_store", lambda: opened.append(real()) or opened[-1])
-    quick = [status(name, *args, command=command) for name in names for args in ((), ("--json",))]
+    if command == "trials":  # the reasons of reused and failed trials, several lines long, too
+        names += ["failed"]
+    options = ((), ("--json",), ("--state", "errored")) if command == "trials" else ((), ("--json",))
+    quick = [status(name, *args, command=command) for name in names for args in options]
     assert opened and all(isinstance(reader, Glance) for reader in opened)
     monkeypatch.setattr(campaigns, "glance_or_store", lambda: open_store(read_only=True))
-    assert quick == [status(name, *args, command=command) for name in names for args in ((), ("--json",))]
-    shown = {"status": ("best of", "failed x1"), "best": ("x the baseline", "no valid measurement")}[command]
+    assert quick == [status(name, *args, command=command) for name in names for args in options]
+    shown = {
+        "status": ("best of", "failed x1"),
+        "best": ("x the baseline", "no valid measurement"),
+        "trials": ("(baseline)", "build failed"),
+    }[command]
     assert any(all(line in out for line in shown) for out in quick)
 
 

@@ -163,8 +163,10 @@ def test_a_campaigns_read_commands_import_no_searcher_driver_or_broker(
     assert not {m for m in modules if m.startswith(("fleet.search", "fleet.replay", "fleet.spec.campaign"))}
 
 
-@pytest.mark.parametrize("command", [("status",), ("best",), ("report", "-o", "-")], ids=lambda command: command[0])
-def test_a_campaigns_status_best_and_report_read_it_without_sqlalchemy(
+@pytest.mark.parametrize(
+    "command", [("status",), ("best",), ("report", "-o", "-"), ("trials",)], ids=lambda command: command[0]
+)
+def test_a_campaigns_status_best_report_and_trials_read_it_without_sqlalchemy(
     home: Path, campaign: str, command: tuple[str, ...]
 ) -> None:
     modules = imported_by(home, command[0], campaign, *command[1:])
