@@ -29,7 +29,7 @@ def log_database() -> None:
     log.info("database: %s", database_url())
 
 
-def open_store(check: bool = True, read_only: bool = False) -> Any:
+def open_store(check: bool = True, read_only: bool = False, named: bool = False) -> Any:
     """The store ``FLEET_DATABASE_URL`` names, checked to answer at the latest revision unless ``check`` is false.
 
     Every command that reads the database opens it here, so ``fleet -v`` names the database for all of them.
@@ -41,9 +41,12 @@ def open_store(check: bool = True, read_only: bool = False) -> Any:
     read_only:
         The command only reads: a SQLite database that does not exist is not created (which would answer "no
         campaigns" from a new, empty file) but named in one line, :class:`NotFound`.
+    named:
+        The command named the database already (it looked at it through a glance first): not again.
     """
     settings = get_settings()
-    log_database()
+    if not named:
+        log_database()
     if read_only:
         missing_database(settings.database_url)  # first: a folder with no database needs no SQLAlchemy to say so
     from fleet.store import Store

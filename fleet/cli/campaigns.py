@@ -54,7 +54,7 @@ def glance_at_campaign(ref: str, fronts: bool = False) -> tuple[Any, Any]:
     several = fronts and len(load_workload_spec(campaign.workload).objectives) > 1
     if isinstance(store, Glance) and (judges(campaign) or several):  # the searchers and fronts read the store
         store.close()
-        store = open_store(read_only=True)
+        store = open_store(read_only=True, named=True)
         campaign = find_campaign(store, ref)
     return store, campaign
 

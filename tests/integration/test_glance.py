@@ -4,6 +4,7 @@ database with something of everything the views show."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -191,11 +192,13 @@ def test_a_campaigns_status_best_and_trials_through_the_glance_say_what_they_say
 
 
 def test_a_campaign_whose_searcher_judges_its_best_or_whose_fronts_are_asked_for_is_read_through_the_store(
-    filled: Store,
+    filled: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     make_campaign(filled, "judged", strategy={"name": "step"})
-    reader, campaign = campaigns.glance_at_campaign("judged")
+    with caplog.at_level(logging.INFO, logger="fleet.cli"):
+        reader, campaign = campaigns.glance_at_campaign("judged")
     assert isinstance(reader, Store) and campaign.name == "judged"
+    assert [r.getMessage().startswith("database: ") for r in caplog.records] == [True]  # `fleet -v` names it once
     reader.close()
     reader, campaign = campaigns.glance_at_campaign("running")
     assert isinstance(reader, Glance) and campaign.name == "running"
