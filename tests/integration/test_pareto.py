@@ -54,10 +54,13 @@ def test_two_objectives_tuned_by_real_workers_and_their_front_shown(fleet: Fleet
     chosen = [p for p in front if p["chosen"]]
     assert len(chosen) == 1 and chosen[0]["objectives"]["seconds"] == min(p["objectives"]["seconds"] for p in front)
 
-    # Any tile size within 1000% of the fastest time: the smallest tile of the front.
+    # Any tile size within 1000% of the fastest time: the smallest tile among those points of the front. (Most
+    # often every point; on a machine at a load of 20, one of the smallest tiles ran more than 11 times slower.)
     leanest = fleet.cli("best", "matmul-c-pareto", "--prefer", "tile_kib", "--within", "1000", "--json", check=True)
     chosen = [p for p in json.loads(leanest.stdout)["problems"][0]["front"] if p["chosen"]]
-    assert chosen[0]["objectives"]["tile_kib"] == min(p["objectives"]["tile_kib"] for p in front)
+    fastest = min(p["objectives"]["seconds"] for p in front)
+    near = [p["objectives"]["tile_kib"] for p in front if p["objectives"]["seconds"] <= fastest * 11]
+    assert len(chosen) == 1 and chosen[0]["objectives"]["tile_kib"] == min(near)
     table = fleet.cli("best", "matmul-c-pareto", check=True).stdout.splitlines()
     assert table[0].startswith(f"matmul-c n=96: Pareto front of {len(front)} (seconds, tile_kib); * the least seconds")
     assert len(table) == 2 + len(front) and sum(line.startswith("  * ") for line in table) == 1
