@@ -42,10 +42,12 @@ def fault_in(done: Completed, scratch: Path) -> NodeFault | None:
     """The node's fault that made a command fail, or that a command which succeeded met; None when there is none.
 
     Either the command said so (``No space left on device``, ``Read-only file system``, ``Disk quota
-    exceeded``), or its scratch's filesystem has almost no room left after it: under :data:`LOW_SPACE_BYTES` after
-    a failure, under :data:`PROBE_BYTES` (the write a healthy node takes) after a success. A command can succeed
-    and still have met the full disk: Python drops a file whose last write fails at close without a word (outside
-    its development mode), so a build exits 0 with its artifact empty (issue 39's nemesis found one).
+    exceeded``), or its scratch's filesystem had almost no room while it ran or after it: under
+    :data:`LOW_SPACE_BYTES` for a failure, under :data:`PROBE_BYTES` (the write a healthy node takes) for a
+    success. A command can succeed and still have met the full disk: Python drops a file whose last write fails at
+    close without a word (outside its development mode), so a build exits 0 with its artifact empty (issue 39's
+    nemesis found one). The least room seen while it ran counts, not only the room at its end: another command's
+    fault may have had the disk emptied meanwhile.
     """
     if done.timed_out or done.scratch_limit is not None or done.output_limit is not None:
         return None  # a command that filled its own scratch, or printed too much, did no more than it was allowed to
@@ -55,6 +57,8 @@ def fault_in(done: Completed, scratch: Path) -> NodeFault | None:
         free = room.f_bavail * room.f_frsize
     except OSError:
         free = LOW_SPACE_BYTES
+    if done.least_free is not None:
+        free = min(free, done.least_free)
     if said is None and free >= (PROBE_BYTES if done.ok else LOW_SPACE_BYTES):
         return None
     though = ", though the command exited 0" if done.ok else ""

@@ -74,6 +74,9 @@ class Completed:
         The limit its scratch outgrew, when that killed it (:class:`fleet.workers.sandbox.Limits`).
     output_limit:
         The limit its output outgrew, when that stopped it (:func:`output_limit`).
+    least_free:
+        The fewest bytes free on its scratch's filesystem seen from its start to its end, when they were read: a
+        command that started on a full disk met it, though the disk may have room again when it ends.
     """
 
     argv: list[str]
@@ -84,6 +87,7 @@ class Completed:
     timed_out: bool = False
     scratch_limit: int | None = None
     output_limit: int | None = None
+    least_free: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -234,6 +238,7 @@ def _run(
             timed_out,
             scratch.limit if overgrown else None,
             limit if printed_too_much else None,
+            scratch.least_free(),
         )
 
 
@@ -502,13 +507,24 @@ class _ScratchWatch:
     def __init__(self, folders: list[Path], limits: sandbox.Limits) -> None:
         self.folders = folders
         self.limit = limits.scratch
-        self.free = _free(folders[0])
+        self.free = self.least = _free(folders[0])
 
     def overgrown(self) -> bool:
-        free = _free(self.folders[0])
+        free = self._read()
         if self.free is None or free is None or self.free - free <= self.limit:
             return False
         return sum(_usage(folder) for folder in self.folders) > self.limit
+
+    def least_free(self) -> int | None:
+        """The fewest bytes free seen since the command started, its end included."""
+        self._read()
+        return self.least
+
+    def _read(self) -> int | None:
+        free = _free(self.folders[0])
+        if free is not None:
+            self.least = free if self.least is None else min(self.least, free)
+        return free
 
 
 def _free(folder: Path) -> int | None:
@@ -726,7 +742,8 @@ class Resident:
                 if _answer(line):
                     self._err.seek(0)
                     err = _text(self._err.read(max(0, limit - len(out))))
-                    return Completed(self.argv, 0, _text(bytes(out)), err, time.monotonic() - start)
+                    seconds = time.monotonic() - start
+                    return Completed(self.argv, 0, _text(bytes(out)), err, seconds, least_free=scratch.least_free())
                 continue
             now = time.monotonic()
             left = timeout - (now - start)

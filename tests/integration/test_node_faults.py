@@ -299,8 +299,10 @@ def test_a_worker_process_the_oom_killer_takes_gives_its_trial_back_without_spen
 
 
 # A build that never checks its write: Python flushes the file as it drops it, ignores the ENOSPC it meets there and
-# exits 0, leaving b.txt empty. A run reads it back.
-CARELESS_BUILD = "import sys; open('b.txt', 'w').write(sys.argv[1])"
+# exits 0, leaving b.txt empty. A run reads it back. It lingers after its write, as a compiler's last steps do: the
+# build given back by the first is retried at once by the other pool process, still on the full disk, and ends after
+# the disk was emptied (the CI met it so by chance): its room at the end says nothing of the write it failed.
+CARELESS_BUILD = "import sys, time; open('b.txt', 'w').write(sys.argv[1]); time.sleep(1.5)"
 CARELESS_RUN = "import sys; print('score', int(open('b.txt').read()) * 10 + int(sys.argv[1]))"
 
 

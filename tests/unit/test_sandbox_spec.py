@@ -3,6 +3,7 @@ the sandbox's argument list (hidden paths, GPU device nodes, the network), and e
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -163,6 +164,23 @@ def test_a_command_whose_scratch_grows_past_its_limit_is_killed_and_it_is_its_ow
     # Below the limit nothing is looked at twice: a command that writes less runs to its end.
     small = "open('f', 'wb').write(bytes(1 << 20)); print('ok')"
     assert runner.run([sys.executable, "-c", small], cwd=tmp_path, timeout=60, env={}).stdout.strip() == "ok"
+
+
+def test_a_command_that_ran_while_its_disk_was_full_met_the_nodes_fault_though_the_disk_has_room_again(
+    tmp_path: Path,
+) -> None:
+    """The CI found it: two builds at once on a full scratch both exited 0 with empty artifacts; the first was taken
+    for the node's fault and the disk emptied, so the second, judged by the room at its end, errored its trials.
+    The least room seen from a command's start to its end is what counts."""
+    from fleet.workers import health, runner
+
+    done = runner.run([sys.executable, "-c", "print('ok')"], cwd=tmp_path, timeout=60, env={})
+    assert done.ok and done.least_free is not None and health.fault_in(done, tmp_path) is None
+    full = dataclasses.replace(done, least_free=0)
+    fault = health.fault_in(full, tmp_path)
+    assert fault is not None and "though the command exited 0" in str(fault) and "(0 MiB free)" in str(fault)
+    failed = dataclasses.replace(done, returncode=1, least_free=health.LOW_SPACE_BYTES - 1)
+    assert health.fault_in(failed, tmp_path) is not None
 
 
 def test_a_sandbox_that_cannot_tell_what_to_hide_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
