@@ -270,7 +270,7 @@ class Chaos:
         found = []
         for pid in _child_pids(self.launcher.pid):
             argv = _cmdline(pid)
-            if "celery" in argv and "-n" in argv:
+            if argv[1:4] == ["-m", "fleet.tasks", "worker"] and "-n" in argv:
                 found.append((pid, argv[argv.index("-n") + 1]))
         return found
 

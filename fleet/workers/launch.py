@@ -123,28 +123,11 @@ def node_gpus(target: str | None, gpus: str | None) -> list[Gpu]:
 
 
 def command(spec: WorkerSpec, loglevel: str = "INFO") -> list[str]:
-    """The argument list that starts ``spec`` as a Celery worker."""
+    """The argument list that starts ``spec`` as a Celery worker (:mod:`fleet.tasks.__main__`)."""
     return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "fleet.tasks",
-        "worker",
-        "-n",
-        spec.name,
-        "-Q",
-        spec.queue,
-        "-c",
-        str(spec.concurrency),
-        "-P",
-        "prefork",
-        "-E",
-        "--without-gossip",
-        "--without-mingle",
-        "-l",
-        loglevel,
-    ]
+        sys.executable, "-m", "fleet.tasks", "worker",
+        "-n", spec.name, "-Q", spec.queue, "-c", str(spec.concurrency), "-l", loglevel,
+    ]  # fmt: skip
 
 
 def _die_with_parent() -> None:

@@ -180,7 +180,7 @@ def test_deploy_starts_workers_on_every_node_as_its_user(deployment: Deployment)
         assert f"FLEET_NODE_NAME='{node}'" in env_file
         assert f"FLEET_CACHE_DIR='{host.home}/fleet/cache'" in env_file
         # The launcher and its Celery workers run as the node's unprivileged user, from the virtual env.
-        owners = host.run("ps -o user=,args= -u $(id -u) | grep '[c]elery -A fleet.tasks worker'").stdout
+        owners = host.run("ps -o user=,args= -u $(id -u) | grep '[-]m fleet.tasks worker'").stdout
         assert owners.count(f"{host.home}/fleet/venv/bin/python") >= 2
     status = deployment.fab("status")
     assert status.returncode == 0, status.stderr
@@ -264,7 +264,7 @@ def test_fab_stop_lets_the_running_measurement_finish(deployment: Deployment) ->
         f"{node}: workers stopped" for node in NODES
     ]
     for node in NODES:
-        assert deployment.hosts[node].run("pgrep -u $(id -u) -f 'celery -A fleet.tasks'").returncode == 1
+        assert deployment.hosts[node].run("pgrep -u $(id -u) -f 'fleet.tasks worker'").returncode == 1
     # And start brings them back.
     started = deployment.fab("start")
     assert started.returncode == 0, started.stderr
@@ -300,7 +300,7 @@ def test_deploy_driver_role_drives_submitted_campaigns_and_lets_go_on_stop(deplo
         # `fleet driver` from the node's virtual environment, as the node's unprivileged user, named after it.
         processes = host.run("ps -o args= -u $(id -u) | grep '[f]leet driver'").stdout
         assert f"{host.home}/fleet/venv/bin/fleet driver --name driver@{node} --max-campaigns 4" in processes
-        assert "celery" not in host.run("ps -o args= -u $(id -u)").stdout
+        assert "fleet.tasks" not in host.run("ps -o args= -u $(id -u)").stdout
         assert _wait(lambda: _live_driver(deployment, node), 60), "the driver did not register"
         status = deployment.fab("status", hosts=(node,))
         assert [line.split(" (")[0] for line in status.stdout.splitlines()] == [f"{node}: driver running"]

@@ -229,7 +229,7 @@ def eating_run() -> tuple[int, int] | None:
                 continue
             while parent > 1:
                 above, grand = process(parent)
-                if any("celery" in arg for arg in above):
+                if above[1:4] == ["-m", "fleet.tasks", "worker"]:
                     return int(entry.name), parent
                 parent = grand
         except (OSError, IndexError, ValueError):
