@@ -6,13 +6,17 @@ for its queues' health with this app alone (issue 42, item 12). The tasks regist
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import socket
+import tempfile
 from typing import Any
 
 from celery import Celery
 from kombu import Queue
 from kombu.transport import TRANSPORT_ALIASES
+from kombu.transport import filesystem as kombu_filesystem
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import QoS as VirtualQoS
 
@@ -104,6 +108,39 @@ class RedisTransport(kombu_redis.Transport):
 
 for _scheme in ("redis", "rediss"):
     TRANSPORT_ALIASES[_scheme] = f"{__name__}:RedisTransport"
+
+
+class _FilesystemChannel(kombu_filesystem.Channel):
+    """kombu's filesystem channel, whose exchange tables two processes cannot corrupt by creating them at once.
+
+    kombu creates a missing table by opening it for writing, which empties it, and only then locks it: two workers
+    started together (``make run``'s, binding their remote-control queues) both found none, the second's table was
+    written over the first's, longer one, and read back as JSON with the rest of the first after it, so a worker
+    failed to start. Created whole in one step (a link, which fails when the file exists), a table is only ever read
+    and rewritten under kombu's lock."""
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        table = self._exchange_file(exchange)
+        if not table.exists():
+            self.control_folder.mkdir(exist_ok=True)
+            fd, draft = tempfile.mkstemp(dir=self.control_folder, prefix=".table-")
+            try:
+                with os.fdopen(fd, "wb") as file:
+                    file.write(b"[]")
+                with contextlib.suppress(FileExistsError):
+                    os.link(draft, table)
+            finally:
+                os.unlink(draft)
+        super()._queue_bind(exchange, routing_key, pattern, queue)
+
+
+class FilesystemTransport(kombu_filesystem.Transport):
+    """kombu's filesystem transport with :class:`_FilesystemChannel`: the embedded broker without redis-server."""
+
+    Channel = _FilesystemChannel
+
+
+TRANSPORT_ALIASES["filesystem"] = f"{__name__}:FilesystemTransport"
 
 
 def configure(app: Celery, settings: Settings) -> Celery:
