@@ -82,9 +82,16 @@ def test_the_dashboard_follows_a_running_campaign(fleet: Fleet, tmp_path: Path) 
         assert shot.stat().st_size > 10_000
         fleet.wait_for(lambda: tune.poll() is not None, timeout=180, what="the campaign to end")
         assert tune.returncode == 0, (fleet.home / "tune.log").read_text()
-        after = api(base, f"/api/studies/{study}")
-        done = {t["number"] for t in after["trials"] if t["state"] == "Complete"}
-        # The trials that finished after the page loaded are there.
+
+        # The trials that finished after the page loaded are there, once the dashboard's cache of a study's trials
+        # (two seconds for a small study, optuna_dashboard._storage.get_trials) has expired: a page load just
+        # before the campaign's last trial finished may have filled it.
+        def shown() -> tuple[dict, set[int]]:
+            answer = api(base, f"/api/studies/{study}")
+            return answer, {t["number"] for t in answer["trials"] if t["state"] == "Complete"}
+
+        fleet.wait_for(lambda: len(shown()[1]) == finished(fleet), timeout=30, what="every finished trial shown")
+        after, done = shown()
         assert done > seen and len(done) == finished(fleet) >= 7
         # The trial list: each trial with its state, the one shown with its values and user attributes.
         listed = dom(f"{url}studies/{study}/trials", tmp_path / "p4", "--dump-dom")
