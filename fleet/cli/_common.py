@@ -59,6 +59,19 @@ def open_store(check: bool = True, read_only: bool = False, named: bool = False)
     return store
 
 
+def check_database() -> None:
+    """That the database answers at the latest revision (an embedded one is migrated), or one line says why: through
+    a glance where it can tell (a worker's launcher then never imports SQLAlchemy), else as :func:`open_store` does."""
+    from fleet.glance import open_glance
+
+    glance = open_glance(get_settings().database_url)
+    if glance is None:
+        open_store().close()
+        return
+    log_database()
+    glance.close()
+
+
 def glance_or_store() -> Any:
     """What ``fleet status`` reads the whole database with: a :class:`fleet.glance.Glance` where it can take one
     (no SQLAlchemy to import: most of a small database's status), else the store, as :func:`open_store` opens it."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from fleet.cli._common import open_store
+from fleet.cli._common import check_database, open_store
 from fleet.cli._sections import WholeHelpGroup
 from fleet.settings import get_settings, redact
 
@@ -91,7 +91,7 @@ def worker(
             click.echo(f"  {' '.join(command(spec, loglevel))}")
         return
     _check_fleet_settings()
-    open_store().close()  # the database answers and is at the latest revision, or one line says why
+    check_database()
     _check_workload_account()
     from fleet.ops.logs import log_dir as default_log_dir
 
@@ -129,7 +129,7 @@ def _check_node(target: str | None, gpus: str | None, role: str) -> str:
         sandbox.require()
         sandbox.account()  # an unusable FLEET_WORKLOAD_USER
         said.append(f"{sandbox.mode()} sandbox starts")
-        open_store().close()
+        check_database()
         said.append(f"database {redact(settings.database_url)} answers")
         check_broker()  # an embedded broker is started by the workers themselves: nothing to ask yet
         embedded = settings.embedded_broker or settings.broker_url.startswith("filesystem://")
