@@ -143,7 +143,7 @@ class Expression:
             # Python's parser gives up on deep nesting (50 000 unary minus signs) with these, not SyntaxError.
             raise SpecError(f"constraint {shown(text)} is nested too deeply") from None
         self._check(tree.body)
-        self._tree = tree.body
+        self._evaluate = _compile(tree.body, text)
         self.names = frozenset(
             node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id not in _FUNCTIONS
         )
@@ -195,54 +195,124 @@ class Expression:
     def measure(self, values: Mapping[str, Any]) -> tuple[Any, int]:
         """The expression's value for ``values`` and the steps it took (at most :data:`MAX_STEPS`)."""
         budget = _Budget()
-        value = _evaluate(self._tree, values, self.text, budget)
+        value = self._evaluate(values, budget)
         return value, MAX_STEPS - budget.left
 
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
 
 
-def _evaluate(node: ast.AST, values: Mapping[str, Any], text: str, budget: _Budget) -> Any:
-    budget.spend(1)
+_Node = Callable[[Mapping[str, Any], _Budget], Any]
+"""A node of an expression's tree, made a function of the values and the evaluation's budget."""
+
+
+def _compile(node: ast.AST, text: str) -> _Node:
+    """``node`` (of a checked tree) as a function: it evaluates as a walk of the tree would, spending one step on
+    entering each node, without finding out the node's kind at every evaluation (constraints are evaluated on
+    every configuration of a space, a hundred thousand of them in a grid's first pass)."""
     match node:
         case ast.Constant(value=value):
-            return value
+
+            def constant(values: Mapping[str, Any], budget: _Budget) -> Any:
+                budget.spend(1)
+                return value
+
+            return constant
         case ast.Name(id=name):
-            try:
-                return values[name]
-            except KeyError:
-                hint = did_you_mean(name, values)
-                raise SpecError(f"constraint {shown(text)} names {name!r}, which is not a knob{hint}") from None
+
+            def lookup(values: Mapping[str, Any], budget: _Budget) -> Any:
+                budget.spend(1)
+                try:
+                    return values[name]
+                except KeyError:
+                    hint = did_you_mean(name, values)
+                    raise SpecError(f"constraint {shown(text)} names {name!r}, which is not a knob{hint}") from None
+
+            return lookup
         case ast.Tuple(elts=items) | ast.List(elts=items):
-            return tuple(_evaluate(item, values, text, budget) for item in items)
+            parts = [_compile(item, text) for item in items]
+
+            def sequence(values: Mapping[str, Any], budget: _Budget) -> Any:
+                budget.spend(1)
+                return tuple(part(values, budget) for part in parts)
+
+            return sequence
         case ast.UnaryOp(op=op, operand=operand):
-            return _apply(_UNARY[type(op)], budget, _evaluate(operand, values, text, budget))
+            unary, inner = _UNARY[type(op)], _compile(operand, text)
+
+            def apply_unary(values: Mapping[str, Any], budget: _Budget) -> Any:
+                budget.spend(1)
+                return _apply(unary, budget, inner(values, budget))
+
+            return apply_unary
         case ast.BinOp(left=left, op=op, right=right):
-            left_value = _evaluate(left, values, text, budget)
-            return _apply(_BINARY[type(op)], budget, left_value, _evaluate(right, values, text, budget))
+            binary, first, second = _BINARY[type(op)], _compile(left, text), _compile(right, text)
+
+            def apply_binary(values: Mapping[str, Any], budget: _Budget) -> Any:
+                budget.spend(1)
+                left_value = first(values, budget)
+                return _apply(binary, budget, left_value, second(values, budget))
+
+            return apply_binary
         case ast.BoolOp(op=ast.And(), values=items):
-            return all(_evaluate(item, values, text, budget) for item in items)
+            parts = [_compile(item, text) for item in items]
+
+            def conjunction(values: Mapping[str, Any], budget: _Budget) -> Any:
+                budget.spend(1)
+                return all(part(values, budget) for part in parts)
+
+            return conjunction
         case ast.BoolOp(op=ast.Or(), values=items):
-            return any(_evaluate(item, values, text, budget) for item in items)
+            parts = [_compile(item, text) for item in items]
+
+            def disjunction(values: Mapping[str, Any], budget: _Budget) -> Any:
+                budget.spend(1)
+                return any(part(values, budget) for part in parts)
+
+            return disjunction
         case ast.Compare(left=left, ops=ops, comparators=comparators):
-            current = _evaluate(left, values, text, budget)
-            for comparison, comparator in zip(ops, comparators, strict=True):
-                right = _evaluate(comparator, values, text, budget)
-                if not _apply(_COMPARE[type(comparison)], budget, current, right):
-                    return False
-                current = right
-            return True
+            first = _compile(left, text)
+            rest = [(_COMPARE[type(op)], _compile(item, text)) for op, item in zip(ops, comparators, strict=True)]
+
+            def compare(values: Mapping[str, Any], budget: _Budget) -> Any:
+                budget.spend(1)
+                current = first(values, budget)
+                for comparison, part in rest:
+                    right = part(values, budget)
+                    if not _apply(comparison, budget, current, right):
+                        return False
+                    current = right
+                return True
+
+            return compare
         case ast.IfExp(test=test, body=body, orelse=orelse):
-            return _evaluate(body if _evaluate(test, values, text, budget) else orelse, values, text, budget)
+            condition, then, otherwise = _compile(test, text), _compile(body, text), _compile(orelse, text)
+
+            def choose(values: Mapping[str, Any], budget: _Budget) -> Any:
+                budget.spend(1)
+                return (then if condition(values, budget) else otherwise)(values, budget)
+
+            return choose
         case ast.Call(func=ast.Name(id=name), args=args):
-            return _apply(_FUNCTIONS[name], budget, *(_evaluate(arg, values, text, budget) for arg in args))
+            function, parts = _FUNCTIONS[name], [_compile(arg, text) for arg in args]
+
+            def call(values: Mapping[str, Any], budget: _Budget) -> Any:
+                budget.spend(1)
+                return _apply(function, budget, *(part(values, budget) for part in parts))
+
+            return call
     raise SpecError(f"constraint {shown(text)}: cannot evaluate {type(node).__name__}")
 
 
 def _apply(function: Callable[..., Any], budget: _Budget, *arguments: Any) -> Any:
     """``function(*arguments)`` within the cost bound, its failures turned into :class:`Undefined`."""
     # Comparing, searching and taking the min of sequences costs their length.
-    budget.spend(sum(len(a) for a in arguments if isinstance(a, str | tuple)))
+    cost = 0
+    for argument in arguments:
+        if isinstance(argument, str | tuple):
+            cost += len(argument)
+    if cost:
+        budget.spend(cost)
     try:
         result = _checked(function(*arguments))
     except (ZeroDivisionError, OverflowError):
