@@ -198,6 +198,11 @@ class Expression:
         value = self._evaluate(values, budget)
         return value, MAX_STEPS - budget.left
 
+    def __reduce__(self) -> tuple[type[Expression], tuple[str]]:
+        # Its compiled form is nested functions, which pickle cannot take: a copy (a space sent to another
+        # process) is compiled again from the source.
+        return Expression, (self.text,)
+
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import pickle
 
 import pytest
 from hypothesis import given, settings
@@ -131,6 +132,14 @@ def test_constraints_filter_configurations() -> None:
         {"x": 4, "y": 2},
         {"x": 8, "y": 1},
     ]
+
+
+def test_a_space_sent_to_another_process_judges_as_it_did() -> None:
+    """Constraints are compiled into nested functions, which pickle cannot take: a pickled space (``fleet bench
+    search`` sends them to its spawned processes) carries each constraint's source and compiles it again."""
+    s = space({"x": [1, 2, 4, 8], "y": [1, 2, 4, 8]}, constraints=["x * y <= 8", "x >= y if x > 1 else y == 1"])
+    copy = pickle.loads(pickle.dumps(s))
+    assert list(copy) == list(s) and copy.constraints[1].measure({"x": 2, "y": 2}) == (True, 7)
 
 
 def test_predicate_sees_base_overlaid_with_the_configuration() -> None:
