@@ -114,10 +114,10 @@ class _FilesystemChannel(kombu_filesystem.Channel):
     """kombu's filesystem channel, whose exchange tables two processes cannot corrupt by creating them at once.
 
     kombu creates a missing table by opening it for writing, which empties it, and only then locks it: two workers
-    started together (an embedded fleet's without redis-server, binding their remote-control queues) both found none, the second's table was
-    written over the first's, longer one, and read back as JSON with the rest of the first after it, so a worker
-    failed to start. Created whole in one step (a link, which fails when the file exists), a table is only ever read
-    and rewritten under kombu's lock."""
+    started together (an embedded fleet's without redis-server, binding their remote-control queues) both found
+    none, the second's table was written over the first's, longer one, and read back as JSON with the rest of the
+    first after it, so a worker failed to start. Created whole in one step (a link, which fails when the file
+    exists), a table is only ever read and rewritten under kombu's lock."""
 
     def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
         table = self._exchange_file(exchange)
