@@ -215,98 +215,128 @@ def _compile(node: ast.AST, text: str) -> _Node:
     """``node`` (of a checked tree) as a function: it evaluates as a walk of the tree would, spending one step on
     entering each node, without finding out the node's kind at every evaluation (constraints are evaluated on
     every configuration of a space, a hundred thousand of them in a grid's first pass)."""
-    match node:
-        case ast.Constant(value=value):
+    compiler = _COMPILERS.get(type(node))
+    if compiler is None:
+        raise SpecError(f"constraint {shown(text)}: cannot evaluate {type(node).__name__}")
+    return compiler(node, text)
 
-            def constant(values: Mapping[str, Any], budget: _Budget) -> Any:
-                budget.spend(1)
-                return value
 
-            return constant
-        case ast.Name(id=name):
+def _constant(node: ast.Constant, text: str) -> _Node:
+    value = node.value
 
-            def lookup(values: Mapping[str, Any], budget: _Budget) -> Any:
-                budget.spend(1)
-                try:
-                    return values[name]
-                except KeyError:
-                    hint = did_you_mean(name, values)
-                    raise SpecError(f"constraint {shown(text)} names {name!r}, which is not a knob{hint}") from None
+    def constant(values: Mapping[str, Any], budget: _Budget) -> Any:
+        budget.spend(1)
+        return value
 
-            return lookup
-        case ast.Tuple(elts=items) | ast.List(elts=items):
-            parts = [_compile(item, text) for item in items]
+    return constant
 
-            def sequence(values: Mapping[str, Any], budget: _Budget) -> Any:
-                budget.spend(1)
-                return tuple(part(values, budget) for part in parts)
 
-            return sequence
-        case ast.UnaryOp(op=op, operand=operand):
-            unary, inner = _UNARY[type(op)], _compile(operand, text)
+def _name(node: ast.Name, text: str) -> _Node:
+    name = node.id
 
-            def apply_unary(values: Mapping[str, Any], budget: _Budget) -> Any:
-                budget.spend(1)
-                return _apply(unary, budget, inner(values, budget))
+    def lookup(values: Mapping[str, Any], budget: _Budget) -> Any:
+        budget.spend(1)
+        try:
+            return values[name]
+        except KeyError:
+            hint = did_you_mean(name, values)
+            raise SpecError(f"constraint {shown(text)} names {name!r}, which is not a knob{hint}") from None
 
-            return apply_unary
-        case ast.BinOp(left=left, op=op, right=right):
-            binary, first, second = _BINARY[type(op)], _compile(left, text), _compile(right, text)
+    return lookup
 
-            def apply_binary(values: Mapping[str, Any], budget: _Budget) -> Any:
-                budget.spend(1)
-                left_value = first(values, budget)
-                return _apply(binary, budget, left_value, second(values, budget))
 
-            return apply_binary
-        case ast.BoolOp(op=ast.And(), values=items):
-            parts = [_compile(item, text) for item in items]
+def _sequence(node: ast.Tuple | ast.List, text: str) -> _Node:
+    parts = [_compile(item, text) for item in node.elts]
 
-            def conjunction(values: Mapping[str, Any], budget: _Budget) -> Any:
-                budget.spend(1)
-                return all(part(values, budget) for part in parts)
+    def sequence(values: Mapping[str, Any], budget: _Budget) -> Any:
+        budget.spend(1)
+        return tuple(part(values, budget) for part in parts)
 
-            return conjunction
-        case ast.BoolOp(op=ast.Or(), values=items):
-            parts = [_compile(item, text) for item in items]
+    return sequence
 
-            def disjunction(values: Mapping[str, Any], budget: _Budget) -> Any:
-                budget.spend(1)
-                return any(part(values, budget) for part in parts)
 
-            return disjunction
-        case ast.Compare(left=left, ops=ops, comparators=comparators):
-            first = _compile(left, text)
-            rest = [(_COMPARE[type(op)], _compile(item, text)) for op, item in zip(ops, comparators, strict=True)]
+def _unary(node: ast.UnaryOp, text: str) -> _Node:
+    unary, operand = _UNARY[type(node.op)], _compile(node.operand, text)
 
-            def compare(values: Mapping[str, Any], budget: _Budget) -> Any:
-                budget.spend(1)
-                current = first(values, budget)
-                for comparison, part in rest:
-                    right = part(values, budget)
-                    if not _apply(comparison, budget, current, right):
-                        return False
-                    current = right
-                return True
+    def apply_unary(values: Mapping[str, Any], budget: _Budget) -> Any:
+        budget.spend(1)
+        return _apply(unary, budget, operand(values, budget))
 
-            return compare
-        case ast.IfExp(test=test, body=body, orelse=orelse):
-            condition, then, otherwise = _compile(test, text), _compile(body, text), _compile(orelse, text)
+    return apply_unary
 
-            def choose(values: Mapping[str, Any], budget: _Budget) -> Any:
-                budget.spend(1)
-                return (then if condition(values, budget) else otherwise)(values, budget)
 
-            return choose
-        case ast.Call(func=ast.Name(id=name), args=args):
-            function, parts = _FUNCTIONS[name], [_compile(arg, text) for arg in args]
+def _binary(node: ast.BinOp, text: str) -> _Node:
+    binary, left, right = _BINARY[type(node.op)], _compile(node.left, text), _compile(node.right, text)
 
-            def call(values: Mapping[str, Any], budget: _Budget) -> Any:
-                budget.spend(1)
-                return _apply(function, budget, *(part(values, budget) for part in parts))
+    def apply_binary(values: Mapping[str, Any], budget: _Budget) -> Any:
+        budget.spend(1)
+        left_value = left(values, budget)
+        return _apply(binary, budget, left_value, right(values, budget))
 
-            return call
-    raise SpecError(f"constraint {shown(text)}: cannot evaluate {type(node).__name__}")
+    return apply_binary
+
+
+def _boolean(node: ast.BoolOp, text: str) -> _Node:
+    parts = [_compile(item, text) for item in node.values]
+    short_circuit = all if isinstance(node.op, ast.And) else any  # a bool, not the deciding operand's value
+
+    def boolean(values: Mapping[str, Any], budget: _Budget) -> Any:
+        budget.spend(1)
+        return short_circuit(part(values, budget) for part in parts)
+
+    return boolean
+
+
+def _compare(node: ast.Compare, text: str) -> _Node:
+    first = _compile(node.left, text)
+    rest = [(_COMPARE[type(op)], _compile(item, text)) for op, item in zip(node.ops, node.comparators, strict=True)]
+
+    def compare(values: Mapping[str, Any], budget: _Budget) -> Any:
+        budget.spend(1)
+        current = first(values, budget)
+        for comparison, part in rest:
+            right = part(values, budget)
+            if not _apply(comparison, budget, current, right):
+                return False
+            current = right
+        return True
+
+    return compare
+
+
+def _choose(node: ast.IfExp, text: str) -> _Node:
+    condition, then, otherwise = _compile(node.test, text), _compile(node.body, text), _compile(node.orelse, text)
+
+    def choose(values: Mapping[str, Any], budget: _Budget) -> Any:
+        budget.spend(1)
+        return (then if condition(values, budget) else otherwise)(values, budget)
+
+    return choose
+
+
+def _call(node: ast.Call, text: str) -> _Node:
+    assert isinstance(node.func, ast.Name)  # Expression._check allows no other call
+    function, parts = _FUNCTIONS[node.func.id], [_compile(arg, text) for arg in node.args]
+
+    def call(values: Mapping[str, Any], budget: _Budget) -> Any:
+        budget.spend(1)
+        return _apply(function, budget, *(part(values, budget) for part in parts))
+
+    return call
+
+
+_COMPILERS: dict[type, Callable[[Any, str], _Node]] = {
+    ast.Constant: _constant,
+    ast.Name: _name,
+    ast.Tuple: _sequence,
+    ast.List: _sequence,
+    ast.UnaryOp: _unary,
+    ast.BinOp: _binary,
+    ast.BoolOp: _boolean,
+    ast.Compare: _compare,
+    ast.IfExp: _choose,
+    ast.Call: _call,
+}
 
 
 def _apply(function: Callable[..., Any], budget: _Budget, *arguments: Any) -> Any:
