@@ -7,6 +7,7 @@ import base64
 import hashlib
 import json
 import math
+import operator
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,7 +21,16 @@ from fleet.fronts import Front, Preference, campaign_fronts, objective_values
 from fleet.labels import short_labels
 from fleet.objective import Objective
 from fleet.report.charts import Line, Scale, _clip, chart, log_range, nice_range, tick_label
-from fleet.report.data import Data, Row, _error_groups, _identity, _measured_objective, _ranked, collect
+from fleet.report.data import (
+    _OBJECTIVE,
+    Data,
+    Row,
+    _error_groups,
+    _identity,
+    _measured_objective,
+    _ranked,
+    collect,
+)
 from fleet.report.text import DASH, DOTS, KNOB_VALUES, PALETTE, TIMES, TOP, config_text, esc, fmt, value_text
 from fleet.spec.workloads import load_workload_spec
 from fleet.states import FAILED, TRIAL_STATES, TrialState
@@ -28,6 +38,8 @@ from fleet.states import FAILED, TRIAL_STATES, TrialState
 if TYPE_CHECKING:
     from fleet.glance import Glance
     from fleet.store import Campaign, Problem, Store
+
+_STATE = operator.attrgetter("state")
 
 # -- the page's sections ---------------------------------------------------------------------------------
 
@@ -191,9 +203,10 @@ def _thin_dots(data: Data, by_trial: Sequence[Line], by_time: Sequence[Line]) ->
     measurements = sum(len(line.dots) for line in by_trial)
     if measurements <= DOTS:
         return ""
+    better = operator.gt if data.maximize else operator.lt  # data.better, in C: it is called twice per dot
     for line_n, line_t in zip(by_trial, by_time, strict=True):
         share = max(2, DOTS * len(line_n.dots) // measurements)
-        keep = dots_shown([y for _, y in line_n.dots], share, data.better)
+        keep = dots_shown([y for _, y in line_n.dots], share, better)
         line_n.dots = [line_n.dots[i] for i in keep]
         line_t.dots = [line_t.dots[i] for i in keep]
     drawn = sum(len(line.dots) for line in by_trial)
@@ -222,14 +235,15 @@ def dots_shown(values: Sequence[float], keep: int, better: Callable[[float, floa
         return list(range(len(values)))
     last = len(values) - 1
     chosen = {round(i * last / (keep - 1)) for i in range(keep)} if keep > 1 else {0}
-    best = worst = 0
+    best = worst = values[0]
+    worst_index = 0
     for index, value in enumerate(values):
-        if better(value, values[best]):
-            best = index
+        if better(value, best):
+            best = value
             chosen.add(index)
-        if better(values[worst], value):
-            worst = index
-    chosen.add(worst)
+        if better(worst, value):
+            worst, worst_index = value, index
+    chosen.add(worst_index)
     return sorted(chosen)
 
 
@@ -265,7 +279,7 @@ def knob_effects(data: Data, rows: Sequence[Row]) -> list[KnobEffect]:
     """Per knob, per value: count, median and best over valid measurements; ordered by spread of medians."""
     searched = [r for r in rows if not r.baseline]
     valid = [r for r in searched if r.measured]
-    valid_objectives = [float(_measured_objective(r)) for r in valid]
+    valid_objectives = list(map(float, map(_OBJECTIVE, valid)))
     overall = statistics.median(valid_objectives) if valid else 0.0
     pick = max if data.maximize else min
     effects = []
@@ -638,9 +652,7 @@ def _glance(data: Data, rows: Sequence[Row]) -> str:
 
 
 def _counts(rows: Iterable[Row]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.state] = counts.get(row.state, 0) + 1
+    counts = Counter(map(_STATE, rows))  # in the order first seen, as a dict counts them
     order: dict[str, int] = {s: i for i, s in enumerate(TRIAL_STATES)}
     return dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)))
 
@@ -849,8 +861,8 @@ def campaign_section(data: Data) -> str:
     provenance = dict(c.provenance or {})
     # What the workers built and measured with, as their measurements recorded it (not where it was submitted).
     for fact, values in (
-        ("toolchain", {row.toolchain for row in data.rows}),
-        ("device", {row.device for row in data.rows}),
+        ("toolchain", set(map(operator.attrgetter("toolchain"), data.rows))),
+        ("device", set(map(operator.attrgetter("device"), data.rows))),
     ):
         found = sorted({str(value) for value in values if value})
         if found:
