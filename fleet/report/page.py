@@ -747,22 +747,33 @@ def all_trials_section(data: Data) -> str:
     # Most cells repeat (a knob's few values, a state, a reason, a worker): each is written once and reused, where
     # escaping every cell of 20,000 rows anew took a third of a second.
     cell = _CellCache()
+    starts: dict[str, str] = {}  # a state's <tr>
+    places: dict[tuple[str | None, str | None, str | None], str] = {}  # a place's cell
+    isfinite = math.isfinite
     for row in data.rows[:ALL_TRIALS]:
         # The trial's id and objective are numbers: their text needs no escaping.
         cells = [f'<td data-v="{float(row.trial_id)!r}">{row.trial_id}{" (baseline)" if row.baseline else ""}</td>']
         if several:
             label = problems.get(row.problem_id, str(row.problem_id))
             cells.append(cell(label, label))
-        cells.append(cell(row.state, row.state))
-        objective = row.objective if row.state == TrialState.EVALUATED else None
-        cells.append(f'<td data-v="{_sort_key(objective)}">{fmt(objective)}</td>')
+        state = row.state
+        cells.append(cell(state, state))
+        objective = row.objective if state == TrialState.EVALUATED else None
+        # Most objectives are finite floats, whose sort key is their repr (as _sort_key writes it, without its checks).
+        key = repr(objective) if objective.__class__ is float and isfinite(objective) else _sort_key(objective)
+        cells.append(f'<td data-v="{key}">{fmt(objective)}</td>')
         config = row.config
         cells += [cell.knob(config.get(n, _MISSING)) for n in knob_names]
         reason = _clip(row.reason.splitlines()[0], 100) if row.reason else ""
         cells.append(cell(reason, reason))
-        where = " · ".join(x for x in (row.node, row.gpu, row.worker) if x)
-        cells.append(cell(where, where or DASH))
-        out.append(f'<tr class="state-{esc(row.state)}">{"".join(cells)}</tr>')
+        place = (row.node, row.gpu, row.worker)
+        if (found := places.get(place)) is None:
+            where = " · ".join(x for x in place if x)
+            found = places[place] = cell(where, where or DASH)
+        cells.append(found)
+        if (start := starts.get(state)) is None:
+            start = starts[state] = f'<tr class="state-{esc(state)}">'
+        out.append(f"{start}{''.join(cells)}</tr>")
     out.append("</tbody></table>")
     if len(data.rows) > ALL_TRIALS:
         out.append(
