@@ -78,6 +78,10 @@ class Data:
     knobs: dict[str, dict[str, Any]]  # name -> {"values": [...], "build": bool}
     t0: datetime | None
     details: dict[int, Detail] = field(default_factory=dict)  # by trial id: the trials the tables show
+    # Each read by several sections; taken once, as each is a pass over every trial.
+    problem_rows: dict[int, list[Row]] = field(default_factory=dict)  # by problem id: its rows, in the same order
+    ranked: dict[int, list[Row]] = field(default_factory=dict)  # by problem id: its best table's rows (_ranked)
+    errors: list[tuple[tuple[str, str], list[Row]]] = field(default_factory=list)  # _error_groups of every row
 
     def better(self, a: float, b: float) -> bool:
         return a > b if self.maximize else a < b
@@ -162,6 +166,11 @@ def collect(reader: Any, campaign: Campaign) -> Data:
         knobs=_knobs(campaign.space or {}, rows),
         t0=t0,
     )
+    for problem in problems:
+        problem_id = problem.id  # a column of an ORM object: slow to read 100,000 times
+        data.problem_rows[problem_id] = [row for row in rows if row.problem_id == problem_id]
+        data.ranked[problem_id] = _ranked(data, data.problem_rows[problem_id])
+    data.errors = _error_groups(rows)
     data.details = _details(reader, _shown(data))
     return data
 
@@ -259,10 +268,9 @@ def _error_groups(rows: Iterable[Row]) -> list[tuple[tuple[str, str], list[Row]]
 def _shown(data: Data) -> list[Row]:
     """The trials whose samples, metrics or output the page shows: best tables, baselines, error examples."""
     shown = [row for row in data.rows if row.baseline]
-    for problem in data.problems:
-        problem_id = problem.id  # a column of an ORM object: slow to read 100,000 times
-        shown += _ranked(data, [r for r in data.rows if r.problem_id == problem_id])
-    shown += [members[0] for _, members in _error_groups(data.rows)]
+    for ranked in data.ranked.values():
+        shown += ranked
+    shown += [members[0] for _, members in data.errors]
     return shown
 
 

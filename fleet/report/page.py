@@ -25,10 +25,8 @@ from fleet.report.data import (
     _OBJECTIVE,
     Data,
     Row,
-    _error_groups,
     _identity,
     _measured_objective,
-    _ranked,
     collect,
 )
 from fleet.report.text import DASH, DOTS, KNOB_VALUES, PALETTE, TIMES, TOP, config_text, esc, fmt, value_text
@@ -108,13 +106,13 @@ def _series_order(label: str) -> tuple[int, float, str]:
         return (2, 0.0, label)
 
 
-def convergence(data: Data, rows: Sequence[Row], problem_key: str) -> str:
-    """Both convergence charts for one problem's trials, or a line saying there is nothing to plot yet."""
-    searched = [r for r in rows if r.finished and not r.baseline]
-    if not any(r.measured for r in searched):
+def convergence(
+    data: Data, rows: Sequence[Row], searched: Sequence[Row], best_row: Row | None, problem_key: str
+) -> str:
+    """Both convergence charts for one problem's trials (``rows``; ``searched``, those finished that are not
+    baselines, and ``best_row``, their best), or a line saying there is nothing to plot yet."""
+    if best_row is None:
         return '<p class="empty">No valid measurement yet: nothing to plot.</p>'
-    best_row = data.best_of(searched)
-    assert best_row is not None
     span = max((r.t or 0.0) for r in searched)
     scale, unit = _time_unit(span)
     # Both x axes are the campaign's: the trials it had finished, and the time it had run, when each trial ended.
@@ -412,8 +410,8 @@ def knob_rows(values: Sequence[KnobValue], maximize: bool) -> tuple[list[KnobVal
     return head, tail, len(values) - len(head) - len(tail)
 
 
-def best_table(data: Data, rows: Sequence[Row]) -> str:
-    ranked = _ranked(data, rows)
+def best_table(data: Data, rows: Sequence[Row], ranked: Sequence[Row]) -> str:
+    """The ``ranked`` rows of ``rows`` (see :func:`fleet.report.data._ranked`), with their speedups and details."""
     if not ranked:
         return '<p class="empty">No valid measurement yet.</p>'
     knob_names = list(data.knobs)
@@ -608,9 +606,10 @@ def history_note(data: Data, trials: Sequence[tuple[int, int, dict[str, Any], fl
     return f'<p class="history">{esc(text)}.</p>'
 
 
-def _glance(data: Data, rows: Sequence[Row]) -> str:
-    """The headline of one problem: its best, the speedup, when it was found."""
-    best = data.best_of(r for r in rows if not r.baseline) or data.best_of(rows)
+def _glance(data: Data, rows: Sequence[Row], searched: Sequence[Row], best: Row | None) -> str:
+    """The headline of one problem: its best (``best``, that of ``searched``, its finished trials that are not
+    baselines; else the best baseline), the speedup, when it was found."""
+    best = best or data.best_of(rows)
     finished = [r for r in rows if r.finished]
     valid = [r for r in rows if r.measured]
     if best is None:
@@ -618,7 +617,6 @@ def _glance(data: Data, rows: Sequence[Row]) -> str:
         return f'<p class="empty glance">No measurements yet ({esc(states)}).</p>'
     baseline = _baseline_for(data, rows, best.config)
     gain = speedup(data, best, baseline)
-    searched = [r for r in rows if r.finished and not r.baseline]
     found = next((i for i, r in enumerate(searched, start=1) if r is best), None)
     parts = [
         '<div class="glance">',
@@ -790,7 +788,7 @@ SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(SCRIPT.encode()).diges
 
 
 def errors_section(data: Data) -> str:
-    groups = _error_groups(data.rows)
+    groups = data.errors
     if not groups:
         return '<p class="empty">No errored or invalid trials.</p>'
     out = [
@@ -955,8 +953,9 @@ def _page(store: Any, campaign: Any) -> str:
     fronts = {f.problem_id: f for f in campaign_fronts(store, c, objectives, preference)} if len(objectives) > 1 else {}
     for index, problem in enumerate(data.problems):
         key, problem_id = str(problem.id), problem.id
-        rows = [r for r in data.rows if r.problem_id == problem_id]
-        best = data.best_of(r for r in rows if not r.baseline)
+        rows = data.problem_rows[problem_id]
+        searched = [r for r in rows if r.finished and not r.baseline]
+        best = data.best_of(searched)  # only a finished trial is measured: the best of the trials not baselines
         title = _problem_title(problem)
         heading = f"Problem: {title}"  # its kind and parameters name it; its id would say nothing
         front = ""
@@ -965,9 +964,11 @@ def _page(store: Any, campaign: Any) -> str:
             front = f'<h3 class="front">Pareto front</h3>{shown}'
         body.append(
             f'<section class="problem" id="problem-{esc(key)}" data-index="{index}"><h2>{esc(heading)}</h2>'
-            f"{_glance(data, rows)}{history_note(data, [h for h in from_history if h[1] == problem_id])}{front}"
-            f'<h3 class="convergence">Convergence</h3>{convergence(data, rows, key)}'
-            f'<h3 class="best">Best configurations</h3>{best_table(data, rows)}{baseline_table(data, rows)}'
+            f"{_glance(data, rows, searched, best)}"
+            f"{history_note(data, [h for h in from_history if h[1] == problem_id])}{front}"
+            f'<h3 class="convergence">Convergence</h3>{convergence(data, rows, searched, best, key)}'
+            f'<h3 class="best">Best configurations</h3>{best_table(data, rows, data.ranked[problem_id])}'
+            f"{baseline_table(data, rows)}"
             f'<h3 class="knobs">Effect of each knob</h3>{knob_section(data, rows, best, key)}'
             "</section>"
         )
