@@ -413,12 +413,14 @@ class Glance:
             [campaign_id],
         )
 
-    def trials_start(self, campaign_id: int) -> datetime | None:
-        """When the campaign's first trial started (else was created)."""
-        found = self._rows(
-            "SELECT coalesce(min(started_at), min(created_at)) FROM trials WHERE campaign_id = ?", [campaign_id]
+    def start_and_history(self, campaign_id: int) -> tuple[datetime | None, bool]:
+        """When the campaign's first trial started (else was created), and whether any of its trials was proposed
+        from history (:meth:`history_trials` reads which): one pass over the trials for both."""
+        ((start, proposed),) = self._rows(
+            "SELECT coalesce(min(started_at), min(created_at)), count(history) FROM trials WHERE campaign_id = ?",
+            [campaign_id],
         )
-        return self._time(found[0][0])
+        return self._time(start), proposed > 0
 
     def chain_trials(self, campaign_id: int) -> list[tuple[int, int]]:
         """Every recorded step of the campaign's chains, in order, as (the chain's index, the step's trial)."""

@@ -82,6 +82,8 @@ class Data:
     problem_rows: dict[int, list[Row]] = field(default_factory=dict)  # by problem id: its rows, in the same order
     ranked: dict[int, list[Row]] = field(default_factory=dict)  # by problem id: its best table's rows (_ranked)
     errors: list[tuple[tuple[str, str], list[Row]]] = field(default_factory=list)  # _error_groups of every row
+    # The trials proposed from history, as the store's history_trials gives them.
+    history: list[tuple[int, int, dict[str, Any], float | None]] = field(default_factory=list)
 
     def better(self, a: float, b: float) -> bool:
         return a > b if self.maximize else a < b
@@ -143,7 +145,7 @@ def _json_list(texts: Sequence[str | None]) -> list[Any]:
 def collect(reader: Any, campaign: Campaign) -> Data:
     """Everything the page shows, read in a few queries through ``reader`` (a glance, or the store's reads)."""
     found = reader.report_rows(campaign.id)
-    t0 = reader.trials_start(campaign.id)
+    t0, from_history = reader.start_and_history(campaign.id)
     problems = reader.campaign_problems(campaign.id)
     objective_name, maximize = _objective(campaign, found)
     strategy = str((campaign.strategy or {}).get("name", "strategy"))
@@ -171,6 +173,8 @@ def collect(reader: Any, campaign: Campaign) -> Data:
         data.problem_rows[problem_id] = [row for row in rows if row.problem_id == problem_id]
         data.ranked[problem_id] = _ranked(data, data.problem_rows[problem_id])
     data.errors = _error_groups(rows)
+    if from_history:  # most campaigns have none, and the query would read every trial again to say so
+        data.history = reader.history_trials(campaign.id)
     data.details = _details(reader, _shown(data))
     return data
 

@@ -947,7 +947,6 @@ def _page(store: Any, campaign: Any) -> str:
             + (f" ({len(data.rows)} trials, none measured)." if data.rows else " (no trials).")
             + "</p>"
         )
-    from_history = store.history_trials(c.id)
     objectives = load_workload_spec(c.workload).objectives
     preference = Preference(objectives[0].name)
     fronts = {f.problem_id: f for f in campaign_fronts(store, c, objectives, preference)} if len(objectives) > 1 else {}
@@ -965,7 +964,7 @@ def _page(store: Any, campaign: Any) -> str:
         body.append(
             f'<section class="problem" id="problem-{esc(key)}" data-index="{index}"><h2>{esc(heading)}</h2>'
             f"{_glance(data, rows, searched, best)}"
-            f"{history_note(data, [h for h in from_history if h[1] == problem_id])}{front}"
+            f"{history_note(data, [h for h in data.history if h[1] == problem_id])}{front}"
             f'<h3 class="convergence">Convergence</h3>{convergence(data, rows, searched, best, key)}'
             f'<h3 class="best">Best configurations</h3>{best_table(data, rows, data.ranked[problem_id])}'
             f"{baseline_table(data, rows)}"

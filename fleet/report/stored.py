@@ -35,13 +35,13 @@ class StoredReads:
     def report_rows(self, campaign_id: int) -> list[tuple[Any, ...]]:
         return self.store.plain_rows(trials_query(campaign_id))
 
-    def trials_start(self, campaign_id: int) -> datetime | None:
-        starts = select(func.coalesce(func.min(Trial.started_at), func.min(Trial.created_at))).where(
-            Trial.campaign_id == campaign_id
-        )
+    def start_and_history(self, campaign_id: int) -> tuple[datetime | None, bool]:
+        query = select(
+            func.coalesce(func.min(Trial.started_at), func.min(Trial.created_at)), func.count(Trial.history)
+        ).where(Trial.campaign_id == campaign_id)
         with self.store.transaction() as connection:
-            found: datetime | None = connection.execute(starts).scalar()
-            return found
+            start, proposed = connection.execute(query).one()
+            return start, proposed > 0
 
     def chain_trials(self, campaign_id: int) -> list[tuple[int, int]]:
         return [(chain.index, step.trial_id) for chain, step in self.store.chain_steps(campaign_id)]
