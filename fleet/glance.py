@@ -15,6 +15,7 @@ import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from operator import itemgetter
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -403,15 +404,21 @@ class Glance:
             chain = """CAST(JSON_QUOTE(JSON_EXTRACT(measurements.metrics, '$."chain"')) AS TEXT)"""
         else:
             chain = "CAST(measurements.metrics -> 'chain' AS TEXT)"
-        return self._rows(
+        # SQLite runs the query in this process, and orders its wide rows through a temporary B-tree (the trials'
+        # index by campaign is not in id order): sorting the tuples by their first item here costs a fifth of it.
+        order = " ORDER BY trials.id" if self.dialect == "postgresql" else ""
+        found = self._rows(
             "SELECT trials.id, trials.problem_id, CAST(trials.config AS TEXT), trials.state, trials.reason,"
             " trials.baseline, trials.finished_at, trials.source_trial_id, measurements.objective, measurements.valid,"
             f" {chain}, measurements.node, measurements.gpu, measurements.worker, measurements.toolchain,"
             " measurements.device, measurements.objective_name, measurements.maximize FROM trials"
             f" LEFT OUTER JOIN measurements ON measurements.trial_id = {MEASURED_IN}"
-            " WHERE trials.campaign_id = ? ORDER BY trials.id",
+            f" WHERE trials.campaign_id = ?{order}",
             [campaign_id],
         )
+        if not order:
+            found.sort(key=itemgetter(0))
+        return found
 
     def start_and_history(self, campaign_id: int) -> tuple[datetime | None, bool]:
         """When the campaign's first trial started (else was created), and whether any of its trials was proposed
