@@ -11,10 +11,14 @@ not acknowledged; this module reads them from the broker itself:
 - kombu's filesystem transport (embedded mode without ``redis-server``) keeps each waiting message as one
   file ``<time>_<id>.<queue>.msg`` in its data folder and removes it on delivery: waiting messages are
   counted, and unacknowledged ones cannot be seen (shown as ``-``, exported as no sample).
-- Consumers are the workers that answer Celery's ``inspect().active_queues()`` (a prefork worker answers
-  even while its pool is busy), together with the live workers registered in the database, whose
-  heartbeat runs in the worker's main process. On the filesystem transport, which has no broadcast, only
-  the database is asked.
+- Consumers are the live workers registered in the database, whose heartbeat runs in the worker's main
+  process, and, where a queue holds work that none of them consumes or the database knows no live worker,
+  the workers that answer Celery's ``inspect().active_queues()`` (a prefork worker answers even while its
+  pool is busy; one whose heartbeats stopped is found so). On the filesystem transport, which has no
+  broadcast, only the database is asked.
+
+The broker's keys are read over a plain socket (:mod:`fleet.ops.resp`), without Celery, kombu or redis-py, unless
+the broadcast is needed or the broker's URL asks for TLS.
 """
 
 from __future__ import annotations
@@ -75,20 +79,56 @@ class QueueHealth:
         }
 
 
-def _redis_counts(channel: Any) -> tuple[dict[str, int], dict[str, int], set[str]]:
-    """Waiting and unacknowledged messages per queue, and the queues bound in the broker, from kombu's keys."""
-    client = channel.client
-    sep = channel.sep
+def _redis_counts(settings: Settings, app: Any) -> tuple[dict[str, int], dict[str, int], set[str]]:
+    """Waiting and unacknowledged messages per queue, and the queues bound in the broker, from kombu's keys: read
+    over a plain socket (:mod:`fleet.ops.resp`), or through kombu for a broker that needs TLS."""
+    from fleet.ops.resp import connect
+
+    try:
+        connection = connect(settings.broker_url)
+        if connection is None:
+            if app is None:
+                from fleet.celery_app import app
+            with app.connection_for_read() as link:
+                link.ensure_connection(max_retries=1, interval_start=0.2, timeout=5)
+                return _kombu_counts(link.default_channel)
+        with connection:
+            return _counts(connection, KEYPREFIX_QUEUE, SEP, UNACKED_KEY)
+    except Exception as error:  # sockets, kombu and redis-py raise many kinds; all mean the same here
+        raise BrokerError(f"broker {redact(settings.broker_url)} does not answer: {error}") from None
+
+
+KEYPREFIX_QUEUE, SEP, UNACKED_KEY = "_kombu.binding.%s", "\x06\x16", "unacked"
+"""kombu's Redis transport's names: a queue's bindings, the separator in a binding, the hash of unacknowledged
+messages (its channel's ``keyprefix_queue``, ``sep``, ``unacked_key``; Fleet sets no ``global_keyprefix``)."""
+
+
+def _kombu_counts(channel: Any) -> tuple[dict[str, int], dict[str, int], set[str]]:
+    """:func:`_counts` through kombu's channel (its redis-py client and its own names)."""
+
+    class Client:
+        def scan(self, match: str, kind: str | None = None) -> Any:
+            return channel.client.scan_iter(match=match, _type=kind)
+
+        def command(self, name: str, key: Any) -> Any:
+            return getattr(channel.client, name.lower())(key)
+
+    return _counts(Client(), channel.keyprefix_queue, channel.sep, channel.unacked_key)
+
+
+def _counts(
+    client: Any, keyprefix_queue: str, sep: str, unacked_key: str
+) -> tuple[dict[str, int], dict[str, int], set[str]]:
     known: set[str] = set()
-    for key in client.scan_iter(match=channel.keyprefix_queue % "*"):
-        for member in client.smembers(key):
+    for key in client.scan(keyprefix_queue % "*"):
+        for member in client.command("SMEMBERS", key):
             known.add((member.decode() if isinstance(member, bytes) else member).split(sep)[-1])
     waiting: dict[str, int] = {}
-    for key in client.scan_iter(match="*", _type="LIST"):
+    for key in client.scan("*", "LIST"):
         name = (key.decode() if isinstance(key, bytes) else key).split(sep)[0]
-        waiting[name] = waiting.get(name, 0) + int(client.llen(key))
+        waiting[name] = waiting.get(name, 0) + int(client.command("LLEN", key))
     unacked: dict[str, int] = {}
-    for raw in client.hvals(channel.unacked_key):
+    for raw in client.command("HVALS", unacked_key):
         try:
             routing_key = json.loads(raw)[2]
         except (ValueError, IndexError, TypeError):
@@ -152,24 +192,11 @@ def queue_health(
     if not filesystem and settings.embedded_broker and not settings.redis_socket.exists():
         # Said before Celery is imported, which costs `fleet status` more than its own queries.
         raise BrokerError("the embedded broker is not running (`fleet up --local` or `fleet tune` starts it)")
-    if app is None:
-        from fleet.celery_app import app  # not fleet.tasks: every task and the worker code
     if filesystem:
         waiting = _filesystem_counts(settings)
     else:
-        try:
-            with app.connection_for_read() as connection:
-                connection.ensure_connection(max_retries=1, interval_start=0.2, timeout=5)
-                waiting, unacked, names = _redis_counts(connection.default_channel)
-        except Exception as error:  # kombu and redis-py raise many kinds; all mean the same here
-            raise BrokerError(f"broker {redact(settings.broker_url)} does not answer: {error}") from None
+        waiting, unacked, names = _redis_counts(settings, app)
     live = [] if store is None else store.workers(within=settings.liveness_seconds)
-    if not filesystem:
-        celery_workers = sum(1 for worker in live if worker.role != "driver")
-        # With no live worker in the database, one that answers anyway has missed its heartbeats for 20 s:
-        # a short look finds it, instead of waiting out the whole timeout for answers that mostly never come.
-        timeout = inspect_timeout if celery_workers else min(inspect_timeout, NOBODY_TIMEOUT)
-        consumers = inspect_consumers(app, timeout, expected=celery_workers)
     if store is not None:
         for worker in live:
             for queue in worker.queues or []:
@@ -177,6 +204,18 @@ def queue_health(
         for campaign in store.campaigns():
             if campaign.status == CampaignStatus.RUNNING:
                 names.update((f"build.{campaign.target}", f"eval.{campaign.target}"))
+    celery_workers = sum(1 for worker in live if worker.role != "driver")
+    unserved = [n for n, count in [*waiting.items(), *unacked.items()] if count and not consumers.get(n)]
+    if not filesystem and (unserved or not celery_workers):
+        # Celery's broadcast finds workers the database does not know live (their heartbeats stopped): asked where
+        # a queue holds work that no live worker consumes, or where the database knows none. With none live, one
+        # that answers anyway has missed its heartbeats for 20 s: a short look finds it, instead of waiting out
+        # the whole timeout for answers that mostly never come.
+        if app is None:
+            from fleet.celery_app import app  # not fleet.tasks: every task and the worker code
+        timeout = inspect_timeout if celery_workers else min(inspect_timeout, NOBODY_TIMEOUT)
+        for queue, answered in inspect_consumers(app, timeout, expected=celery_workers).items():
+            consumers.setdefault(queue, set()).update(answered)
     names.update(waiting, unacked, consumers)
     shown = sorted(n for n in names if n.startswith(FLEET_QUEUES) or waiting.get(n) or unacked.get(n))
     return [

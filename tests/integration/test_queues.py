@@ -18,10 +18,14 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from celery import Celery
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleet.ops.queues import inspect_consumers
+from fleet.errors import BrokerError
+from fleet.ops.queues import _kombu_counts, _redis_counts, inspect_consumers
+from fleet.ops.resp import RespError, connect
+from fleet.services import RedisServer
 from fleet.settings import Settings
 from fleet.tasks import configure
 from tests.conftest import ROOT, Fleet, write_spec
@@ -98,6 +102,70 @@ def test_status_and_metrics_show_waiting_unacked_and_missing_consumers(fleet: Fl
     assert exported[("fleet_queue_messages_unacked", evaluate)] == 0
     assert exported[("fleet_queue_consumers", evaluate)] == 1
     assert exported[("fleet_workers_live", "")] >= 1
+
+
+def modules_of_status(fleet: Fleet) -> tuple[dict, set[str]]:
+    """``fleet status --json``'s queues, and the modules the command imported."""
+    script = (
+        "import json, sys\nfrom fleet.cli import main\ncode = main(['status', '--json'])\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=fleet.env, cwd=fleet.home, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    *shown, modules = done.stdout.splitlines()
+    return {q["queue"]: q for q in json.loads("\n".join(shown))["queues"]}, set(json.loads(modules))
+
+
+def test_status_reads_the_broker_without_celery_while_live_workers_serve_its_queues(fleet: Fleet) -> None:
+    # The broadcast to find workers the database does not know is asked only where it could change what status
+    # says: with no live worker, or a queue holding work that no live worker consumes.
+    celery = ("celery", "kombu", "redis", "fleet.celery_app")
+    queues, modules = modules_of_status(fleet)
+    assert "fleet.celery_app" in modules  # no live worker: it asked who answers
+    fleet.start_worker("--build-procs", "1")
+    queues, modules = modules_of_status(fleet)
+    assert not {m for m in modules if m.split(".")[0] in celery or m in celery}
+    evaluate = queues[f"eval.{fleet.target}"]
+    assert evaluate["waiting"] == 0 and evaluate["unacked"] == 0 and evaluate["warning"] is None
+    assert [name.split("@")[0] for name in evaluate["consumers"]] == ["eval-cpu0"]
+    # Work waiting on a queue of another target, which no live worker consumes: the broadcast is asked again.
+    spec = one_slow_trial(fleet, 0) | {"target": "cpu-nobody"}
+    fleet.cli("tune", str(write_spec(fleet.home, spec)), "--detach", check=True)
+    queues, modules = modules_of_status(fleet)
+    assert "fleet.celery_app" in modules
+    assert queues["build.cpu-nobody"]["warning"] == "build.cpu-nobody: 1 messages wait and no worker consumes the queue"
+
+
+@pytest.mark.parametrize("kind", ["tcp, a password and a database", "unix socket, a password"])
+def test_the_socket_reads_count_what_kombu_counts(tmp_path: Path, kind: str) -> None:
+    # `fleet status` reads the broker's keys over a plain socket (fleet.ops.resp), kombu over redis-py: the same
+    # counts, on a broker with waiting messages of several priorities (one list per step), a delivered message
+    # not acknowledged, bindings, and a password.
+    unix = kind.startswith("unix")
+    server = RedisServer(tmp_path / "redis", password="p@ss word:/", unix_socket=tmp_path / "r.sock" if unix else None)
+    with server:
+        url = server.url if unix else server.url.removesuffix("/0") + "/3"
+        settings = Settings.from_env({**os.environ, "FLEET_HOME": str(tmp_path / "home"), "FLEET_BROKER_URL": url})
+        app = configure(Celery("probe", set_as_current=False), settings)
+        with app.connection_for_write() as link:
+            probe, other = link.SimpleQueue("eval.probe"), link.SimpleQueue("build.probe")
+            for priority in (0, 3, 3, 9):
+                probe.put({"priority": priority}, priority=priority)
+            other.put({"n": 1})
+            taken = other.get(timeout=10)  # delivered, not acknowledged
+            via_socket = _redis_counts(settings, None)
+            assert via_socket == _kombu_counts(link.default_channel)
+            waiting, unacked, bound = via_socket
+            assert waiting == {"eval.probe": 4} and unacked == {"build.probe": 1}
+            assert {"eval.probe", "build.probe"} <= bound
+            taken.ack()
+            assert _redis_counts(settings, None)[1] == {}
+            probe.close()
+            other.close()
+        with pytest.raises(RespError, match=r"WRONGPASS|invalid"):
+            connect(url.replace("p%40ss", "wrong"))
+    with pytest.raises(BrokerError, match=r"^broker .* does not answer: "):
+        _redis_counts(settings, None)
 
 
 def free_port() -> int:
