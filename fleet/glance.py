@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from operator import itemgetter
 from pathlib import Path
+from queue import SimpleQueue
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +33,9 @@ Row = SimpleNamespace
 """A row, its columns as attributes named as the store's models name them."""
 
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg2")
+
+STREAMED = 10_000
+"""Trials in each list that :meth:`Glance.report_rows` gives on PostgreSQL."""
 
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 """How SQLAlchemy writes a timestamp in SQLite (text), which compares in that form."""
@@ -397,9 +402,9 @@ class Glance:
 
     # -- what `fleet report` reads (fleet.report.data; fleet.report.stored reads the same through the store) --------
 
-    def report_rows(self, campaign_id: int) -> list[tuple[Any, ...]]:
-        """The campaign's trials as ``fleet.report.data`` reads them, as the driver gives them: the store's
-        ``plain_rows`` of ``fleet.report.stored.trials_query``, whose SQL this is."""
+    def report_rows(self, campaign_id: int) -> Iterator[list[tuple[Any, ...]]]:
+        """The campaign's trials as ``fleet.report.data`` reads them, as the driver gives them, in lists of trials in
+        trial order: the store's ``plain_rows`` of ``fleet.report.stored.trials_query``, whose SQL this is."""
         if self.dialect == "sqlite":
             chain = """CAST(JSON_QUOTE(JSON_EXTRACT(measurements.metrics, '$."chain"')) AS TEXT)"""
         else:
@@ -407,18 +412,57 @@ class Glance:
         # SQLite runs the query in this process, and orders its wide rows through a temporary B-tree (the trials'
         # index by campaign is not in id order): sorting the tuples by their first item here costs a fifth of it.
         order = " ORDER BY trials.id" if self.dialect == "postgresql" else ""
-        found = self._rows(
+        sql = (
             "SELECT trials.id, trials.problem_id, CAST(trials.config AS TEXT), trials.state, trials.reason,"
             " trials.baseline, trials.finished_at, trials.source_trial_id, measurements.objective, measurements.valid,"
             f" {chain}, measurements.node, measurements.gpu, measurements.worker, measurements.toolchain,"
             " measurements.device, measurements.objective_name, measurements.maximize FROM trials"
             f" LEFT OUTER JOIN measurements ON measurements.trial_id = {MEASURED_IN}"
-            f" WHERE trials.campaign_id = ?{order}",
-            [campaign_id],
+            f" WHERE trials.campaign_id = ?{order}"
         )
-        if not order:
-            found.sort(key=itemgetter(0))
-        return found
+        if order:
+            yield from self._streamed(sql, [campaign_id])
+            return
+        found = self._rows(sql, [campaign_id])
+        found.sort(key=itemgetter(0))
+        yield found
+
+    def _streamed(self, sql: str, params: Sequence[Any], size: int = STREAMED) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows of ``sql`` on PostgreSQL in lists of ``size``, read by a thread while the caller works on the list
+        before, through a cursor of the server's: the server makes the next rows and the driver decodes them (the
+        driver waits without Python's lock) while the caller works, and no more than a few lists are held at once.
+        """
+        import psycopg2
+
+        connection, lists = self.connection, SimpleQueue[Any]()
+        stop = threading.Event()
+
+        def read() -> None:
+            try:
+                with connection.cursor(name="fleet_glance") as cursor:  # a named cursor is the server's
+                    cursor.execute(sql.replace("?", "%s"), tuple(params))
+                    while not stop.is_set():
+                        found = cursor.fetchmany(size)
+                        lists.put(found)
+                        if not found:
+                            return
+            except psycopg2.Error as error:
+                lines = str(error).strip().splitlines()
+                lists.put(StoreError(f"database {self.display_url} does not answer: {lines[0] if lines else error}"))
+
+        connection.autocommit = False  # the server's cursor lives in a transaction, of reads only
+        reader = threading.Thread(target=read, name="fleet-glance-rows", daemon=True)
+        reader.start()
+        try:
+            while found := lists.get():
+                if isinstance(found, StoreError):
+                    raise found
+                yield found
+        finally:
+            stop.set()
+            reader.join()
+            connection.rollback()
+            connection.autocommit = True
 
     def start_and_history(self, campaign_id: int) -> tuple[datetime | None, bool]:
         """When the campaign's first trial started (else was created), and whether any of its trials was proposed

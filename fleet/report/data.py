@@ -144,16 +144,21 @@ def _json_list(texts: Sequence[str | None]) -> list[Any]:
 
 def collect(reader: Any, campaign: Campaign) -> Data:
     """Everything the page shows, read in a few queries through ``reader`` (a glance, or the store's reads)."""
-    found = reader.report_rows(campaign.id)
     t0, from_history = reader.start_and_history(campaign.id)
     problems = reader.campaign_problems(campaign.id)
-    objective_name, maximize = _objective(campaign, found)
     strategy = str((campaign.strategy or {}).get("name", "strategy"))
     # Annealing chains on the fleet keep their steps apart from the trials: a trial is in its first visitor's series.
     chain_of: dict[int, int] = {}
     for index, trial_id in reader.chain_trials(campaign.id):
         chain_of.setdefault(trial_id, index)
-    rows = _rows(found, chain_of, strategy, t0)
+    # The trials come in lists (on PostgreSQL, the next read while this one is made rows): each list's tuples are
+    # dropped once they are rows.
+    rows: list[Row] = []
+    recorded: tuple[str, bool] | None = None
+    for found in reader.report_rows(campaign.id):
+        rows += _rows(found, chain_of, strategy, t0)
+        recorded = _recorded(found) or recorded
+    objective_name, maximize = _objective(campaign, recorded)
     # Finishing order: the first trial to reach the best value is the one the search found it with. The rows come
     # in trial order, which a stable sort keeps among equal times; trials without a time go last.
     timed = [row for row in rows if row.t is not None]
@@ -303,11 +308,18 @@ def _details(reader: Any, rows: Sequence[Row]) -> dict[int, Detail]:
     }
 
 
-def _objective(campaign: Campaign, found: Sequence[Any]) -> tuple[str, bool]:
-    """The objective's name and direction: as the measurements recorded them, else as the workload says."""
+def _recorded(found: Sequence[Any]) -> tuple[str, bool] | None:
+    """The objective's name and direction as the last of ``found`` whose measurement recorded them has them."""
     for *_, objective_name, maximize in reversed(found):
         if objective_name is not None and maximize is not None:
             return objective_name, bool(maximize)
+    return None
+
+
+def _objective(campaign: Campaign, recorded: tuple[str, bool] | None) -> tuple[str, bool]:
+    """The objective's name and direction: as the measurements recorded them, else as the workload says."""
+    if recorded is not None:
+        return recorded
     objective = (campaign.workload or {}).get("objective")
     if not isinstance(objective, Mapping):
         return "objective", False

@@ -57,6 +57,8 @@ def value_text(value: Any) -> str:
     """A knob value as text: strings as they are, booleans as true/false, numbers via JSON."""
     if isinstance(value, str):
         return value
+    if value.__class__ is int:  # most knobs: JSON writes an int as its repr, without the encoder's machinery
+        return int.__repr__(value)
     return json.dumps(value)
 
 
