@@ -11,6 +11,7 @@ Anything it cannot read (another driver, a database behind the latest revision o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -18,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from operator import itemgetter
 from pathlib import Path
-from queue import SimpleQueue
+from queue import Full, Queue
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +37,9 @@ POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg2")
 
 STREAMED = 10_000
 """Trials in each list that :meth:`Glance.report_rows` gives on PostgreSQL."""
+
+READ_AHEAD = 2
+"""Lists read and not yet taken, at most: the reader waits for the caller beyond."""
 
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 """How SQLAlchemy writes a timestamp in SQLite (text), which compares in that form."""
@@ -90,6 +94,7 @@ class Glance:
         self.connection = connection
         self.dialect = dialect
         self.display_url = redact(url)
+        self.streamed = STREAMED
         if dialect == "postgresql":
             connection.set_session(readonly=True, autocommit=True)
 
@@ -427,28 +432,35 @@ class Glance:
         found.sort(key=itemgetter(0))
         yield found
 
-    def _streamed(self, sql: str, params: Sequence[Any], size: int = STREAMED) -> Iterator[list[tuple[Any, ...]]]:
-        """The rows of ``sql`` on PostgreSQL in lists of ``size``, read by a thread while the caller works on the list
-        before, through a cursor of the server's: the server makes the next rows and the driver decodes them (the
-        driver waits without Python's lock) while the caller works, and no more than a few lists are held at once.
+    def _streamed(self, sql: str, params: Sequence[Any]) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows of ``sql`` on PostgreSQL in lists of :attr:`streamed`, read by a thread while the caller works on
+        the list before, through a cursor of the server's: the server makes the next rows and the driver decodes them
+        (the driver waits without Python's lock) while the caller works, and no more than a few lists are held.
         """
         import psycopg2
 
-        connection, lists = self.connection, SimpleQueue[Any]()
+        connection, size = self.connection, self.streamed
+        lists: Queue[Any] = Queue(maxsize=READ_AHEAD)
         stop = threading.Event()
+
+        def hand(item: Any) -> bool:
+            """Give the caller ``item``, unless it stopped taking them."""
+            while not stop.is_set():
+                with contextlib.suppress(Full):
+                    lists.put(item, timeout=0.1)
+                    return True
+            return False
 
         def read() -> None:
             try:
                 with connection.cursor(name="fleet_glance") as cursor:  # a named cursor is the server's
                     cursor.execute(sql.replace("?", "%s"), tuple(params))
-                    while not stop.is_set():
-                        found = cursor.fetchmany(size)
-                        lists.put(found)
-                        if not found:
-                            return
+                    while (found := cursor.fetchmany(size)) and hand(found):
+                        pass
+                    hand([])
             except psycopg2.Error as error:
                 lines = str(error).strip().splitlines()
-                lists.put(StoreError(f"database {self.display_url} does not answer: {lines[0] if lines else error}"))
+                hand(StoreError(f"database {self.display_url} does not answer: {lines[0] if lines else error}"))
 
         connection.autocommit = False  # the server's cursor lives in a transaction, of reads only
         reader = threading.Thread(target=read, name="fleet-glance-rows", daemon=True)
@@ -461,8 +473,9 @@ class Glance:
         finally:
             stop.set()
             reader.join()
-            connection.rollback()
-            connection.autocommit = True
+            with contextlib.suppress(psycopg2.Error):  # a connection lost: the error above said so, in one line
+                connection.rollback()
+                connection.autocommit = True
 
     def start_and_history(self, campaign_id: int) -> tuple[datetime | None, bool]:
         """When the campaign's first trial started (else was created), and whether any of its trials was proposed

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import update
+from sqlalchemy import text, update
 
 import fleet.cli.campaigns as campaigns
 from fleet.cli import cli
@@ -234,3 +234,40 @@ def test_a_report_through_the_glance_is_the_stores(store: Store) -> None:
     for name in ("first-min", "second-min", "annealed"):
         assert same_page(through_glance(store, name), render(store, name)), name
     assert "chain 1" in through_glance(store, "annealed")
+
+
+@pytest.mark.parametrize("store", ["postgresql"], indirect=True)
+def test_a_report_read_in_lists_has_every_trial_once_and_a_connection_lost_midway_is_one_line(store: Store) -> None:
+    """On PostgreSQL the report's trials come in lists, read by a thread through a cursor of the server's; it reads
+    at most two lists ahead of the caller."""
+    from fleet.errors import StoreError
+    from fleet.report.stored import StoredReads
+
+    campaign = make_campaign(store, "many")
+    added = add(store, campaign, *({"tile": n} for n in range(25)))
+    for trial_id in added[::2]:
+        evaluate(store, trial_id, 1.0)
+    glance = open_glance(store.url)
+    assert glance is not None
+    glance.streamed = 4
+    lists = list(glance.report_rows(campaign.id))
+    assert [len(found) for found in lists] == [4, 4, 4, 4, 4, 4, 1]
+    assert [row[0] for found in lists for row in found] == sorted(added)  # each once, in trial order
+    # The same rows as the store reads, in one list.
+    assert list(StoredReads(store).report_rows(campaign.id)) == [[row for found in lists for row in found]]
+    assert glance.connection.autocommit and glance.revision()  # back to reads that stand alone
+
+    # The server ends the connection after the first list: the next says so in one line, and nothing hangs.
+    reading = glance.report_rows(campaign.id)
+    next(reading)
+    with store.session() as session:
+        session.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ''"
+                " AND pid <> pg_backend_pid() AND datname = current_database()"
+            )
+        )
+    with pytest.raises(StoreError, match=r"^database .* does not answer: ") as raised:
+        list(reading)
+    assert "\n" not in str(raised.value)
+    glance.close()
