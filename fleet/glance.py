@@ -38,7 +38,7 @@ POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg2")
 STREAMED = 10_000
 """Trials in each list that :meth:`Glance.report_rows` gives on PostgreSQL."""
 
-READ_AHEAD = 2
+READ_AHEAD = 3
 """Lists read and not yet taken, at most: the reader waits for the caller beyond."""
 
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
@@ -94,6 +94,7 @@ class Glance:
         self.connection = connection
         self.dialect = dialect
         self.display_url = redact(url)
+        self._dsn = f"postgresql://{url.partition('://')[2]}"  # a second connection's (see report_rows)
         self.streamed = STREAMED
         if dialect == "postgresql":
             connection.set_session(readonly=True, autocommit=True)
@@ -414,36 +415,44 @@ class Glance:
             chain = """CAST(JSON_QUOTE(JSON_EXTRACT(measurements.metrics, '$."chain"')) AS TEXT)"""
         else:
             chain = "CAST(measurements.metrics -> 'chain' AS TEXT)"
-        # SQLite runs the query in this process, and orders its wide rows through a temporary B-tree (the trials'
-        # index by campaign is not in id order): sorting the tuples by their first item here costs a fifth of it.
-        order = " ORDER BY trials.id" if self.dialect == "postgresql" else ""
         sql = (
             "SELECT trials.id, trials.problem_id, CAST(trials.config AS TEXT), trials.state, trials.reason,"
             " trials.baseline, trials.finished_at, trials.source_trial_id, measurements.objective, measurements.valid,"
             f" {chain}, measurements.node, measurements.gpu, measurements.worker, measurements.toolchain,"
             " measurements.device, measurements.objective_name, measurements.maximize FROM trials"
             f" LEFT OUTER JOIN measurements ON measurements.trial_id = {MEASURED_IN}"
-            f" WHERE trials.campaign_id = ?{order}"
+            " WHERE trials.campaign_id = ?"
         )
-        if order:
-            yield from self._streamed(sql, [campaign_id])
+        if self.dialect == "sqlite":
+            # SQLite runs the query in this process, and orders its wide rows through a temporary B-tree (the
+            # trials' index by campaign is not in id order): sorting the tuples by their first item here costs a
+            # fifth of it.
+            found = self._rows(sql, [campaign_id])
+            found.sort(key=itemgetter(0))
+            yield found
             return
-        found = self._rows(sql, [campaign_id])
-        found.sort(key=itemgetter(0))
-        yield found
+        ((low, high),) = self._rows("SELECT min(id), max(id) FROM trials WHERE campaign_id = ?", [campaign_id])
+        if low is None:
+            return
+        # Two halves of the trials' ids, each read on a connection of its own: the server makes both at once (the
+        # join with the measurements is most of its work), and each half's rows are decoded while the caller works.
+        middle = (low + high) // 2
+        halves = [(campaign_id, low, middle), (campaign_id, middle + 1, high)]
+        yield from self._streamed(f"{sql} AND trials.id BETWEEN ? AND ? ORDER BY trials.id", halves)
 
-    def _streamed(self, sql: str, params: Sequence[Any]) -> Iterator[list[tuple[Any, ...]]]:
-        """The rows of ``sql`` on PostgreSQL in lists of :attr:`streamed`, read by a thread while the caller works on
-        the list before, through a cursor of the server's: the server makes the next rows and the driver decodes them
-        (the driver waits without Python's lock) while the caller works, and no more than a few lists are held.
+    def _streamed(self, sql: str, parts: Sequence[Sequence[Any]]) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows of ``sql`` on PostgreSQL for each of ``parts`` (its parameters) in turn, in lists of
+        :attr:`streamed`. Each part is read by a thread of its own, the first on this connection and the others on
+        new ones, through a cursor of the server's: the server makes the rows and the driver decodes them (it waits
+        without Python's lock) while the caller works on the lists before. A thread reads at most
+        ``READ_AHEAD`` lists ahead of the caller.
         """
         import psycopg2
 
-        connection, size = self.connection, self.streamed
-        lists: Queue[Any] = Queue(maxsize=READ_AHEAD)
-        stop = threading.Event()
+        size, stop = self.streamed, threading.Event()
+        queues: list[Queue[Any]] = [Queue(maxsize=READ_AHEAD) for _ in parts]
 
-        def hand(item: Any) -> bool:
+        def hand(lists: Queue[Any], item: Any) -> bool:
             """Give the caller ``item``, unless it stopped taking them."""
             while not stop.is_set():
                 with contextlib.suppress(Full):
@@ -451,31 +460,42 @@ class Glance:
                     return True
             return False
 
-        def read() -> None:
+        def read(index: int) -> None:
+            lists, connection = queues[index], self.connection
             try:
-                with connection.cursor(name="fleet_glance") as cursor:  # a named cursor is the server's
-                    cursor.execute(sql.replace("?", "%s"), tuple(params))
-                    while (found := cursor.fetchmany(size)) and hand(found):
-                        pass
-                    hand([])
+                if index:
+                    connection = psycopg2.connect(self._dsn, connect_timeout=5)
+                    connection.set_session(readonly=True)
+                try:
+                    connection.autocommit = False  # the server's cursor lives in a transaction, of reads only
+                    with connection.cursor(name=f"fleet_glance_{index}") as cursor:
+                        cursor.execute(sql.replace("?", "%s"), tuple(parts[index]))
+                        while (found := cursor.fetchmany(size)) and hand(lists, found):
+                            pass
+                    hand(lists, [])
+                finally:
+                    with contextlib.suppress(psycopg2.Error):  # a connection lost: its error says so, in one line
+                        connection.rollback()
+                        connection.autocommit = True
+                    if index:
+                        connection.close()
             except psycopg2.Error as error:
                 lines = str(error).strip().splitlines()
-                hand(StoreError(f"database {self.display_url} does not answer: {lines[0] if lines else error}"))
+                hand(lists, StoreError(f"database {self.display_url} does not answer: {lines[0] if lines else error}"))
 
-        connection.autocommit = False  # the server's cursor lives in a transaction, of reads only
-        reader = threading.Thread(target=read, name="fleet-glance-rows", daemon=True)
-        reader.start()
+        readers = [threading.Thread(target=read, args=(index,), daemon=True) for index in range(len(parts))]
+        for reader in readers:
+            reader.start()
         try:
-            while found := lists.get():
-                if isinstance(found, StoreError):
-                    raise found
-                yield found
+            for lists in queues:
+                while found := lists.get():
+                    if isinstance(found, StoreError):
+                        raise found
+                    yield found
         finally:
             stop.set()
-            reader.join()
-            with contextlib.suppress(psycopg2.Error):  # a connection lost: the error above said so, in one line
-                connection.rollback()
-                connection.autocommit = True
+            for reader in readers:
+                reader.join()
 
     def start_and_history(self, campaign_id: int) -> tuple[datetime | None, bool]:
         """When the campaign's first trial started (else was created), and whether any of its trials was proposed

@@ -238,8 +238,8 @@ def test_a_report_through_the_glance_is_the_stores(store: Store) -> None:
 
 @pytest.mark.parametrize("store", ["postgresql"], indirect=True)
 def test_a_report_read_in_lists_has_every_trial_once_and_a_connection_lost_midway_is_one_line(store: Store) -> None:
-    """On PostgreSQL the report's trials come in lists, read by a thread through a cursor of the server's; it reads
-    at most two lists ahead of the caller."""
+    """On PostgreSQL the report's trials come in lists, two halves of them read at once by two threads on two
+    connections, each through a cursor of the server's."""
     from fleet.errors import StoreError
     from fleet.report.stored import StoredReads
 
@@ -249,15 +249,15 @@ def test_a_report_read_in_lists_has_every_trial_once_and_a_connection_lost_midwa
         evaluate(store, trial_id, 1.0)
     glance = open_glance(store.url)
     assert glance is not None
-    glance.streamed = 4
+    glance.streamed = 2  # two halves of 13 and 12 trials, each read at most 3 lists (6 trials) ahead of the caller
     lists = list(glance.report_rows(campaign.id))
-    assert [len(found) for found in lists] == [4, 4, 4, 4, 4, 4, 1]
+    assert [len(found) for found in lists] == [2] * 6 + [1] + [2] * 6
     assert [row[0] for found in lists for row in found] == sorted(added)  # each once, in trial order
     # The same rows as the store reads, in one list.
     assert list(StoredReads(store).report_rows(campaign.id)) == [[row for found in lists for row in found]]
     assert glance.connection.autocommit and glance.revision()  # back to reads that stand alone
 
-    # The server ends the connection after the first list: the next says so in one line, and nothing hangs.
+    # The server ends both connections after the first list: the next says so in one line, and nothing hangs.
     reading = glance.report_rows(campaign.id)
     next(reading)
     with store.session() as session:
