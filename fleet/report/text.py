@@ -34,6 +34,9 @@ def esc(value: Any) -> str:
 
 def fmt(value: Any) -> str:
     """A number as a person reads it: 4 significant digits, no exponent for everyday magnitudes."""
+    if value.__class__ is float and 1e-3 <= abs(value) < 1e4:  # most objectives: the same as below, sooner
+        text = f"{value:.4g}"
+        return text if "e" not in text else f"{value:.4f}".rstrip("0").rstrip(".")
     if value is None:
         return DASH
     if isinstance(value, bool):
