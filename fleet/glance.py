@@ -443,14 +443,15 @@ class Glance:
     def _streamed(self, sql: str, parts: Sequence[Sequence[Any]]) -> Iterator[list[tuple[Any, ...]]]:
         """The rows of ``sql`` on PostgreSQL for each of ``parts`` (its parameters) in turn, in lists of
         :attr:`streamed`. Each part is read by a thread of its own, the first on this connection and the others on
-        new ones, through a cursor of the server's: the server makes the rows and the driver decodes them (it waits
-        without Python's lock) while the caller works on the lists before. A thread reads at most
-        ``READ_AHEAD`` lists ahead of the caller.
+        new ones where the server takes them, through a cursor of the server's: the server makes the rows and the
+        driver decodes them (it waits without Python's lock) while the caller works on the lists before. A thread
+        reads at most ``READ_AHEAD`` lists ahead of the caller.
         """
         import psycopg2
 
         size, stop = self.streamed, threading.Event()
         queues: list[Queue[Any]] = [Queue(maxsize=READ_AHEAD) for _ in parts]
+        read_before = [threading.Event() for _ in parts]  # each part's reader is done with its connection
 
         def hand(lists: Queue[Any], item: Any) -> bool:
             """Give the caller ``item``, unless it stopped taking them."""
@@ -460,12 +461,24 @@ class Glance:
                     return True
             return False
 
-        def read(index: int) -> None:
-            lists, connection = queues[index], self.connection
-            try:
-                if index:
+        def connection_for(index: int) -> Any:
+            """The first part's connection is the glance's; another's is new, else (the server takes no more of this
+            login's connections) the glance's once the parts before are read."""
+            if index:
+                try:
                     connection = psycopg2.connect(self._dsn, connect_timeout=5)
                     connection.set_session(readonly=True)
+                    return connection
+                except psycopg2.OperationalError:
+                    read_before[index - 1].wait()
+            return self.connection
+
+        def read(index: int) -> None:
+            lists = queues[index]
+            try:
+                connection = connection_for(index)
+                if stop.is_set():  # the caller stopped while this part waited for a connection
+                    return
                 try:
                     connection.autocommit = False  # the server's cursor lives in a transaction, of reads only
                     with connection.cursor(name=f"fleet_glance_{index}") as cursor:
@@ -477,11 +490,13 @@ class Glance:
                     with contextlib.suppress(psycopg2.Error):  # a connection lost: its error says so, in one line
                         connection.rollback()
                         connection.autocommit = True
-                    if index:
+                    if connection is not self.connection:
                         connection.close()
             except psycopg2.Error as error:
                 lines = str(error).strip().splitlines()
                 hand(lists, StoreError(f"database {self.display_url} does not answer: {lines[0] if lines else error}"))
+            finally:
+                read_before[index].set()
 
         readers = [threading.Thread(target=read, args=(index,), daemon=True) for index in range(len(parts))]
         for reader in readers:

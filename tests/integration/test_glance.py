@@ -271,3 +271,34 @@ def test_a_report_read_in_lists_has_every_trial_once_and_a_connection_lost_midwa
         list(reading)
     assert "\n" not in str(raised.value)
     glance.close()
+
+
+@pytest.mark.parametrize("store", ["postgresql"], indirect=True)
+def test_a_login_the_server_gives_one_connection_reads_the_reports_halves_in_turn(store: Store) -> None:
+    """Where the server takes no second connection of the login (its CONNECTION LIMIT, or the server's), the second
+    half waits for the first and is read on the glance's own connection: the same rows."""
+    import uuid
+
+    from sqlalchemy.engine import make_url
+
+    campaign = make_campaign(store, "limited")
+    added = add(store, campaign, *({"tile": n} for n in range(9)))
+    role = f"one_{uuid.uuid4().hex[:8]}"
+    as_role = make_url(store.url).set(username=role, password=None).render_as_string(hide_password=False)
+    operator = Store(make_url(store.url).set(username="postgres").render_as_string(hide_password=False))
+    try:
+        assert operator.add_service(role)  # reads every row (BYPASSRLS, which takes a superuser to give)
+        with operator.session() as session:
+            session.execute(text(f"ALTER ROLE {role} CONNECTION LIMIT 1"))
+        glance = open_glance(as_role)
+        assert glance is not None
+        glance.streamed = 2
+        lists = list(glance.report_rows(campaign.id))
+        assert [row[0] for found in lists for row in found] == sorted(added)
+        assert glance.connection.autocommit and glance.revision()
+        glance.close()
+    finally:
+        with operator.session() as session:
+            session.execute(text(f"DROP OWNED BY {role}"))
+            session.execute(text(f"DROP ROLE {role}"))
+        operator.close()
