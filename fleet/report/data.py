@@ -148,8 +148,8 @@ def collect(reader: Any, campaign: Campaign) -> Data:
     chain_of: dict[int, int] = {}
     for index, trial_id in reader.chain_trials(campaign.id):
         chain_of.setdefault(trial_id, index)
-    # The trials come in lists (on PostgreSQL, the next read while this one is made rows): each list's tuples are
-    # dropped once they are rows.
+    # The trials come in lists (on PostgreSQL, the next read by threads while this one is made rows): each list's
+    # tuples are dropped once they are rows.
     rows: list[Row] = []
     recorded: tuple[str, bool] | None = None
     for found in reader.report_rows(campaign.id):
