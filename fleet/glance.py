@@ -114,8 +114,12 @@ class Glance:
             finally:
                 cursor.close()
         except Exception as error:  # the driver's own errors: one line, as the store gives them
-            lines = str(error).strip().splitlines()
-            raise StoreError(f"database {self.display_url} does not answer: {lines[0] if lines else error}") from None
+            raise self._unanswered(error) from None
+
+    def _unanswered(self, error: Exception) -> StoreError:
+        """The driver's ``error`` as one line, as the store gives it."""
+        lines = str(error).strip().splitlines()
+        return StoreError(f"database {self.display_url} does not answer: {lines[0] if lines else error}")
 
     def _json(self, value: Any) -> Any:
         """A JSON column's value: psycopg2 decodes JSON itself, SQLite holds its text."""
@@ -493,8 +497,7 @@ class Glance:
                     if connection is not self.connection:
                         connection.close()
             except psycopg2.Error as error:
-                lines = str(error).strip().splitlines()
-                hand(lists, StoreError(f"database {self.display_url} does not answer: {lines[0] if lines else error}"))
+                hand(lists, self._unanswered(error))
             finally:
                 read_before[index].set()
 
