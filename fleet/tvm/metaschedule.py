@@ -55,13 +55,19 @@ KIND = "tvm.metaschedule"
 # filled with random numbers as LocalRunner's are, by TVM's random_fill_for_measure: that needs the whole TVM library
 # (1 s to import, once; TVM's runtime library alone has no random fill, and left the arguments as whatever memory
 # they were given, not what LocalRunner measures with). A candidate that raises ends it, as a crash would: the
-# worker says why and starts another for the next candidate.
+# worker says why and starts another for the next candidate. It reads its first candidate before it imports TVM
+# (the worker sends it as soon as the child starts): a child whose worker was killed as it started, and whose
+# sandbox bubblewrap could not tie to the worker in time (a parent-death signal armed a moment after the fork), ends
+# at once at the end of its input, not after an import of seconds on a loaded node.
 CHILD = """
-import json, os, sys
+import itertools, json, os, sys
+first = sys.stdin.readline()
+if not first:
+    sys.exit(0)
 import tvm
 number, repeat, min_ms, cooldown_ms, flush = (int(a) for a in sys.argv[1:6])
 fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure", allow_missing=True)
-for line in sys.stdin:
+for line in itertools.chain([first], sys.stdin):
     folder = json.loads(line)["dir"]
     with open(os.path.join(folder, "candidate.json")) as f:
         info = json.load(f)

@@ -128,3 +128,17 @@ def test_a_tuning_defines_its_targets_intrinsics_only_and_a_kind_not_known_gets_
     done = subprocess.run([sys.executable, "-c", INTRINSICS], capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[:2] == ["True True False", "False True True"]
+
+
+def test_the_measuring_child_with_no_candidate_ends_before_it_imports_tvm() -> None:
+    # A child cut loose from its killed worker as it started finds its input ended: it leaves at once, not after
+    # TVM's import (seconds on a loaded node), so nothing of the worker outlives it for long.
+    from fleet.tvm.metaschedule import CHILD
+
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", CHILD, "1", "1", "1", "0", "0"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
+    assert "json" in imported and "tvm" not in imported
