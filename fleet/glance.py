@@ -15,7 +15,7 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from operator import itemgetter
 from pathlib import Path
@@ -48,6 +48,10 @@ MEASURED_IN = "coalesce(trials.source_trial_id, trials.id)"
 """The trial whose measurement a trial has (the one it reused, else itself): ``Trial.measured_in`` of the store's
 models, in SQL text, for reads without SQLAlchemy. The one place besides the models that spells the reuse rule
 (tests/unit/test_reuse_rule.py); tests/integration/test_glance.py holds the glance's reads to the store's."""
+
+
+_START = "SELECT coalesce(min(started_at), min(created_at)), count(history) FROM trials WHERE campaign_id = ?"
+"""When a campaign's first trial started (else was created), and how many of its trials came from history."""
 
 
 def open_glance(url: str) -> Glance | None:
@@ -412,9 +416,13 @@ class Glance:
 
     # -- what `fleet report` reads (fleet.report.data; fleet.report.stored reads the same through the store) --------
 
-    def report_rows(self, campaign_id: int) -> Iterator[list[tuple[Any, ...]]]:
+    def report_rows(
+        self, campaign_id: int
+    ) -> tuple[Iterator[list[tuple[Any, ...]]], Callable[[], tuple[datetime | None, bool]]]:
         """The campaign's trials as ``fleet.report.data`` reads them, as the driver gives them, in lists of trials in
-        trial order: the store's ``plain_rows`` of ``fleet.report.stored.trials_query``, whose SQL this is."""
+        trial order (the store's ``plain_rows`` of ``fleet.report.stored.trials_query``, whose SQL this is), and a
+        function to call once they are read that gives :meth:`start_and_history`: on PostgreSQL the second half's
+        reader reads those first, while the first half's rows come."""
         if self.dialect == "sqlite":
             chain = """CAST(JSON_QUOTE(JSON_EXTRACT(measurements.metrics, '$."chain"')) AS TEXT)"""
         else:
@@ -427,29 +435,52 @@ class Glance:
             f" LEFT OUTER JOIN measurements ON measurements.trial_id = {MEASURED_IN}"
             " WHERE trials.campaign_id = ?"
         )
+
+        def started() -> tuple[datetime | None, bool]:
+            return self.start_and_history(campaign_id)
+
         if self.dialect == "sqlite":
             # SQLite runs the query in this process, and orders its wide rows through a temporary B-tree (the
             # trials' index by campaign is not in id order): sorting the tuples by their first item here costs a
             # fifth of it.
             found = self._rows(sql, [campaign_id])
             found.sort(key=itemgetter(0))
-            yield found
-            return
+            return iter([found]), started
         ((low, high),) = self._rows("SELECT min(id), max(id) FROM trials WHERE campaign_id = ?", [campaign_id])
         if low is None:
-            return
+            return iter(()), started
         # Two halves of the trials' ids, each read on a connection of its own: the server makes both at once (the
         # join with the measurements is most of its work), and each half's rows are decoded while the caller works.
         middle = (low + high) // 2
         halves = [(campaign_id, low, middle), (campaign_id, middle + 1, high)]
-        yield from self._streamed(f"{sql} AND trials.id BETWEEN ? AND ? ORDER BY trials.id", halves)
+        first: Queue[Any] = Queue(maxsize=1)
+        lists = self._streamed(
+            f"{sql} AND trials.id BETWEEN ? AND ? ORDER BY trials.id", halves, (_START, [campaign_id], first)
+        )
 
-    def _streamed(self, sql: str, parts: Sequence[Sequence[Any]]) -> Iterator[list[tuple[Any, ...]]]:
+        answered: list[Any] = []
+
+        def read_first() -> tuple[datetime | None, bool]:
+            if not answered:  # the queue gives its answer once: kept for the calls after
+                answered.append(first.get())
+            (found,) = answered
+            if isinstance(found, StoreError):
+                raise found
+            ((start, proposed),) = found
+            return self._time(start), proposed > 0
+
+        return lists, read_first
+
+    def _streamed(
+        self, sql: str, parts: Sequence[Sequence[Any]], first: tuple[str, Sequence[Any], Queue[Any]]
+    ) -> Iterator[list[tuple[Any, ...]]]:
         """The rows of ``sql`` on PostgreSQL for each of ``parts`` (its parameters) in turn, in lists of
         :attr:`streamed`. Each part is read by a thread of its own, the first on this connection and the others on
         new ones where the server takes them, through a cursor of the server's: the server makes the rows and the
         driver decodes them (it waits without Python's lock) while the caller works on the lists before. A thread
-        reads at most ``READ_AHEAD`` lists ahead of the caller.
+        reads at most ``READ_AHEAD`` lists ahead of the caller. ``first`` is a query (its SQL and parameters) that
+        the last part's reader runs before its part, and the queue that gets its rows (or the error that ended
+        them, which the lists raise too).
         """
         import psycopg2
 
@@ -484,7 +515,13 @@ class Glance:
                 if stop.is_set():  # the caller stopped while this part waited for a connection
                     return
                 try:
-                    connection.autocommit = False  # the server's cursor lives in a transaction, of reads only
+                    if index == len(parts) - 1:
+                        query, values, answer = first
+                        with connection.cursor() as cursor:
+                            cursor.execute(query.replace("?", "%s"), tuple(values))
+                            answer.put(cursor.fetchall())
+                    if connection.autocommit:  # the server's cursor lives in a transaction, of reads only
+                        connection.autocommit = False
                     with connection.cursor(name=f"fleet_glance_{index}") as cursor:
                         cursor.execute(sql.replace("?", "%s"), tuple(parts[index]))
                         while (found := cursor.fetchmany(size)) and hand(lists, found):
@@ -497,9 +534,13 @@ class Glance:
                     if connection is not self.connection:
                         connection.close()
             except psycopg2.Error as error:
+                if index == len(parts) - 1 and first[2].empty():
+                    first[2].put(self._unanswered(error))
                 hand(lists, self._unanswered(error))
             finally:
                 read_before[index].set()
+                if index == len(parts) - 1 and first[2].empty():  # the caller stopped first: it must not wait
+                    first[2].put(StoreError(f"database {self.display_url}: the report's reads were stopped"))
 
         readers = [threading.Thread(target=read, args=(index,), daemon=True) for index in range(len(parts))]
         for reader in readers:
@@ -518,10 +559,7 @@ class Glance:
     def start_and_history(self, campaign_id: int) -> tuple[datetime | None, bool]:
         """When the campaign's first trial started (else was created), and whether any of its trials was proposed
         from history (:meth:`history_trials` reads which): one pass over the trials for both."""
-        ((start, proposed),) = self._rows(
-            "SELECT coalesce(min(started_at), min(created_at)), count(history) FROM trials WHERE campaign_id = ?",
-            [campaign_id],
-        )
+        ((start, proposed),) = self._rows(_START, [campaign_id])
         return self._time(start), proposed > 0
 
     def chain_trials(self, campaign_id: int) -> list[tuple[int, int]]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 _FINISHED = frozenset(FINISHED)  # a set of strings: a state is looked up by its hash, not compared with each
 _OBJECTIVE = attrgetter("objective")  # a sort key in C: a Python function called per row costs more than the sort
 _MEASURED = attrgetter("measured")
+_T = attrgetter("t")
 
 
 @dataclass(slots=True)
@@ -141,7 +142,6 @@ def _json_list(texts: Sequence[str | None]) -> list[Any]:
 
 def collect(reader: Any, campaign: Campaign) -> Data:
     """Everything the page shows, read in a few queries through ``reader`` (a glance, or the store's reads)."""
-    t0, from_history = reader.start_and_history(campaign.id)
     problems = reader.campaign_problems(campaign.id)
     strategy = str((campaign.strategy or {}).get("name", "strategy"))
     # Annealing chains on the fleet keep their steps apart from the trials: a trial is in its first visitor's series.
@@ -149,18 +149,16 @@ def collect(reader: Any, campaign: Campaign) -> Data:
     for index, trial_id in reader.chain_trials(campaign.id):
         chain_of.setdefault(trial_id, index)
     # The trials come in lists (on PostgreSQL, the next read by threads while this one is made rows): each list's
-    # tuples are dropped once they are rows.
+    # tuples are dropped once they are rows. The campaign's start is known after them (read meanwhile).
     rows: list[Row] = []
     recorded: tuple[str, bool] | None = None
-    for found in reader.report_rows(campaign.id):
-        rows += _rows(found, chain_of, strategy, t0)
+    lists, started = reader.report_rows(campaign.id)
+    for found in lists:
+        rows += _rows(found, chain_of, strategy)
         recorded = _recorded(found) or recorded
+    t0, from_history = started()
     objective_name, maximize = _objective(campaign, recorded)
-    # Finishing order: the first trial to reach the best value is the one the search found it with. The rows come
-    # in trial order, which a stable sort keeps among equal times; trials without a time go last.
-    timed = [row for row in rows if row.t is not None]
-    timed.sort(key=attrgetter("t"))
-    rows = timed + [row for row in rows if row.t is None]
+    rows = _in_finishing_order(rows, t0)
     data = Data(
         campaign=campaign,
         problems=problems,
@@ -181,13 +179,14 @@ def collect(reader: Any, campaign: Campaign) -> Data:
     return data
 
 
-def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str, t0: datetime | None) -> list[Row]:
+def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str) -> list[Row]:
     """The rows of ``report_rows`` (:func:`fleet.report.stored.trials_query`), as the page's rows, in the same
-    order."""
+    order, their times (``t``) not yet taken."""
     # Tuples indexed and unpacked in the query's order: looking up 18 columns by name in each of 100,000 rows
     # costs a second.
     configs = _json_list([t[2] for t in found])
-    chains = _json_list([t[10] for t in found])
+    chains = [t[10] for t in found]
+    chains = _json_list(chains) if any(chains) else chains  # most campaigns have no chains: nothing to decode
     rows: list[Row] = []
     # The state as a plain string: comparing with the enum's member costs twice as much.
     append, evaluated, isfinite, parse = rows.append, str(TrialState.EVALUATED), math.isfinite, datetime.fromisoformat
@@ -222,11 +221,6 @@ def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str, t0: dat
             series = strategy
         else:
             series = _series(chain, config, strategy)
-        if t0 is not None and finished_at is not None:
-            t = (finished_at - t0).total_seconds()
-            t = t if t > 0.0 else 0.0  # max(0.0, t), without the call
-        else:
-            t = None
         # Positional, in the order of Row's fields: keywords cost a tenth of a second more for 100,000 rows.
         append(
             Row(
@@ -247,11 +241,30 @@ def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str, t0: dat
                 device,
                 measured,
                 series,
-                t,
+                None,
                 state in finished,
             )
         )
     return rows
+
+
+def _in_finishing_order(rows: list[Row], t0: datetime | None) -> list[Row]:
+    """``rows`` (in trial order) with their times from ``t0``, in the order they finished: the first trial to reach
+    the best value is the one the search found it with. A stable sort keeps trial order among equal times; trials
+    without a time go last."""
+    if t0 is None:
+        return rows
+    timed: list[Row] = []
+    untimed: list[Row] = []
+    for row in rows:
+        if (finished_at := row.finished_at) is None:
+            untimed.append(row)
+        else:
+            t = (finished_at - t0).total_seconds()
+            row.t = t if t > 0.0 else 0.0  # max(0.0, t), without the call
+            timed.append(row)
+    timed.sort(key=_T)
+    return timed + untimed
 
 
 def _ranked(data: Data, rows: Sequence[Row]) -> list[Row]:

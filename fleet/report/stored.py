@@ -7,7 +7,7 @@ can take one (its SQL text, without importing SQLAlchemy), else this, which read
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,8 +32,11 @@ class StoredReads:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    def report_rows(self, campaign_id: int) -> Iterator[list[tuple[Any, ...]]]:
-        yield self.store.plain_rows(trials_query(campaign_id))
+    def report_rows(
+        self, campaign_id: int
+    ) -> tuple[Iterator[list[tuple[Any, ...]]], Callable[[], tuple[datetime | None, bool]]]:
+        """The trials of :func:`trials_query` in one list, and a function that gives :meth:`start_and_history`."""
+        return iter([self.store.plain_rows(trials_query(campaign_id))]), lambda: self.start_and_history(campaign_id)
 
     def start_and_history(self, campaign_id: int) -> tuple[datetime | None, bool]:
         query = select(

@@ -250,15 +250,19 @@ def test_a_report_read_in_lists_has_every_trial_once_and_a_connection_lost_midwa
     glance = open_glance(store.url)
     assert glance is not None
     glance.streamed = 2  # two halves of 13 and 12 trials, each read at most 3 lists (6 trials) ahead of the caller
-    lists = list(glance.report_rows(campaign.id))
+    reading, started = glance.report_rows(campaign.id)
+    lists = list(reading)
     assert [len(found) for found in lists] == [2] * 6 + [1] + [2] * 6
     assert [row[0] for found in lists for row in found] == sorted(added)  # each once, in trial order
-    # The same rows as the store reads, in one list.
-    assert list(StoredReads(store).report_rows(campaign.id)) == [[row for found in lists for row in found]]
+    # The same rows as the store reads, in one list, and the same start, read by the second half's reader.
+    stored, stored_start = StoredReads(store).report_rows(campaign.id)
+    assert list(stored) == [[row for found in lists for row in found]]
+    assert started() == stored_start() == glance.start_and_history(campaign.id)
+    assert started()[0] is not None
     assert glance.connection.autocommit and glance.revision()  # back to reads that stand alone
 
     # The server ends both connections after the first list: the next says so in one line, and nothing hangs.
-    reading = glance.report_rows(campaign.id)
+    reading, started = glance.report_rows(campaign.id)
     next(reading)
     with store.session() as session:
         session.execute(
@@ -270,6 +274,10 @@ def test_a_report_read_in_lists_has_every_trial_once_and_a_connection_lost_midwa
     with pytest.raises(StoreError, match=r"^database .* does not answer: ") as raised:
         list(reading)
     assert "\n" not in str(raised.value)
+    try:  # read before the connections ended, or ended with them: an answer either way, not a wait
+        assert started()[0] is not None
+    except StoreError as error:
+        assert "\n" not in str(error)
     glance.close()
 
 
@@ -293,8 +301,10 @@ def test_a_login_the_server_gives_one_connection_reads_the_reports_halves_in_tur
         glance = open_glance(as_role)
         assert glance is not None
         glance.streamed = 2
-        lists = list(glance.report_rows(campaign.id))
+        reading, started = glance.report_rows(campaign.id)
+        lists = list(reading)
         assert [row[0] for found in lists for row in found] == sorted(added)
+        assert started() == glance.start_and_history(campaign.id)  # read on the glance's connection, in turn
         assert glance.connection.autocommit and glance.revision()
         glance.close()
     finally:
