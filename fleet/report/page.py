@@ -23,6 +23,7 @@ from fleet.labels import short_labels
 from fleet.objective import Objective
 from fleet.report.charts import Line, Scale, _clip, chart, log_range, nice_range, tick_label
 from fleet.report.data import (
+    _MEASURED,
     _OBJECTIVE,
     Data,
     Row,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 _STATE = operator.attrgetter("state")
 _T = operator.attrgetter("t")
+_SERIES = operator.attrgetter("series")
 _FAILED = frozenset(FAILED)
 
 # -- the page's sections ---------------------------------------------------------------------------------
@@ -117,19 +119,20 @@ def convergence(
     if best_row is None:
         return '<p class="empty">No valid measurement yet: nothing to plot.</p>'
     # Both x axes are the campaign's: the trials it had finished, and the time it had run, when each trial ended (0
-    # for one without a time). Each column is taken in C: a Python expression per trial costs more than the rest.
+    # for one without a time). Each is a column taken in C: a Python expression per trial costs more than the rest.
     times = list(map(_T, searched))
     if None in times:
         times = [t or 0.0 for t in times]
     span = max(times)
     scale, unit = _time_unit(span)
-    numbered = list(zip(range(1, len(times) + 1), map(operator.truediv, times, repeat(scale)), searched, strict=True))
-    failed = list(compress(numbered, map(_FAILED.__contains__, map(_STATE, searched))))
-    marks_n = [(n, row.state) for n, _, row in failed]
-    marks_t = [(t, row.state) for _, t, row in failed]
-    by_trial, by_time = _convergence_lines(data, numbered)
-    caption = _thin_dots(data, by_trial, by_time)
-    found = next((number, t) for number, t, row in numbered if row is best_row)
+    numbers = range(1, len(times) + 1)
+    times = list(map(operator.truediv, times, repeat(scale)))
+    failed = list(map(_FAILED.__contains__, map(_STATE, searched)))
+    states = list(compress(map(_STATE, searched), failed))
+    marks_n = list(zip(compress(numbers, failed), states, strict=True))
+    marks_t = list(zip(compress(times, failed), states, strict=True))
+    by_trial, by_time, caption = _convergence_lines(data, numbers, times, searched)
+    found = list(map(operator.is_, searched, repeat(best_row))).index(True)
     best_value = float(_measured_objective(best_row))
     reference = _reference(data, rows, best_row)
     direction = "higher is better" if data.maximize else "lower is better"
@@ -146,7 +149,7 @@ def convergence(
         x_max=max(n_trials, 1),
         reference=reference,
         marks=marks_n,
-        best=(found[0], best_value),
+        best=(numbers[found], best_value),
         css_class="chart chart-trials",
     )
     time_chart = chart(
@@ -160,66 +163,90 @@ def convergence(
         x_max=span / scale if span > 0 else 1.0,
         reference=reference,
         marks=marks_t,
-        best=(found[1], best_value),
+        best=(times[found], best_value),
         css_class="chart chart-time",
     )
     return f'<div class="charts" id="convergence-{esc(problem_key)}">{trials_chart}\n{time_chart}</div>{caption}'
 
 
-def _convergence_lines(data: Data, numbered: Sequence[tuple[int, float, Row]]) -> tuple[list[Line], list[Line]]:
-    """A line per series of the (trial number, time, row)s, by trial and by time, with its measurements as dots;
+def _convergence_lines(
+    data: Data, numbers: Sequence[int], times: Sequence[float], rows: Sequence[Row]
+) -> tuple[list[Line], list[Line], str]:
+    """A line per series of ``rows`` (their trial numbers and times beside them), by trial and by time, with its
+    measurements as dots (past ``DOTS`` of them, some: see :func:`dots_shown`), and the caption that says so, or "";
     with several series, a wide pale line of the best of them all last."""
-    labels = sorted({row.series for _, _, row in numbered if row.measured}, key=_series_order)
+    measured = list(map(_MEASURED, rows))
+    series = list(map(_SERIES, rows))
+    labels = sorted(set(compress(series, measured)), key=_series_order)
     several = len(labels) > 1
-    groups = [(label, [x for x in numbered if x[2].series == label]) for label in labels]
-    every = "best of all chains" if all(label.startswith("chain ") for label in labels) else "best of all series"
+    groups: list[tuple[str, Sequence[int], Sequence[float], Sequence[Row]]] = [(labels[0], numbers, times, rows)]
     if several:
-        groups.append((every, list(numbered)))
+        groups = [(label, *_members(label, series, numbers, times, rows)) for label in labels]
+        every = "best of all chains" if all(label.startswith("chain ") for label in labels) else "best of all series"
+        groups.append((every, numbers, times, rows))
+    measurements = sum(measured)
     by_trial: list[Line] = []
     by_time: list[Line] = []
-    for index, (label, members) in enumerate(groups):
+    drawn = 0
+    for index, (label, group_numbers, group_times, group_rows) in enumerate(groups):
         everything = several and index == len(groups) - 1
         color = "#1f2328" if everything else PALETTE[index % len(PALETTE)]
         dash = "" if everything or index < len(PALETTE) else "5 3"
         width, opacity = (7.0, 0.18) if everything else (2.0, 1.0)
-        line_n = Line(label, color, [], members[-1][0], width=width, dash=dash, opacity=opacity)
-        line_t = Line(label, color, [], members[-1][1], width=width, dash=dash, opacity=opacity)
-        current: float | None = None
-        maximize = data.maximize  # data.better, inline: this loop runs once per trial
-        for number, t, row in members:
-            if not row.measured:
-                continue
-            value = float(_measured_objective(row))
-            if not everything:
-                line_n.dots.append((number, value))
-                line_t.dots.append((t, value))
-            if current is None or (value > current if maximize else value < current):
-                current = value
-                line_n.steps.append((number, value))
-                line_t.steps.append((t, value))
+        line_n = Line(label, color, [], group_numbers[-1], width=width, dash=dash, opacity=opacity)
+        line_t = Line(label, color, [], group_times[-1], width=width, dash=dash, opacity=opacity)
+        shown = list(map(_MEASURED, group_rows))
+        xs_n = list(compress(group_numbers, shown))
+        xs_t = list(compress(group_times, shown))
+        values = list(map(float, compress(map(_OBJECTIVE, group_rows), shown)))
+        corners = _improvements(values, data.maximize)
+        line_n.steps = [(xs_n[i], values[i]) for i in corners]
+        line_t.steps = [(xs_t[i], values[i]) for i in corners]
+        if not everything:
+            # Past a few thousand, more dots only blot the chart and swell the page (11 MB for 100,000 trials).
+            share = max(2, DOTS * len(values) // measurements) if measurements > DOTS else len(values)
+            keep = dots_shown(values, share, data.maximize, corners)
+            line_n.dots = [(xs_n[i], values[i]) for i in keep]
+            line_t.dots = [(xs_t[i], values[i]) for i in keep]
+            drawn += len(keep)
         by_trial.append(line_n)
         by_time.append(line_t)
-    return by_trial, by_time
-
-
-def _thin_dots(data: Data, by_trial: Sequence[Line], by_time: Sequence[Line]) -> str:
-    """Past ``DOTS`` measurements, keep some of each line's dots (the same on both charts); the caption that says
-    so, or ""."""
-    # Past a few thousand, more dots only blot the chart and swell the page (11 MB for 100,000 trials).
-    measurements = sum(len(line.dots) for line in by_trial)
     if measurements <= DOTS:
-        return ""
-    better = operator.gt if data.maximize else operator.lt  # data.better, in C: it is called twice per dot
-    for line_n, line_t in zip(by_trial, by_time, strict=True):
-        share = max(2, DOTS * len(line_n.dots) // measurements)
-        keep = dots_shown([y for _, y in line_n.dots], share, better)
-        line_n.dots = [line_n.dots[i] for i in keep]
-        line_t.dots = [line_t.dots[i] for i in keep]
-    drawn = sum(len(line.dots) for line in by_trial)
-    return (
+        return by_trial, by_time, ""
+    caption = (
         f'<p class="hint dots">{drawn:,} of {measurements:,} trials drawn as dots: evenly spaced ones, each that '
         "improved its series' best so far and the worst; the lines and the axes take every trial.</p>"
     )
+    return by_trial, by_time, caption
+
+
+def _members(
+    label: str, series: Sequence[str], numbers: Sequence[int], times: Sequence[float], rows: Sequence[Row]
+) -> tuple[list[int], list[float], list[Row]]:
+    """The trial numbers, times and rows of the series ``label``, of every trial's ``series``."""
+    member = list(map(label.__eq__, series))
+    return list(compress(numbers, member)), list(compress(times, member)), list(compress(rows, member))
+
+
+def _improvements(values: Sequence[float], maximize: bool) -> list[int]:
+    """The indices of the ``values`` that beat every value before them (the first does): the best so far's
+    corners."""
+    if not values:
+        return []
+    corners = [0]
+    best = values[0]
+    # A plain loop: accumulate() with min or max calls the builtin per value, five times as slow.
+    if maximize:
+        for index, value in enumerate(values):
+            if value > best:
+                best = value
+                corners.append(index)
+    else:
+        for index, value in enumerate(values):
+            if value < best:
+                best = value
+                corners.append(index)
+    return corners
 
 
 def _reference(data: Data, rows: Sequence[Row], best_row: Row) -> tuple[str, float] | None:
@@ -233,23 +260,17 @@ def _reference(data: Data, rows: Sequence[Row], best_row: Row) -> tuple[str, flo
     return ("baseline" + (f" ({shown})" if shown else ""), float(baseline.objective))
 
 
-def dots_shown(values: Sequence[float], keep: int, better: Callable[[float, float], bool]) -> list[int]:
+def dots_shown(values: Sequence[float], keep: int, maximize: bool, corners: Iterable[int] | None = None) -> list[int]:
     """The indices, in order, of about ``keep`` of ``values`` to draw as dots: evenly spaced ones, the first and
-    the last among them, each that is ``better`` than all before it (the corners of the best-so-far line) and the
-    worst (so the y axis spans the same range as with every dot)."""
+    the last among them, each that beats all before it (the corners of the best-so-far line, as
+    :func:`_improvements` gives them, which ``corners`` may be; higher is better where ``maximize``) and the worst
+    (so the y axis spans the same range as with every dot)."""
     if len(values) <= keep:
         return list(range(len(values)))
     last = len(values) - 1
     chosen = {round(i * last / (keep - 1)) for i in range(keep)} if keep > 1 else {0}
-    best = worst = values[0]
-    worst_index = 0
-    for index, value in enumerate(values):
-        if better(value, best):
-            best = value
-            chosen.add(index)
-        if better(worst, value):
-            worst, worst_index = value, index
-    chosen.add(worst_index)
+    chosen.update(_improvements(values, maximize) if corners is None else corners)
+    chosen.add(values.index((min if maximize else max)(values)))  # the first of the worst
     return sorted(chosen)
 
 

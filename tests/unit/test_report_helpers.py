@@ -5,13 +5,9 @@ from __future__ import annotations
 from fleet.report import KNOB_VALUES, TOP, KnobValue, dots_shown, knob_rows
 
 
-def lower(a: float, b: float) -> bool:
-    return a < b
-
-
 def test_few_values_are_all_drawn() -> None:
-    assert dots_shown([3.0, 1.0, 2.0], 3, lower) == [0, 1, 2]
-    assert dots_shown([], 5, lower) == []
+    assert dots_shown([3.0, 1.0, 2.0], 3, maximize=False) == [0, 1, 2]
+    assert dots_shown([], 5, maximize=False) == []
 
 
 def test_many_values_give_an_even_subset_with_every_improvement_and_the_worst() -> None:
@@ -19,7 +15,7 @@ def test_many_values_give_an_even_subset_with_every_improvement_and_the_worst() 
     values[777] = 500.0  # the worst, off the even grid
     values[901] = 0.5  # a late improvement, off the grid too
 
-    shown = dots_shown(values, 10, lower)
+    shown = dots_shown(values, 10, maximize=False)
 
     assert shown == sorted(set(shown))
     assert {0, 999} <= set(shown)  # the even grid spans the whole series
@@ -31,13 +27,13 @@ def test_many_values_give_an_even_subset_with_every_improvement_and_the_worst() 
         if value < best:
             best = value
             assert index in shown
-    assert dots_shown(values, 10, lower) == shown  # deterministic
+    assert dots_shown(values, 10, maximize=False) == shown  # deterministic
 
 
 def test_the_worst_is_drawn_for_a_maximised_objective_too() -> None:
     values = [10.0] * 500
     values[250] = -3.0
-    shown = dots_shown(values, 4, lambda a, b: a > b)
+    shown = dots_shown(values, 4, maximize=True)
     assert 250 in shown and 0 in shown and len(shown) == 5
 
 
