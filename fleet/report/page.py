@@ -776,31 +776,49 @@ def all_trials_section(data: Data) -> str:
     cell = _CellCache()
     starts: dict[str, str] = {}  # a state's <tr>
     places: dict[tuple[str | None, str | None, str | None], str] = {}  # a place's cell
-    isfinite = math.isfinite
+    plain: dict[int | str, str] = {}  # the cell of a knob's value that is an int or a string (most are)
+    no_reason = cell("", "")
+    isfinite, evaluated = math.isfinite, str(TrialState.EVALUATED)
+    # The parts of every row go in one list, joined once: a join and an f-string per row cost a fifth of the table.
+    append = out.append
     for row in data.rows[:ALL_TRIALS]:
-        # The trial's id and objective are numbers: their text needs no escaping.
-        cells = [f'<td data-v="{float(row.trial_id)!r}">{row.trial_id}{" (baseline)" if row.baseline else ""}</td>']
+        state = row.state
+        if (start := starts.get(state)) is None:
+            start = starts[state] = f'<tr class="state-{esc(state)}">'
+        append(start)
+        # The trial's id and objective are numbers: their text needs no escaping. An id's sort key is its float's
+        # repr, which is the id and ".0" where a float holds the id exactly (below 2^53).
+        trial_id = row.trial_id
+        key = f"{trial_id}.0" if trial_id < 2**53 else repr(float(trial_id))
+        append(f'<td data-v="{key}">{trial_id}{" (baseline)" if row.baseline else ""}</td>')
         if several:
             label = problems.get(row.problem_id, str(row.problem_id))
-            cells.append(cell(label, label))
-        state = row.state
-        cells.append(cell(state, state))
-        objective = row.objective if state == TrialState.EVALUATED else None
+            append(cell(label, label))
+        append(cell(state, state))
+        objective = row.objective if state == evaluated else None
         # Most objectives are finite floats, whose sort key is their repr (as _sort_key writes it, without its checks).
         key = repr(objective) if objective.__class__ is float and isfinite(objective) else _sort_key(objective)
-        cells.append(f'<td data-v="{key}">{fmt(objective)}</td>')
+        append(f'<td data-v="{key}">{fmt(objective)}</td>')
         config = row.config
-        cells += [cell.knob(config.get(n, _MISSING)) for n in knob_names]
-        reason = _clip(row.reason.splitlines()[0], 100) if row.reason else ""
-        cells.append(cell(reason, reason))
+        for name in knob_names:
+            value = config.get(name, _MISSING)
+            if value.__class__ is int or value.__class__ is str:  # never equal to one another, nor to a bool
+                if (found := plain.get(value)) is None:
+                    found = plain[value] = cell.knob(value)
+                append(found)
+            else:
+                append(cell.knob(value))
+        if row.reason:
+            reason = _clip(row.reason.splitlines()[0], 100)
+            append(cell(reason, reason))
+        else:
+            append(no_reason)
         place = (row.node, row.gpu, row.worker)
         if (found := places.get(place)) is None:
             where = " · ".join(x for x in place if x)
             found = places[place] = cell(where, where or DASH)
-        cells.append(found)
-        if (start := starts.get(state)) is None:
-            start = starts[state] = f'<tr class="state-{esc(state)}">'
-        out.append(f"{start}{''.join(cells)}</tr>")
+        append(found)
+        append("</tr>")
     out.append("</tbody></table>")
     if len(data.rows) > ALL_TRIALS:
         out.append(
