@@ -40,23 +40,29 @@ def find_campaign(store: Any, ref: str) -> Any:
         raise NotFound(f"{error} in {database_url()}") from None
 
 
-def glance_at_campaign(ref: str, fronts: bool = False) -> tuple[Any, Any]:
+def glance_at_campaign(ref: str, fronts: bool = False, judged: bool = True) -> tuple[Any, Any]:
     """What a read command reads campaign ``ref`` with, and the campaign: a :class:`fleet.glance.Glance` (no
     SQLAlchemy to import: most of a small campaign's status) where it can summarize the campaign, else the store
-    (a campaign whose best its searcher judges, :func:`fleet.driving.summary.judges`; with ``fronts``, one of
-    several objectives too, whose fronts read every result through the store)."""
-    from fleet.driving.summary import judges
+    (where ``judged``, the command shows the best that the searcher accepts, a campaign whose best its searcher
+    judges, :func:`fleet.driving.summary.judges`; with ``fronts``, one of several objectives too, whose fronts read
+    every result through the store)."""
     from fleet.glance import Glance
     from fleet.spec.workloads import load_workload_spec
 
     store = glance_or_store()
     campaign = find_campaign(store, ref)
     several = fronts and len(load_workload_spec(campaign.workload).objectives) > 1
-    if isinstance(store, Glance) and (judges(campaign) or several):  # the searchers and fronts read the store
+    if isinstance(store, Glance) and ((judged and _judges(campaign)) or several):  # searchers, fronts: the store
         store.close()
         store = open_store(read_only=True, named=True)
         campaign = find_campaign(store, ref)
     return store, campaign
+
+
+def _judges(campaign: Any) -> bool:
+    from fleet.driving.summary import judges  # the driver's summary, imported only for a command that judges
+
+    return judges(campaign)
 
 
 def note_missing_extras(strategy: dict[str, Any], workload: dict[str, Any] | None = None) -> None:
@@ -860,7 +866,8 @@ def _find_problem(store: Any, ref: str, params: tuple[str, ...], by_id: bool = F
 def report(campaign: str, output: Path) -> None:
     """Write a self-contained HTML report of CAMPAIGN (name or id): convergence, knob effects, best configs, and
     every trial in a table to sort and filter."""
-    store, found = glance_at_campaign(campaign, fronts=True)
+    # The page's best is the best measurement, not one a searcher judges: a glance reads any campaign of one objective.
+    store, found = glance_at_campaign(campaign, fronts=True, judged=False)
     from fleet.report import render  # after the store: a folder with no database is said without the report's modules
 
     try:

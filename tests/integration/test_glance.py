@@ -200,6 +200,10 @@ def test_a_campaign_whose_searcher_judges_its_best_or_whose_fronts_are_asked_for
     assert isinstance(reader, Store) and campaign.name == "judged"
     assert [r.getMessage().startswith("database: ") for r in caplog.records] == [True]  # `fleet -v` names it once
     reader.close()
+    # The report's best is the best measurement, which no searcher judges: a glance reads it.
+    reader, campaign = campaigns.glance_at_campaign("judged", judged=False)
+    assert isinstance(reader, Glance) and campaign.name == "judged"
+    reader.close()
     reader, campaign = campaigns.glance_at_campaign("running")
     assert isinstance(reader, Glance) and campaign.name == "running"
     reader.close()
