@@ -420,16 +420,23 @@ class Glance:
         self, campaign_id: int
     ) -> tuple[Iterator[list[tuple[Any, ...]]], Callable[[], tuple[datetime | None, bool]]]:
         """The campaign's trials as ``fleet.report.data`` reads them, as the driver gives them, in lists of trials in
-        trial order (the store's ``plain_rows`` of ``fleet.report.stored.trials_query``, whose SQL this is), and a
-        function to call once they are read that gives :meth:`start_and_history`: on PostgreSQL the second half's
-        reader reads those first, while the first half's rows come."""
+        trial order (as ``fleet.report.stored.StoredReads`` reads them, whose SQL this is, the finish in microseconds
+        since the epoch), and a function to call once they are read that gives :meth:`start_and_history`: on
+        PostgreSQL the second half's reader reads those first, while the first half's rows come."""
+        # When a trial finished as microseconds since the epoch: the driver decodes a timestamp at three times the
+        # cost of an integer (50 ms of 100,000), and the page takes only differences of them.
         if self.dialect == "sqlite":
             chain = """CAST(JSON_QUOTE(JSON_EXTRACT(measurements.metrics, '$."chain"')) AS TEXT)"""
+            finished = (  # its text, "YYYY-MM-DD HH:MM:SS.ffffff" (SQLITE_TIME): whole seconds, then the fraction
+                "CAST(strftime('%s', trials.finished_at) AS INTEGER) * 1000000"
+                " + CAST(substr(trials.finished_at, 21, 6) AS INTEGER)"
+            )
         else:
             chain = "CAST(measurements.metrics -> 'chain' AS TEXT)"
+            finished = "CAST(extract(epoch FROM trials.finished_at) * 1000000 AS BIGINT)"  # numeric: exact
         sql = (
             "SELECT trials.id, trials.problem_id, CAST(trials.config AS TEXT), trials.state, trials.reason,"
-            " trials.baseline, trials.finished_at, trials.source_trial_id, measurements.objective, measurements.valid,"
+            f" trials.baseline, {finished}, trials.source_trial_id, measurements.objective, measurements.valid,"
             f" {chain}, measurements.node, measurements.gpu, measurements.worker, measurements.toolchain,"
             " measurements.device, measurements.objective_name, measurements.maximize FROM trials"
             f" LEFT OUTER JOIN measurements ON measurements.trial_id = {MEASURED_IN}"

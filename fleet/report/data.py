@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,7 @@ class Row:
     state: str
     reason: str | None
     baseline: bool
-    finished_at: datetime | None
+    finished_us: int | None  # when it finished, in microseconds since the epoch (naive UTC, as the database keeps it)
     reused_from: int | None
     objective: float | None
     valid: bool
@@ -189,7 +189,7 @@ def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str) -> list
     chains = _json_list(chains) if any(chains) else chains  # most campaigns have no chains: nothing to decode
     rows: list[Row] = []
     # The state as a plain string: comparing with the enum's member costs twice as much.
-    append, evaluated, isfinite, parse = rows.append, str(TrialState.EVALUATED), math.isfinite, datetime.fromisoformat
+    append, evaluated, isfinite = rows.append, str(TrialState.EVALUATED), math.isfinite
     finished = _FINISHED
     for (
         trial_id,
@@ -198,7 +198,7 @@ def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str) -> list
         state,
         reason,
         baseline,
-        finished_at,
+        finished_us,
         reused_from,
         objective,
         valid,
@@ -212,8 +212,6 @@ def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str) -> list
         _,
     ), config, chain in zip(found, configs, chains, strict=True):
         config = config or {}
-        if finished_at.__class__ is str:  # SQLite's text
-            finished_at = parse(finished_at)
         measured = bool(valid) and state == evaluated and objective is not None and isfinite(objective)
         if trial_id in chain_of:
             series = f"chain {chain_of[trial_id]}"
@@ -230,7 +228,7 @@ def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str) -> list
                 state,
                 reason,
                 bool(baseline),
-                finished_at,
+                finished_us,
                 reused_from,
                 objective,
                 bool(valid),
@@ -248,6 +246,15 @@ def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str) -> list
     return rows
 
 
+_EPOCH = datetime(1970, 1, 1)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def microseconds(moment: datetime) -> int:
+    """``moment`` (naive UTC) in microseconds since the epoch, as the reads give a trial's finish."""
+    return (moment - _EPOCH) // _MICROSECOND
+
+
 def _in_finishing_order(rows: list[Row], t0: datetime | None) -> list[Row]:
     """``rows`` (in trial order) with their times from ``t0``, in the order they finished: the first trial to reach
     the best value is the one the search found it with. A stable sort keeps trial order among equal times; trials
@@ -256,11 +263,12 @@ def _in_finishing_order(rows: list[Row], t0: datetime | None) -> list[Row]:
         return rows
     timed: list[Row] = []
     untimed: list[Row] = []
+    start = microseconds(t0)
     for row in rows:
-        if (finished_at := row.finished_at) is None:
+        if (finished := row.finished_us) is None:
             untimed.append(row)
         else:
-            t = (finished_at - t0).total_seconds()
+            t = (finished - start) / 1_000_000  # as timedelta.total_seconds() takes it: exact microseconds, divided
             row.t = t if t > 0.0 else 0.0  # max(0.0, t), without the call
             timed.append(row)
     timed.sort(key=_T)

@@ -30,6 +30,7 @@ from fleet.report.data import (
     _identity,
     _measured_objective,
     collect,
+    microseconds,
 )
 from fleet.report.text import DASH, DOTS, KNOB_VALUES, PALETTE, TIMES, TOP, config_text, esc, fmt, value_text
 from fleet.spec.workloads import load_workload_spec
@@ -978,8 +979,8 @@ def _page(store: Any, campaign: Any) -> str:
         data = collect(StoredReads(store), campaign)
     c = campaign
     strategy = (c.strategy or {}).get("name", "?")
-    finished = [r.finished_at for r in data.rows if r.finished_at is not None]
-    elapsed = (max(finished) - data.t0).total_seconds() if finished and data.t0 else None
+    finished = [r.finished_us for r in data.rows if r.finished_us is not None]
+    elapsed = (max(finished) - microseconds(data.t0)) / 1_000_000 if finished and data.t0 else None
     meta = (
         f"target <b>{esc(c.target)}</b> · strategy <b>{esc(strategy)}</b> · status <b>{esc(c.status)}</b> · "
         f"created {esc(c.created_at.isoformat(sep=' ', timespec='seconds'))} UTC"

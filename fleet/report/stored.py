@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Select, Text, cast, func, select
 
+from fleet.report.data import microseconds
 from fleet.states import ArtifactState
 from fleet.store import Artifact, Measurement, Store, Trial
 
@@ -36,7 +37,8 @@ class StoredReads:
         self, campaign_id: int
     ) -> tuple[Iterator[list[tuple[Any, ...]]], Callable[[], tuple[datetime | None, bool]]]:
         """The trials of :func:`trials_query` in one list, and a function that gives :meth:`start_and_history`."""
-        return iter([self.store.plain_rows(trials_query(campaign_id))]), lambda: self.start_and_history(campaign_id)
+        rows = [(*row[:6], _microseconds(row[6]), *row[7:]) for row in self.store.plain_rows(trials_query(campaign_id))]
+        return iter([rows]), lambda: self.start_and_history(campaign_id)
 
     def start_and_history(self, campaign_id: int) -> tuple[datetime | None, bool]:
         query = select(
@@ -71,6 +73,14 @@ class StoredReads:
         )
         with self.store.transaction() as connection:
             return {key: log or "" for key, log in connection.execute(query)}
+
+
+def _microseconds(finished: datetime | str | None) -> int | None:
+    """A trial's finish as the driver gives it (SQLite's is text) in microseconds since the epoch, as the glance
+    reads it."""
+    if finished is None:
+        return None
+    return microseconds(datetime.fromisoformat(finished) if isinstance(finished, str) else finished)
 
 
 def trials_query(campaign_id: int) -> Select[*tuple[Any, ...]]:
