@@ -427,8 +427,10 @@ class Glance:
         # cost of an integer (50 ms of 100,000), and the page takes only differences of them.
         if self.dialect == "sqlite":
             chain = """CAST(JSON_QUOTE(JSON_EXTRACT(measurements.metrics, '$."chain"')) AS TEXT)"""
-            finished = (  # its text, "YYYY-MM-DD HH:MM:SS.ffffff" (SQLITE_TIME): whole seconds, then the fraction
-                "CAST(strftime('%s', trials.finished_at) AS INTEGER) * 1000000"
+            # Its text, "YYYY-MM-DD HH:MM:SS.ffffff" (SQLITE_TIME): the whole seconds, then the fraction. SQLite's
+            # date functions keep milliseconds, and would round .999999 up to the next second.
+            finished = (
+                "CAST(strftime('%s', substr(trials.finished_at, 1, 19)) AS INTEGER) * 1000000"
                 " + CAST(substr(trials.finished_at, 21, 6) AS INTEGER)"
             )
         else:

@@ -240,6 +240,37 @@ def test_a_report_through_the_glance_is_the_stores(store: Store) -> None:
     assert "chain 1" in through_glance(store, "annealed")
 
 
+def test_the_reports_rows_give_each_trials_finish_in_microseconds_as_the_store_reads_it(store: Store) -> None:
+    """A finish with microseconds, one on a whole second (SQLite's text then has no fraction when another writer
+    left it so) and none: the glance's integers are the store's, and the times the page takes from them exact."""
+    from datetime import datetime
+
+    from fleet.report.data import microseconds
+    from fleet.report.stored import StoredReads
+    from fleet.store import Trial
+
+    campaign = make_campaign(store, "finishes")
+    added = add(store, campaign, {"tile": 1}, {"tile": 2}, {"tile": 3})
+    finishes = [datetime(2026, 11, 28, 23, 59, 59, 999_999), datetime(2026, 11, 29, 0, 0, 1), None]
+    with store.session() as session:
+        for trial_id, finished in zip(added, finishes, strict=True):
+            session.execute(update(Trial).where(Trial.id == trial_id).values(finished_at=finished))
+        if store.engine.dialect.name == "sqlite":  # a whole second as text without its fraction
+            session.execute(
+                text("UPDATE trials SET finished_at = '2026-11-29 00:00:01' WHERE id = :id"), {"id": added[1]}
+            )
+    glance = open_glance(store.url)
+    assert glance is not None
+    reading, _ = glance.report_rows(campaign.id)
+    found = [row[6] for rows in reading for row in rows]
+    stored, _ = StoredReads(store).report_rows(campaign.id)
+    assert found == [row[6] for rows in stored for row in rows]
+    assert found == [1_795_910_399_999_999, 1_795_910_401_000_000, None]
+    assert found[:2] == [microseconds(finished) for finished in finishes[:2]]
+    assert (found[1] - found[0]) / 1_000_000 == (finishes[1] - finishes[0]).total_seconds() == 1.000001
+    glance.close()
+
+
 @pytest.mark.parametrize("store", ["postgresql"], indirect=True)
 def test_a_report_read_in_lists_has_every_trial_once_and_a_connection_lost_midway_is_one_line(store: Store) -> None:
     """On PostgreSQL the report's trials come in lists, two halves of them read at once by two threads on two
