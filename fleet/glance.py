@@ -53,6 +53,18 @@ models, in SQL text, for reads without SQLAlchemy. The one place besides the mod
 _START = "SELECT coalesce(min(started_at), min(created_at)), count(history) FROM trials WHERE campaign_id = ?"
 """When a campaign's first trial started (else was created), and how many of its trials came from history."""
 
+_RECORDED = (
+    "SELECT measurements.objective_name, measurements.maximize FROM trials {} JOIN measurements"
+    f" ON measurements.trial_id = {MEASURED_IN} WHERE trials.campaign_id = ?"
+    " AND measurements.objective_name IS NOT NULL AND measurements.maximize IS NOT NULL ORDER BY trials.id DESC LIMIT 1"
+)
+"""The objective's name and direction as the measurement of a campaign's last measured trial has them: the trials read
+back from the last (on SQLite ``NOT INDEXED`` in ``{}``, or it sorts every trial of the campaign first)."""
+
+ReportFacts = tuple[datetime | None, bool, tuple[str, bool] | None]
+"""When a campaign's first trial started (else was created), whether any of its trials was proposed from history,
+and the objective's name and direction as its last measured trial's measurement has them (None before one is)."""
+
 
 def open_glance(url: str) -> Glance | None:
     """A :class:`Glance` of the database ``url`` names, or None where the store must read it: another driver,
@@ -416,13 +428,11 @@ class Glance:
 
     # -- what `fleet report` reads (fleet.report.data; fleet.report.stored reads the same through the store) --------
 
-    def report_rows(
-        self, campaign_id: int
-    ) -> tuple[Iterator[list[tuple[Any, ...]]], Callable[[], tuple[datetime | None, bool]]]:
+    def report_rows(self, campaign_id: int) -> tuple[Iterator[list[tuple[Any, ...]]], Callable[[], ReportFacts]]:
         """The campaign's trials as ``fleet.report.data`` reads them, as the driver gives them, in lists of trials in
         trial order (as ``fleet.report.stored.StoredReads`` reads them, whose SQL this is, the finish in microseconds
-        since the epoch), and a function to call once they are read that gives :meth:`start_and_history`: on
-        PostgreSQL the second half's reader reads those first, while the first half's rows come."""
+        since the epoch), and a function to call once they are read that gives :meth:`report_facts`: on PostgreSQL
+        the second half's reader reads those first, while the first half's rows come."""
         # When a trial finished as microseconds since the epoch: the driver decodes a timestamp at three times the
         # cost of an integer (50 ms of 100,000), and the page takes only differences of them.
         if self.dialect == "sqlite":
@@ -440,13 +450,13 @@ class Glance:
             "SELECT trials.id, trials.problem_id, CAST(trials.config AS TEXT), trials.state, trials.reason,"
             f" trials.baseline, {finished}, trials.source_trial_id, measurements.objective, measurements.valid,"
             f" {chain}, measurements.node, measurements.gpu, measurements.worker, measurements.toolchain,"
-            " measurements.device, measurements.objective_name, measurements.maximize FROM trials"
+            " measurements.device FROM trials"
             f" LEFT OUTER JOIN measurements ON measurements.trial_id = {MEASURED_IN}"
             " WHERE trials.campaign_id = ?"
         )
 
-        def started() -> tuple[datetime | None, bool]:
-            return self.start_and_history(campaign_id)
+        def started() -> ReportFacts:
+            return self.report_facts(campaign_id)
 
         if self.dialect == "sqlite":
             # SQLite runs the query in this process, and orders its wide rows through a temporary B-tree (the
@@ -464,32 +474,31 @@ class Glance:
         halves = [(campaign_id, low, middle), (campaign_id, middle + 1, high)]
         first: Queue[Any] = Queue(maxsize=1)
         lists = self._streamed(
-            f"{sql} AND trials.id BETWEEN ? AND ? ORDER BY trials.id", halves, (_START, [campaign_id], first)
+            f"{sql} AND trials.id BETWEEN ? AND ? ORDER BY trials.id", halves, (self._facts_sql(), [campaign_id], first)
         )
 
         answered: list[Any] = []
 
-        def read_first() -> tuple[datetime | None, bool]:
+        def read_first() -> ReportFacts:
             if not answered:  # the queue gives its answer once: kept for the calls after
                 answered.append(first.get())
             (found,) = answered
             if isinstance(found, StoreError):
                 raise found
-            ((start, proposed),) = found
-            return self._time(start), proposed > 0
+            return self._facts(found)
 
         return lists, read_first
 
     def _streamed(
-        self, sql: str, parts: Sequence[Sequence[Any]], first: tuple[str, Sequence[Any], Queue[Any]]
+        self, sql: str, parts: Sequence[Sequence[Any]], first: tuple[Sequence[str], Sequence[Any], Queue[Any]]
     ) -> Iterator[list[tuple[Any, ...]]]:
         """The rows of ``sql`` on PostgreSQL for each of ``parts`` (its parameters) in turn, in lists of
         :attr:`streamed`. Each part is read by a thread of its own, the first on this connection and the others on
         new ones where the server takes them, through a cursor of the server's: the server makes the rows and the
         driver decodes them (it waits without Python's lock) while the caller works on the lists before. A thread
-        reads at most ``READ_AHEAD`` lists ahead of the caller. ``first`` is a query (its SQL and parameters) that
-        the last part's reader runs before its part, and the queue that gets its rows (or the error that ended
-        them, which the lists raise too).
+        reads at most ``READ_AHEAD`` lists ahead of the caller. ``first`` is queries (their SQL, their parameters)
+        that the last part's reader runs before its part, and the queue that gets the list of their rows (or the
+        error that ended them, which the lists raise too).
         """
         import psycopg2
 
@@ -525,10 +534,13 @@ class Glance:
                     return
                 try:
                     if index == len(parts) - 1:
-                        query, values, answer = first
+                        queries, values, answer = first
                         with connection.cursor() as cursor:
-                            cursor.execute(query.replace("?", "%s"), tuple(values))
-                            answer.put(cursor.fetchall())
+                            facts = []
+                            for query in queries:
+                                cursor.execute(query.replace("?", "%s"), tuple(values))
+                                facts.append(cursor.fetchall())
+                            answer.put(facts)
                     if connection.autocommit:  # the server's cursor lives in a transaction, of reads only
                         connection.autocommit = False
                     with connection.cursor(name=f"fleet_glance_{index}") as cursor:
@@ -565,11 +577,20 @@ class Glance:
             for reader in readers:
                 reader.join()
 
-    def start_and_history(self, campaign_id: int) -> tuple[datetime | None, bool]:
-        """When the campaign's first trial started (else was created), and whether any of its trials was proposed
-        from history (:meth:`history_trials` reads which): one pass over the trials for both."""
-        ((start, proposed),) = self._rows(_START, [campaign_id])
-        return self._time(start), proposed > 0
+    def report_facts(self, campaign_id: int) -> ReportFacts:
+        """What the report reads of the campaign besides its trials (:data:`ReportFacts`; :meth:`history_trials`
+        reads which trials came from history)."""
+        return self._facts([self._rows(query, [campaign_id]) for query in self._facts_sql()])
+
+    def _facts_sql(self) -> tuple[str, str]:
+        """The queries of :meth:`report_facts`."""
+        return _START, _RECORDED.format("NOT INDEXED" if self.dialect == "sqlite" else "")
+
+    def _facts(self, found: Sequence[list[tuple[Any, ...]]]) -> ReportFacts:
+        """The rows of :meth:`_facts_sql` as :data:`ReportFacts`."""
+        ((start, proposed),), recorded = found
+        objective = (str(recorded[0][0]), bool(recorded[0][1])) if recorded else None
+        return self._time(start), proposed > 0, objective
 
     def chain_trials(self, campaign_id: int) -> list[tuple[int, int]]:
         """Every recorded step of the campaign's chains, in order, as (the chain's index, the step's trial)."""

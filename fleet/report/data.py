@@ -151,12 +151,10 @@ def collect(reader: Any, campaign: Campaign) -> Data:
     # The trials come in lists (on PostgreSQL, the next read by threads while this one is made rows): each list's
     # tuples are dropped once they are rows. The campaign's start is known after them (read meanwhile).
     rows: list[Row] = []
-    recorded: tuple[str, bool] | None = None
-    lists, started = reader.report_rows(campaign.id)
+    lists, facts = reader.report_rows(campaign.id)
     for found in lists:
         rows += _rows(found, chain_of, strategy)
-        recorded = _recorded(found) or recorded
-    t0, from_history = started()
+    t0, from_history, recorded = facts()
     objective_name, maximize = _objective(campaign, recorded)
     rows = _in_finishing_order(rows, t0)
     data = Data(
@@ -208,8 +206,6 @@ def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str) -> list
         worker,
         toolchain,
         device,
-        _,
-        _,
     ), config, chain in zip(found, configs, chains, strict=True):
         config = config or {}
         measured = bool(valid) and state == evaluated and objective is not None and isfinite(objective)
@@ -326,14 +322,6 @@ def _details(reader: Any, rows: Sequence[Row]) -> dict[int, Detail]:
         )
         for trial_id, build_key, stdout_tail, stderr_tail, samples, metrics in found
     }
-
-
-def _recorded(found: Sequence[Any]) -> tuple[str, bool] | None:
-    """The objective's name and direction as the last of ``found`` whose measurement recorded them has them."""
-    for *_, objective_name, maximize in reversed(found):
-        if objective_name is not None and maximize is not None:
-            return objective_name, bool(maximize)
-    return None
 
 
 def _objective(campaign: Campaign, recorded: tuple[str, bool] | None) -> tuple[str, bool]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Select, Text, cast, func, select
 
+from fleet.glance import ReportFacts
 from fleet.report.data import microseconds
 from fleet.states import ArtifactState
 from fleet.store import Artifact, Measurement, Store, Trial
@@ -33,20 +34,26 @@ class StoredReads:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    def report_rows(
-        self, campaign_id: int
-    ) -> tuple[Iterator[list[tuple[Any, ...]]], Callable[[], tuple[datetime | None, bool]]]:
-        """The trials of :func:`trials_query` in one list, and a function that gives :meth:`start_and_history`."""
+    def report_rows(self, campaign_id: int) -> tuple[Iterator[list[tuple[Any, ...]]], Callable[[], ReportFacts]]:
+        """The trials of :func:`trials_query` in one list, and a function that gives :meth:`report_facts`."""
         rows = [(*row[:6], _microseconds(row[6]), *row[7:]) for row in self.store.plain_rows(trials_query(campaign_id))]
-        return iter([rows]), lambda: self.start_and_history(campaign_id)
+        return iter([rows]), lambda: self.report_facts(campaign_id)
 
-    def start_and_history(self, campaign_id: int) -> tuple[datetime | None, bool]:
-        query = select(
-            func.coalesce(func.min(Trial.started_at), func.min(Trial.created_at)), func.count(Trial.history)
-        ).where(Trial.campaign_id == campaign_id)
+    def report_facts(self, campaign_id: int) -> ReportFacts:
+        """As :meth:`fleet.glance.Glance.report_facts` reads them."""
+        mine = Trial.campaign_id == campaign_id
+        start = select(func.coalesce(func.min(Trial.started_at), func.min(Trial.created_at)), func.count(Trial.history))
+        recorded = (
+            select(Measurement.objective_name, Measurement.maximize)
+            .select_from(Trial)
+            .join(Measurement, Measurement.trial_id == Trial.measured_in)
+            .where(mine, Measurement.objective_name.is_not(None), Measurement.maximize.is_not(None))
+            .order_by(Trial.id.desc())
+        )
         with self.store.transaction() as connection:
-            start, proposed = connection.execute(query).one()
-            return start, proposed > 0
+            first, proposed = connection.execute(start.where(mine)).one()
+            objective = connection.execute(recorded.limit(1)).first()
+        return first, proposed > 0, (str(objective[0]), bool(objective[1])) if objective else None
 
     def chain_trials(self, campaign_id: int) -> list[tuple[int, int]]:
         return [(chain.index, step.trial_id) for chain, step in self.store.chain_steps(campaign_id)]
@@ -106,8 +113,6 @@ def trials_query(campaign_id: int) -> Select[*tuple[Any, ...]]:
             Measurement.worker,
             Measurement.toolchain,
             Measurement.device,
-            Measurement.objective_name,
-            Measurement.maximize,
         )
         .outerjoin(Measurement, Measurement.trial_id == Trial.measured_in)
         .where(Trial.campaign_id == campaign_id)

@@ -240,6 +240,22 @@ def test_a_report_through_the_glance_is_the_stores(store: Store) -> None:
     assert "chain 1" in through_glance(store, "annealed")
 
 
+def test_the_reports_objective_is_the_one_the_last_measured_trial_recorded(store: Store) -> None:
+    """Read apart from the trials: the last trial with a measurement, not merely the last trial; None while no
+    trial has one (the page then takes the workload's)."""
+    from fleet.report.stored import StoredReads
+
+    campaign = make_campaign(store, "recorded")
+    first, second, _ = add(store, campaign, {"tile": 1}, {"tile": 2}, {"tile": 3})
+    glance = open_glance(store.url)
+    assert glance is not None
+    assert glance.report_facts(campaign.id)[2] is StoredReads(store).report_facts(campaign.id)[2] is None
+    evaluate(store, first, 1.0, name="seconds")
+    evaluate(store, second, 2.0, name="gflops", maximize=True)  # the last trial is not measured yet
+    assert glance.report_facts(campaign.id)[2] == StoredReads(store).report_facts(campaign.id)[2] == ("gflops", True)
+    glance.close()
+
+
 def test_the_reports_rows_give_each_trials_finish_in_microseconds_as_the_store_reads_it(store: Store) -> None:
     """A finish with microseconds, one on a whole second (SQLite's text then has no fraction when another writer
     left it so) and none: the glance's integers are the store's, and the times the page takes from them exact."""
@@ -292,7 +308,7 @@ def test_a_report_read_in_lists_has_every_trial_once_and_a_connection_lost_midwa
     # The same rows as the store reads, in one list, and the same start, read by the second half's reader.
     stored, stored_start = StoredReads(store).report_rows(campaign.id)
     assert list(stored) == [[row for found in lists for row in found]]
-    assert started() == stored_start() == glance.start_and_history(campaign.id)
+    assert started() == stored_start() == glance.report_facts(campaign.id)
     assert started()[0] is not None
     assert glance.connection.autocommit and glance.revision()  # back to reads that stand alone
 
@@ -339,7 +355,7 @@ def test_a_login_the_server_gives_one_connection_reads_the_reports_halves_in_tur
         reading, started = glance.report_rows(campaign.id)
         lists = list(reading)
         assert [row[0] for found in lists for row in found] == sorted(added)
-        assert started() == glance.start_and_history(campaign.id)  # read on the glance's connection, in turn
+        assert started() == glance.report_facts(campaign.id)  # read on the glance's connection, in turn
         assert glance.connection.autocommit and glance.revision()
         glance.close()
     finally:
