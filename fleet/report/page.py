@@ -746,6 +746,8 @@ class _CellCache:
     def _knob(value: Any) -> str:
         if value is _MISSING:
             return f'<td data-v="">{esc(DASH)}</td>'
+        if value.__class__ is int:  # digits (and its float's exponent): nothing to escape
+            return f'<td data-v="{_sort_key(value)}">{int.__repr__(value)}</td>'
         return f'<td data-v="{esc(_sort_key(value))}">{esc(value_text(value))}</td>'
 
 
