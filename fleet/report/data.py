@@ -149,7 +149,7 @@ def collect(reader: Any, campaign: Campaign) -> Data:
     for index, trial_id in reader.chain_trials(campaign.id):
         chain_of.setdefault(trial_id, index)
     # The trials come in lists (on PostgreSQL, the next read by threads while this one is made rows): each list's
-    # tuples are dropped once they are rows. The campaign's start is known after them (read meanwhile).
+    # tuples are dropped once they are rows. The campaign's start and objective come after them (read meanwhile).
     rows: list[Row] = []
     lists, facts = reader.report_rows(campaign.id)
     for found in lists:
@@ -180,7 +180,7 @@ def collect(reader: Any, campaign: Campaign) -> Data:
 def _rows(found: Sequence[Any], chain_of: dict[int, int], strategy: str) -> list[Row]:
     """The rows of ``report_rows`` (:func:`fleet.report.stored.trials_query`), as the page's rows, in the same
     order, their times (``t``) not yet taken."""
-    # Tuples indexed and unpacked in the query's order: looking up 18 columns by name in each of 100,000 rows
+    # Tuples indexed and unpacked in the query's order: looking up 16 columns by name in each of 100,000 rows
     # costs a second.
     configs = _json_list([t[2] for t in found])
     chains = [t[10] for t in found]
