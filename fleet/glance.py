@@ -514,33 +514,15 @@ class Glance:
                     return True
             return False
 
-        def connection_for(index: int) -> Any:
-            """The first part's connection is the glance's; another's is new, else (the server takes no more of this
-            login's connections) the glance's once the parts before are read."""
-            if index:
-                try:
-                    connection = psycopg2.connect(self._dsn, connect_timeout=5)
-                    connection.set_session(readonly=True)
-                    return connection
-                except psycopg2.OperationalError:
-                    read_before[index - 1].wait()
-            return self.connection
-
         def read(index: int) -> None:
             lists = queues[index]
             try:
-                connection = connection_for(index)
+                connection = self._connection_for(index, read_before)
                 if stop.is_set():  # the caller stopped while this part waited for a connection
                     return
                 try:
                     if index == len(parts) - 1:
-                        queries, values, answer = first
-                        with connection.cursor() as cursor:
-                            facts = []
-                            for query in queries:
-                                cursor.execute(query.replace("?", "%s"), tuple(values))
-                                facts.append(cursor.fetchall())
-                            answer.put(facts)
+                        first[2].put(self._answers(connection, first[0], first[1]))
                     if connection.autocommit:  # the server's cursor lives in a transaction, of reads only
                         connection.autocommit = False
                     with connection.cursor(name=f"fleet_glance_{index}") as cursor:
@@ -576,6 +558,30 @@ class Glance:
             stop.set()
             for reader in readers:
                 reader.join()
+
+    def _connection_for(self, index: int, read_before: Sequence[threading.Event]) -> Any:
+        """The connection of :meth:`_streamed`'s part ``index``: the first part's is the glance's; another's is new,
+        else (the server takes no more of this login's connections) the glance's once the parts before are read."""
+        import psycopg2
+
+        if index:
+            try:
+                connection = psycopg2.connect(self._dsn, connect_timeout=5)
+                connection.set_session(readonly=True)
+                return connection
+            except psycopg2.OperationalError:
+                read_before[index - 1].wait()
+        return self.connection
+
+    @staticmethod
+    def _answers(connection: Any, queries: Sequence[str], values: Sequence[Any]) -> list[list[tuple[Any, ...]]]:
+        """The rows of each of ``queries`` (their parameters ``values``) on the PostgreSQL ``connection``."""
+        with connection.cursor() as cursor:
+            answers = []
+            for query in queries:
+                cursor.execute(query.replace("?", "%s"), tuple(values))
+                answers.append(cursor.fetchall())
+            return answers
 
     def report_facts(self, campaign_id: int) -> ReportFacts:
         """What the report reads of the campaign besides its trials (:data:`ReportFacts`; :meth:`history_trials`
