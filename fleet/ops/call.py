@@ -196,9 +196,13 @@ def wait(store: Any, until: str, subject: int, step: int = 0, timeout: float = 6
     deadline = time.monotonic() + timeout
     while True:
         if until == "step":
-            steps = [s for c, s in store.chain_steps(store.chain(subject).campaign_id) if c.id == subject]
+            # The chain's state first, then its steps: a chain that stopped has recorded its steps by then, where
+            # read the other way round a step recorded between the two reads was missed (and the call said the chain
+            # stopped before it).
+            chain = store.chain(subject)
+            steps = [s for c, s in store.chain_steps(chain.campaign_id) if c.id == subject]
             done = next((s for s in steps if s.step == step), None)
-            if done is not None or store.chain(subject).state != ChainState.RUNNING:
+            if done is not None or chain.state != ChainState.RUNNING:
                 return done
         else:
             trial = store.trial(subject)
