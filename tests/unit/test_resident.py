@@ -227,6 +227,11 @@ def test_a_resident_left_idle_is_ended_and_the_next_run_starts_another(
     token = uuid.uuid4().hex
     first, resident = evaluate(tmp_path, "run", token)
     assert first.state == "evaluated" and running(token)
-    assert gone(token, 30.0) and not resident.alive and not resident.cwd.exists()  # 0.5 s idle, on a loaded machine
+    assert gone(token, 30.0) and not resident.alive  # 0.5 s idle, on a loaded machine
+    # Its folder goes just after its processes (the sandbox is ended first, then what it worked in is removed).
+    deadline = time.monotonic() + 30.0
+    while resident.cwd.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not resident.cwd.exists()
     again, same = evaluate(tmp_path, "run", token)
     assert again.state == "evaluated" and again.metrics["count"] == 1 and same.starts == 2
